@@ -1,0 +1,57 @@
+"""sealflow's crypto engine: AEAD and C2SP chunked encryption, free of HTTP.
+
+Importable on its own: ``from engine import seal, open, Algorithm``.
+"""
+
+from ._aead import AEAD, open, open_into, seal, seal_into
+from ._buffers import AEADBuffer, BufferPool
+from ._chunked import ChunkedDecryptor, ChunkedEncryptor, opened_size, sealed_size
+from ._errors import DecryptionError, NativeError, SelfTestError
+from ._pool import CryptoPool
+from ._providers import (
+    PROVIDERS,
+    SMALL_LIMIT,
+    Provider,
+    SizeClass,
+    calibrate,
+    provider_choice,
+    set_provider,
+)
+from ._selftest import self_test
+from ._stats import context_stats
+from ._strategy import get_context_strategy, set_context_strategy
+from ._types import CHUNK_LEN, NONCE_LEN, TAG_LEN, Algorithm, ContextStrategy
+
+__all__ = [
+    "AEAD",
+    "CHUNK_LEN",
+    "NONCE_LEN",
+    "PROVIDERS",
+    "SMALL_LIMIT",
+    "TAG_LEN",
+    "AEADBuffer",
+    "Algorithm",
+    "BufferPool",
+    "ChunkedDecryptor",
+    "ChunkedEncryptor",
+    "ContextStrategy",
+    "CryptoPool",
+    "DecryptionError",
+    "NativeError",
+    "Provider",
+    "SelfTestError",
+    "SizeClass",
+    "calibrate",
+    "context_stats",
+    "get_context_strategy",
+    "open",
+    "open_into",
+    "opened_size",
+    "provider_choice",
+    "seal",
+    "seal_into",
+    "sealed_size",
+    "self_test",
+    "set_context_strategy",
+    "set_provider",
+]

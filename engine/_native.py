@@ -1,0 +1,198 @@
+"""The native provider: the only module that touches the cffi ``lib``.
+
+Each thread owns one cached ``EVP_CIPHER_CTX`` per algorithm, kept in the C
+side's thread-local storage and freed when the thread ends; the context
+strategy decides when it is re-keyed or freed (see ``native/sealflow_native.c``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from native import MIN_OPENSSL_VERSION, MIN_OPENSSL_VERSION_TEXT
+from native._sealflow_native import ffi, lib
+
+from ._errors import DecryptionError, NativeError
+from ._types import TAG_LEN, AlgorithmSpec, BytesLike
+
+_OK, _ERR_OPENSSL, _ERR_AUTH, _ERR_ARG, _ERR_LIMIT = 0, -1, -2, -3, -4
+EVENTS = ("created", "rekeyed", "reused", "freed")
+STRATEGIES = ("lazy", "hybrid", "eager")
+
+
+def _drain_errors() -> str:
+    messages = []
+    buf = ffi.new("char[]", 256)
+    while (code := lib.ERR_get_error()) != 0:
+        lib.ERR_error_string_n(code, buf, 256)
+        messages.append(ffi.string(buf).decode("ascii", "replace"))
+    return "; ".join(messages) or "unknown OpenSSL error"
+
+
+def _raise(rc: int) -> None:
+    if rc == _ERR_AUTH:
+        raise DecryptionError()
+    if rc == _ERR_OPENSSL:
+        raise NativeError(_drain_errors())
+    lib.ERR_clear_error()
+    if rc == _ERR_LIMIT:
+        raise ValueError("C2SP chunk counter limit (2**38 chunks) reached")
+    raise ValueError("invalid arguments to the native AEAD call")
+
+
+def _startup() -> None:
+    if lib.sf_openssl_version_num() < MIN_OPENSSL_VERSION:
+        raise ImportError(f"sealflow needs OpenSSL libcrypto >= {MIN_OPENSSL_VERSION_TEXT}")
+    rc = lib.sf_init()
+    if rc:
+        _raise(rc)
+
+
+_startup()
+_from_buffer = ffi.from_buffer
+_seal, _open = lib.sf_seal, lib.sf_open
+_chunks_seal, _chunks_open = lib.sf_chunks_seal, lib.sf_chunks_open
+_seal_small, _open_small, _unpack = lib.sf_seal_small, lib.sf_open_small, ffi.unpack
+NULL = ffi.NULL
+# Largest message the small variants take (the C scratch buffer is 8 KiB).
+SCRATCH_LIMIT = 8192 - TAG_LEN
+
+
+def _in(data: BytesLike) -> Any:
+    # cffi passes bytes to `const char *` without a copy; other buffers need a view.
+    return data if type(data) is bytes else _from_buffer(data)
+
+
+class NativeProvider:
+    """AEAD over the system libcrypto through the cffi extension.
+
+    The C side keeps each thread's contexts in thread-local storage; the
+    strategy is pushed to it by ``set_strategy``.
+    """
+
+    name = "native"
+
+    def seal(
+        self, spec: AlgorithmSpec, key: BytesLike, nonce: BytesLike, aad: BytesLike,
+        data: BytesLike,
+    ) -> bytes:
+        n = len(data)
+        if n > SCRATCH_LIMIT:
+            out = bytearray(n + TAG_LEN)
+            self.seal_into(spec, key, nonce, aad, data, out)
+            return bytes(out)
+        p = _seal_small(spec.index, _in(key), _in(nonce), _in(aad), len(aad), _in(data), n)
+        if p == NULL:
+            _raise(lib.sf_scratch_error())
+        result: bytes = _unpack(p, n + TAG_LEN)
+        return result
+
+    def open(
+        self, spec: AlgorithmSpec, key: BytesLike, nonce: BytesLike, aad: BytesLike,
+        sealed: BytesLike,
+    ) -> bytes:
+        n = len(sealed) - TAG_LEN
+        if n > SCRATCH_LIMIT:
+            out = bytearray(n)
+            self.open_into(spec, key, nonce, aad, sealed, out)
+            return bytes(out)
+        p = _open_small(spec.index, _in(key), _in(nonce), _in(aad), len(aad), _in(sealed), n)
+        if p == NULL:
+            _raise(lib.sf_scratch_error())
+        result: bytes = _unpack(p, n)
+        return result
+
+    def seal_into(
+        self,
+        spec: AlgorithmSpec,
+        key: BytesLike,
+        nonce: BytesLike,
+        aad: BytesLike,
+        data: BytesLike,
+        out: bytearray | memoryview,
+    ) -> None:
+        rc = _seal(
+            spec.index, _in(key), _in(nonce), _in(aad), len(aad), _in(data), len(data),
+            _from_buffer(out),
+        )
+        if rc:
+            _raise(rc)
+
+    def open_into(
+        self,
+        spec: AlgorithmSpec,
+        key: BytesLike,
+        nonce: BytesLike,
+        aad: BytesLike,
+        sealed: BytesLike,
+        out: bytearray | memoryview,
+    ) -> None:
+        rc = _open(
+            spec.index, _in(key), _in(nonce), _in(aad), len(aad), _in(sealed),
+            len(sealed) - TAG_LEN, _from_buffer(out),
+        )
+        if rc:
+            _raise(rc)
+
+    def chunks_seal_into(
+        self,
+        spec: AlgorithmSpec,
+        key: bytes,
+        base_nonce: bytes,
+        counter: int,
+        data: BytesLike,
+        final: bool,
+        out: bytearray | memoryview,
+    ) -> None:
+        rc = _chunks_seal(
+            spec.index, key, base_nonce, counter, _in(data), len(data), final, _from_buffer(out)
+        )
+        if rc:
+            _raise(rc)
+
+    def chunks_open_into(
+        self,
+        spec: AlgorithmSpec,
+        key: bytes,
+        base_nonce: bytes,
+        counter: int,
+        sealed: BytesLike,
+        final: bool,
+        out: bytearray | memoryview,
+    ) -> None:
+        rc = _chunks_open(
+            spec.index, key, base_nonce, counter, _in(sealed), len(sealed), final,
+            _from_buffer(out),
+        )
+        if rc:
+            _raise(rc)
+
+
+def set_strategy(strategy: int) -> None:
+    lib.sf_set_strategy(strategy)
+
+
+def context_stats() -> dict[tuple[str, str], int]:
+    """Native cipher-context events since process start, by (strategy, event)."""
+    raw = ffi.new("uint64_t[12]")
+    lib.sf_stats_read(raw)
+    return {
+        (s, e): int(raw[i * 4 + j]) for i, s in enumerate(STRATEGIES) for j, e in enumerate(EVENTS)
+    }
+
+
+def thread_context_ids() -> tuple[int, ...]:
+    """Where this thread's native contexts live (0 if not created yet), per algorithm."""
+    return tuple(int(lib.sf_thread_context_id(i)) for i in range(3))
+
+
+def release_thread_contexts() -> None:
+    """Free this thread's native contexts now, as thread exit does."""
+    lib.sf_thread_release()
+
+
+def cleanse(buf: bytearray | memoryview, length: int | None = None) -> None:
+    """Overwrite buf (or its first `length` bytes) with zeros in a way the compiler keeps."""
+    n = len(buf) if length is None else length
+    if n:
+        lib.sf_cleanse(_from_buffer(buf), n)

@@ -1,0 +1,411 @@
+/*
+ * sealflow native AEAD helpers over OpenSSL's EVP API.
+ *
+ * Each function is one crossing from Python: a whole message, or a run of
+ * consecutive C2SP chunks, per call. Lengths are validated once at entry,
+ * never inside the chunk loop. Every OpenSSL return code is checked; on an
+ * OpenSSL failure the error stays on the thread's error queue for the Python
+ * side to drain into one exception.
+ */
+#include <limits.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <openssl/crypto.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/core_names.h>
+#include <openssl/opensslv.h>
+#include <openssl/params.h>
+
+#if OPENSSL_VERSION_NUMBER < 0x300000D0L
+#error "sealflow needs OpenSSL libcrypto >= 3.0.13 (install libssl-dev from Debian 12 or newer)"
+#endif
+
+#define SF_NONCE_LEN 12
+#define SF_TAG_LEN 16
+#define SF_CHUNK 16384
+#define SF_CHUNK_CT (SF_CHUNK + SF_TAG_LEN)
+#define SF_MAX_CHUNKS (1ULL << 38)
+/* EVP_*Update take an int length: feed long messages in slices below it. */
+#define SF_SLICE (1 << 30)
+
+#define SF_OK 0
+#define SF_ERR_OPENSSL -1
+#define SF_ERR_AUTH -2
+#define SF_ERR_ARG -3
+#define SF_ERR_LIMIT -4
+
+#define SF_LAZY 0
+#define SF_HYBRID 1
+#define SF_EAGER 2
+
+#define SF_EV_CREATED 0
+#define SF_EV_REKEYED 1
+#define SF_EV_REUSED 2
+#define SF_EV_FREED 3
+
+static const char *const sf_cipher_names[3] = {
+    "AES-128-GCM", "AES-256-GCM", "ChaCha20-Poly1305"};
+static const size_t sf_key_lens[3] = {16, 32, 32};
+static EVP_CIPHER *sf_ciphers[3];
+
+/* Strategy x event counters, shared by every thread, updated atomically. */
+static uint64_t sf_stats[3][4];
+
+/*
+ * A thread's cached context for one algorithm. Holders live in thread-local
+ * storage and are freed by a pthread key destructor when the thread ends, so
+ * a context can never be reached from a thread that does not own it.
+ */
+typedef struct {
+    EVP_CIPHER_CTX *ctx;
+    int alg;
+    int ctx_strategy;
+    int has_key;
+    unsigned char key[32];
+} sf_aead;
+
+/* Output of small one-shot calls, so Python can copy it straight into a bytes object. */
+#define SF_SCRATCH_LEN 8192
+static __thread unsigned char sf_scratch[SF_SCRATCH_LEN];
+static __thread int sf_scratch_rc;
+
+static int sf_strategy = SF_LAZY;
+static pthread_key_t sf_tls_key;
+static __thread sf_aead *sf_tls[3];
+
+static void sf_count(int strategy, int event)
+{
+    __atomic_fetch_add(&sf_stats[strategy][event], 1, __ATOMIC_RELAXED);
+}
+
+unsigned long sf_openssl_version_num(void) { return OpenSSL_version_num(); }
+
+/* Fetch the ciphers once per process; called at import, under the import lock. */
+static void sf_drop_ctx(sf_aead *a)
+{
+    if (a->ctx == NULL)
+        return;
+    EVP_CIPHER_CTX_free(a->ctx);
+    a->ctx = NULL;
+    a->has_key = 0;
+    OPENSSL_cleanse(a->key, sizeof(a->key));
+    sf_count(a->ctx_strategy, SF_EV_FREED);
+}
+
+static void sf_thread_exit(void *unused)
+{
+    (void)unused;
+    for (int i = 0; i < 3; i++) {
+        if (sf_tls[i] == NULL)
+            continue;
+        sf_drop_ctx(sf_tls[i]);
+        OPENSSL_clear_free(sf_tls[i], sizeof(sf_aead));
+        sf_tls[i] = NULL;
+    }
+}
+
+/* Fetch the ciphers once per process; called at import, under the import lock. */
+int sf_init(void)
+{
+    static int done;
+    if (done)
+        return SF_OK;
+    if (pthread_key_create(&sf_tls_key, sf_thread_exit) != 0)
+        return SF_ERR_ARG;
+    for (int i = 0; i < 3; i++) {
+        sf_ciphers[i] = EVP_CIPHER_fetch(NULL, sf_cipher_names[i], NULL);
+        if (sf_ciphers[i] == NULL)
+            return SF_ERR_OPENSSL;
+    }
+    done = 1;
+    return SF_OK;
+}
+
+void sf_stats_read(uint64_t *out)
+{
+    for (int s = 0; s < 3; s++)
+        for (int e = 0; e < 4; e++)
+            out[s * 4 + e] = __atomic_load_n(&sf_stats[s][e], __ATOMIC_RELAXED);
+}
+
+void sf_set_strategy(int strategy) { __atomic_store_n(&sf_strategy, strategy, __ATOMIC_RELAXED); }
+
+/* The calling thread's holder for alg, created on first use. */
+static sf_aead *sf_holder(int alg)
+{
+    sf_aead *a = sf_tls[alg];
+    if (a != NULL)
+        return a;
+    a = OPENSSL_zalloc(sizeof(*a));
+    if (a == NULL)
+        return NULL;
+    if (pthread_setspecific(sf_tls_key, &sf_tls) != 0) {
+        OPENSSL_free(a);
+        return NULL;
+    }
+    a->alg = alg;
+    sf_tls[alg] = a;
+    return a;
+}
+
+/* Where the calling thread's context for alg lives (0 before first use); for ownership tests. */
+uintptr_t sf_thread_context_id(int alg) { return (uintptr_t)sf_tls[alg]; }
+
+/* Free the calling thread's contexts now (as thread exit would). */
+void sf_thread_release(void) { sf_thread_exit(NULL); }
+
+/*
+ * Make a->ctx ready for one operation with `key` and `iv` in direction `enc`,
+ * following the context strategy:
+ *   same key as cached    -> re-init with the IV only (reused)
+ *   LAZY, other key       -> re-key the existing context in place (rekeyed)
+ *   otherwise             -> free any context, create and key a new one (created)
+ */
+static int sf_prepare(sf_aead *a, int strategy, const unsigned char *key, const unsigned char *iv,
+                      int enc)
+{
+    size_t keylen = sf_key_lens[a->alg];
+    if (a->ctx != NULL && a->ctx_strategy != strategy)
+        sf_drop_ctx(a);
+    if (a->ctx != NULL && a->has_key && CRYPTO_memcmp(a->key, key, keylen) == 0) {
+        if (!EVP_CipherInit_ex2(a->ctx, NULL, NULL, iv, enc, NULL))
+            goto fail;
+        sf_count(strategy, SF_EV_REUSED);
+        return SF_OK;
+    }
+    if (a->ctx != NULL && strategy == SF_LAZY) {
+        a->has_key = 0;
+        if (!EVP_CipherInit_ex2(a->ctx, NULL, key, iv, enc, NULL))
+            goto fail;
+        sf_count(strategy, SF_EV_REKEYED);
+    } else {
+        sf_drop_ctx(a);
+        a->ctx = EVP_CIPHER_CTX_new();
+        if (a->ctx == NULL)
+            return SF_ERR_OPENSSL;
+        a->ctx_strategy = strategy;
+        sf_count(strategy, SF_EV_CREATED);
+        if (!EVP_CipherInit_ex2(a->ctx, sf_ciphers[a->alg], key, iv, enc, NULL))
+            goto fail;
+    }
+    memcpy(a->key, key, keylen);
+    a->has_key = 1;
+    return SF_OK;
+fail:
+    sf_drop_ctx(a);
+    return SF_ERR_OPENSSL;
+}
+
+/* After an operation: EAGER frees; any failure drops the context so the next call starts clean. */
+static int sf_finish(sf_aead *a, int strategy, int rc)
+{
+    if (rc == SF_ERR_OPENSSL || strategy == SF_EAGER)
+        sf_drop_ctx(a);
+    return rc;
+}
+
+static int sf_feed(EVP_CIPHER_CTX *ctx, unsigned char *out, const unsigned char *in, size_t len)
+{
+    int outl;
+    while (len > 0) {
+        int n = len > SF_SLICE ? SF_SLICE : (int)len;
+        if (!EVP_CipherUpdate(ctx, out, &outl, in, n) || (out != NULL && outl != n))
+            return SF_ERR_OPENSSL;
+        if (out != NULL)
+            out += n;
+        in += n;
+        len -= (size_t)n;
+    }
+    return SF_OK;
+}
+
+/* The tag travels as an OSSL_PARAM: EVP_CIPHER_CTX_ctrl would build the same param each call. */
+static int sf_tag_param(EVP_CIPHER_CTX *ctx, unsigned char *tag, int set)
+{
+    OSSL_PARAM params[2];
+    params[0] = OSSL_PARAM_construct_octet_string(OSSL_CIPHER_PARAM_AEAD_TAG, tag, SF_TAG_LEN);
+    params[1] = OSSL_PARAM_construct_end();
+    return set ? EVP_CIPHER_CTX_set_params(ctx, params) : EVP_CIPHER_CTX_get_params(ctx, params);
+}
+
+static int sf_seal_one(EVP_CIPHER_CTX *ctx, const unsigned char *aad, size_t aadlen,
+                       const unsigned char *in, size_t inlen, unsigned char *out)
+{
+    int outl;
+    if (aadlen > 0 && sf_feed(ctx, NULL, aad, aadlen) != SF_OK)
+        return SF_ERR_OPENSSL;
+    if (sf_feed(ctx, out, in, inlen) != SF_OK)
+        return SF_ERR_OPENSSL;
+    if (!EVP_EncryptFinal_ex(ctx, out + inlen, &outl) || outl != 0)
+        return SF_ERR_OPENSSL;
+    if (!sf_tag_param(ctx, out + inlen, 0))
+        return SF_ERR_OPENSSL;
+    return SF_OK;
+}
+
+/* Plaintext lands in `out` before the tag is checked: on failure it is wiped. */
+static int sf_open_one(EVP_CIPHER_CTX *ctx, const unsigned char *aad, size_t aadlen,
+                       const unsigned char *in, size_t inlen, unsigned char *out)
+{
+    int outl;
+    unsigned char tag[SF_TAG_LEN];
+    memcpy(tag, in + inlen, SF_TAG_LEN);
+    if (!sf_tag_param(ctx, tag, 1))
+        return SF_ERR_OPENSSL;
+    if (aadlen > 0 && sf_feed(ctx, NULL, aad, aadlen) != SF_OK)
+        return SF_ERR_OPENSSL;
+    if (sf_feed(ctx, out, in, inlen) != SF_OK)
+        return SF_ERR_OPENSSL;
+    if (EVP_DecryptFinal_ex(ctx, out + inlen, &outl) <= 0) {
+        OPENSSL_cleanse(out, inlen);
+        ERR_clear_error();
+        return SF_ERR_AUTH;
+    }
+    return SF_OK;
+}
+
+/*
+ * The entry points below take the key at the algorithm's length and a 12-byte
+ * nonce: the Python layer validates both once before calling.
+ */
+
+/* out (inlen + 16 bytes) may be the same memory as in. */
+int sf_seal(int alg, const char *key, const char *nonce, const char *aad, size_t aadlen,
+            const char *in, size_t inlen, char *out)
+{
+    int strategy = __atomic_load_n(&sf_strategy, __ATOMIC_RELAXED);
+    sf_aead *a = sf_holder(alg);
+    if (a == NULL)
+        return SF_ERR_OPENSSL;
+    int rc = sf_prepare(a, strategy, (const unsigned char *)key, (const unsigned char *)nonce, 1);
+    if (rc != SF_OK)
+        return rc;
+    rc = sf_seal_one(a->ctx, (const unsigned char *)aad, aadlen, (const unsigned char *)in, inlen,
+                     (unsigned char *)out);
+    return sf_finish(a, strategy, rc);
+}
+
+/* in holds ctlen bytes of ciphertext followed by the 16-byte tag; out (ctlen bytes) may equal in. */
+int sf_open(int alg, const char *key, const char *nonce, const char *aad, size_t aadlen,
+            const char *in, size_t ctlen, char *out)
+{
+    int strategy = __atomic_load_n(&sf_strategy, __ATOMIC_RELAXED);
+    sf_aead *a = sf_holder(alg);
+    if (a == NULL)
+        return SF_ERR_OPENSSL;
+    int rc = sf_prepare(a, strategy, (const unsigned char *)key, (const unsigned char *)nonce, 0);
+    if (rc != SF_OK)
+        return rc;
+    rc = sf_open_one(a->ctx, (const unsigned char *)aad, aadlen, (const unsigned char *)in, ctlen,
+                     (unsigned char *)out);
+    return sf_finish(a, strategy, rc);
+}
+
+/*
+ * Small-message variants: the output goes to the thread's scratch buffer and
+ * the pointer to it is returned (NULL on failure, reason in sf_scratch_error).
+ * Python copies it into a bytes object at once, before anything else can run
+ * on this thread. The scratch is not wiped after the copy: the bytes object
+ * holds the same data for as long as the caller keeps it.
+ */
+const char *sf_seal_small(int alg, const char *key, const char *nonce, const char *aad,
+                          size_t aadlen, const char *in, size_t inlen)
+{
+    if (inlen > SF_SCRATCH_LEN - SF_TAG_LEN) {
+        sf_scratch_rc = SF_ERR_ARG;
+        return NULL;
+    }
+    sf_scratch_rc = sf_seal(alg, key, nonce, aad, aadlen, in, inlen, (char *)sf_scratch);
+    return sf_scratch_rc == SF_OK ? (const char *)sf_scratch : NULL;
+}
+
+const char *sf_open_small(int alg, const char *key, const char *nonce, const char *aad,
+                          size_t aadlen, const char *in, size_t ctlen)
+{
+    if (ctlen > SF_SCRATCH_LEN) {
+        sf_scratch_rc = SF_ERR_ARG;
+        return NULL;
+    }
+    sf_scratch_rc = sf_open(alg, key, nonce, aad, aadlen, in, ctlen, (char *)sf_scratch);
+    return sf_scratch_rc == SF_OK ? (const char *)sf_scratch : NULL;
+}
+
+int sf_scratch_error(void) { return sf_scratch_rc; }
+
+static void sf_chunk_nonce(unsigned char nonce[SF_NONCE_LEN], const unsigned char *base, uint64_t counter)
+{
+    memcpy(nonce, base, SF_NONCE_LEN);
+    for (int i = 0; i < 8; i++)
+        nonce[SF_NONCE_LEN - 1 - i] ^= (unsigned char)(counter >> (8 * i));
+}
+
+/*
+ * Seal or open a run of C2SP chunks numbered from `counter`, in one call.
+ * Sealing: without `final`, inlen is a whole number of 16 KiB chunks; with it,
+ * the run ends with the short final chunk (inlen % 16384 bytes, possibly
+ * zero). Opening: without `final`, inlen is a whole number of 16400-byte
+ * sealed chunks; with it, the run ends with the final chunk, whose sealed
+ * length must be 16..16399 bytes. out must not overlap in. When opening fails,
+ * every byte written to out is wiped.
+ */
+static int sf_chunks(int enc, int alg, const char *key, const char *base_nonce, uint64_t counter,
+                     const char *in, size_t inlen, int final, char *out)
+{
+    const size_t unit = enc ? SF_CHUNK : SF_CHUNK_CT;
+    const size_t full = inlen / unit, rest = inlen % unit;
+    const size_t nchunks = full + (final ? 1 : 0);
+    int strategy = __atomic_load_n(&sf_strategy, __ATOMIC_RELAXED);
+    unsigned char nonce[SF_NONCE_LEN];
+    const unsigned char *src = (const unsigned char *)in;
+    unsigned char *dst = (unsigned char *)out;
+    sf_aead *a;
+    int rc;
+
+    if (!final && (rest != 0 || full == 0))
+        return SF_ERR_ARG;
+    if (final && !enc && rest < SF_TAG_LEN)
+        return SF_ERR_AUTH;
+    if (counter >= SF_MAX_CHUNKS || nchunks > SF_MAX_CHUNKS - counter)
+        return SF_ERR_LIMIT;
+    if ((a = sf_holder(alg)) == NULL)
+        return SF_ERR_OPENSSL;
+    sf_chunk_nonce(nonce, (const unsigned char *)base_nonce, counter);
+    rc = sf_prepare(a, strategy, (const unsigned char *)key, nonce, enc);
+    if (rc != SF_OK)
+        return rc;
+    for (size_t i = 0; i < nchunks; i++) {
+        size_t len = i < full ? SF_CHUNK : (enc ? rest : rest - SF_TAG_LEN);
+        if (i > 0) {
+            sf_chunk_nonce(nonce, (const unsigned char *)base_nonce, counter + i);
+            if (!EVP_CipherInit_ex2(a->ctx, NULL, NULL, nonce, enc, NULL)) {
+                rc = SF_ERR_OPENSSL;
+                break;
+            }
+        }
+        rc = enc ? sf_seal_one(a->ctx, NULL, 0, src, len, dst) : sf_open_one(a->ctx, NULL, 0, src, len, dst);
+        if (rc != SF_OK)
+            break;
+        src += enc ? len : len + SF_TAG_LEN;
+        dst += enc ? len + SF_TAG_LEN : len;
+    }
+    if (rc != SF_OK && !enc)
+        OPENSSL_cleanse(out, (size_t)(dst - (unsigned char *)out));
+    return sf_finish(a, strategy, rc);
+}
+
+int sf_chunks_seal(int alg, const char *key, const char *base_nonce, uint64_t counter,
+                   const char *in, size_t inlen, int final, char *out)
+{
+    return sf_chunks(1, alg, key, base_nonce, counter, in, inlen, final, out);
+}
+
+int sf_chunks_open(int alg, const char *key, const char *base_nonce, uint64_t counter,
+                   const char *in, size_t inlen, int final, char *out)
+{
+    return sf_chunks(0, alg, key, base_nonce, counter, in, inlen, final, out);
+}
+
+void sf_cleanse(char *buf, size_t len) { OPENSSL_cleanse(buf, len); }

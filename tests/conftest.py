@@ -1,0 +1,27 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+import engine
+
+PROVIDERS = sorted(engine.PROVIDERS)
+STRATEGIES = list(engine.ContextStrategy)
+
+
+@pytest.fixture(
+    params=[(p, s) for p in PROVIDERS for s in STRATEGIES],
+    ids=[f"{p}-{s.name.lower()}" for p in PROVIDERS for s in STRATEGIES],
+)
+def impl(request: pytest.FixtureRequest) -> Iterator[tuple[str, engine.ContextStrategy]]:
+    """Run the test once per provider and context strategy, restoring the defaults after."""
+    provider, strategy = request.param
+    before = engine.get_context_strategy()
+    engine.set_provider(provider)
+    engine.set_context_strategy(strategy)
+    try:
+        yield provider, strategy
+    finally:
+        engine.set_provider(None)
+        engine.set_context_strategy(before)

@@ -1,0 +1,94 @@
+"""Single-shot AEAD against Wycheproof, NIST GCM and RFC 8439 vectors, on every provider and
+context strategy."""
+
+from __future__ import annotations
+
+import pytest
+
+import engine
+from tests.vectors import AeadCase, nist_gcm, rfc8439, wycheproof_aead
+
+AES_BY_KEY_LEN = {16: engine.Algorithm.AES_128_GCM, 32: engine.Algorithm.AES_256_GCM}
+CHACHA = engine.Algorithm.CHACHA20_POLY1305
+
+
+def check_case(alg: engine.Algorithm, case: AeadCase) -> str | None:
+    """Run one vector both ways; return a description of any mismatch."""
+    sealed = case.ct + case.tag
+    if case.valid:
+        if engine.seal(alg, case.key, case.iv, case.aad, case.msg) != sealed:
+            return f"{case.source}: seal mismatch"
+        if engine.open(alg, case.key, case.iv, case.aad, sealed) != case.msg:
+            return f"{case.source}: open mismatch"
+        return None
+    try:
+        engine.open(alg, case.key, case.iv, case.aad, sealed)
+    except engine.DecryptionError:
+        return None
+    return f"{case.source}: invalid case opened"
+
+
+def run_all(cases: list[tuple[engine.Algorithm, AeadCase]]) -> None:
+    assert cases
+    failures = [f for alg, case in cases if (f := check_case(alg, case))]
+    assert failures == []
+
+
+def test_wycheproof_aes_gcm_12_byte_iv(impl: object) -> None:
+    cases = [
+        (AES_BY_KEY_LEN[len(c.key)], c)
+        for c in wycheproof_aead("aes_gcm_test.json")
+        if len(c.iv) == 12 and len(c.key) in AES_BY_KEY_LEN
+    ]
+    assert len(cases) > 100
+    run_all(cases)
+
+
+def test_wycheproof_chacha20_poly1305_12_byte_iv(impl: object) -> None:
+    cases = [(CHACHA, c) for c in wycheproof_aead("chacha20_poly1305_test.json") if len(c.iv) == 12]
+    assert len(cases) > 300
+    run_all(cases)
+
+
+def test_wycheproof_aes_192_keys_are_rejected(impl: object) -> None:
+    # sealflow offers AES-128-GCM and AES-256-GCM only: a 24-byte key fits neither.
+    keys = [c.key for c in wycheproof_aead("aes_gcm_test.json") if len(c.key) == 24]
+    assert keys
+    for key in keys:
+        for alg in AES_BY_KEY_LEN.values():
+            with pytest.raises(ValueError, match="-byte key"):
+                engine.seal(alg, key, bytes(12), b"", b"x")
+
+
+@pytest.mark.parametrize("name", ["aes_gcm_test.json", "chacha20_poly1305_test.json"])
+def test_wycheproof_other_iv_sizes_rejected_before_any_cipher_call(impl: object, name: str) -> None:
+    cases = [c for c in wycheproof_aead(name) if len(c.iv) != 12 and len(c.key) != 24]
+    assert cases
+    before = engine.context_stats()
+    for case in cases:
+        alg = CHACHA if name.startswith("chacha") else AES_BY_KEY_LEN[len(case.key)]
+        with pytest.raises(ValueError, match="nonce must be 12 bytes"):
+            engine.seal(alg, case.key, case.iv, case.aad, case.msg)
+        with pytest.raises(ValueError, match="nonce must be 12 bytes"):
+            engine.open(alg, case.key, case.iv, case.aad, case.ct + case.tag)
+    # No context was created, re-keyed or reused: no cipher call happened.
+    assert engine.context_stats() == before
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["gcmEncryptExtIV128.rsp", "gcmEncryptExtIV256.rsp", "gcmDecrypt128.rsp", "gcmDecrypt256.rsp"],
+)
+def test_nist_gcm(impl: object, path: str) -> None:
+    cases = [(AES_BY_KEY_LEN[len(c.key)], c) for c in nist_gcm(path)]
+    assert len(cases) >= 100
+    if "Decrypt" in path:
+        assert any(not c.valid for _, c in cases) and any(c.valid for _, c in cases)
+    run_all(cases)
+
+
+def test_rfc8439_chacha20_poly1305(impl: object) -> None:
+    cases = [(CHACHA, c) for c in rfc8439()]
+    rfc = [c for _, c in cases if c.source == "boringssl.txt#1"]
+    assert rfc and rfc[0].tag.hex() == "1ae10b594f09e26a7e902ecbd0600691"  # RFC 8439 2.8.2
+    run_all(cases)
