@@ -106,10 +106,13 @@ class AEAD:
         return select(spec, cls).open(spec, self._key, nonce, aad, sealed)
 
     def seal_into(
-        self, nonce: BytesLike, aad: BytesLike | None, plaintext: BytesLike,
+        self,
+        nonce: BytesLike,
+        aad: BytesLike | None,
+        plaintext: BytesLike,
         out: bytearray | memoryview,
     ) -> int:
-        """Write ciphertext || tag to out (which may be plaintext's own memory); return its length."""
+        """Write ciphertext || tag to out (which may be plaintext's memory); return its length."""
         nonce, aad, data = _args(nonce, aad, plaintext, "plaintext")
         n = len(data) + TAG_LEN
         view = writable_view(out, n)
@@ -119,7 +122,10 @@ class AEAD:
         return n
 
     def open_into(
-        self, nonce: BytesLike, aad: BytesLike | None, ciphertext_and_tag: BytesLike,
+        self,
+        nonce: BytesLike,
+        aad: BytesLike | None,
+        ciphertext_and_tag: BytesLike,
         out: bytearray | memoryview,
     ) -> int:
         """Write the plaintext to out (which may be the input's own memory) once the tag verifies.
@@ -136,15 +142,21 @@ class AEAD:
 
 
 def seal(
-    alg: Algorithm | str, key: BytesLike, nonce: BytesLike, aad: BytesLike | None,
+    alg: Algorithm | str,
+    key: BytesLike,
+    nonce: BytesLike,
+    aad: BytesLike | None,
     plaintext: BytesLike,
 ) -> bytes:
     """Return ciphertext || tag."""
     return AEAD(alg, key).seal(nonce, aad, plaintext)
 
 
-def open(  # noqa: A001 - the SPEC's name; builtins.open is not used in this module
-    alg: Algorithm | str, key: BytesLike, nonce: BytesLike, aad: BytesLike | None,
+def open(
+    alg: Algorithm | str,
+    key: BytesLike,
+    nonce: BytesLike,
+    aad: BytesLike | None,
     ciphertext_and_tag: BytesLike,
 ) -> bytes:
     """Return the plaintext, or raise ``DecryptionError`` (never partial plaintext)."""
@@ -152,16 +164,24 @@ def open(  # noqa: A001 - the SPEC's name; builtins.open is not used in this mod
 
 
 def seal_into(
-    alg: Algorithm | str, key: BytesLike, nonce: BytesLike, aad: BytesLike | None,
-    plaintext: BytesLike, out: bytearray | memoryview,
+    alg: Algorithm | str,
+    key: BytesLike,
+    nonce: BytesLike,
+    aad: BytesLike | None,
+    plaintext: BytesLike,
+    out: bytearray | memoryview,
 ) -> int:
     """Write ciphertext || tag to out (which may be plaintext's own memory); return its length."""
     return AEAD(alg, key).seal_into(nonce, aad, plaintext, out)
 
 
 def open_into(
-    alg: Algorithm | str, key: BytesLike, nonce: BytesLike, aad: BytesLike | None,
-    ciphertext_and_tag: BytesLike, out: bytearray | memoryview,
+    alg: Algorithm | str,
+    key: BytesLike,
+    nonce: BytesLike,
+    aad: BytesLike | None,
+    ciphertext_and_tag: BytesLike,
+    out: bytearray | memoryview,
 ) -> int:
     """Write the plaintext to out once the tag verifies; on failure wipe out and raise."""
     return AEAD(alg, key).open_into(nonce, aad, ciphertext_and_tag, out)

@@ -55,7 +55,11 @@ class AEADBuffer:
         self._len = end
 
     def seal(
-        self, alg: Algorithm | str, key: BytesLike, nonce: BytesLike, aad: BytesLike | None,
+        self,
+        alg: Algorithm | str,
+        key: BytesLike,
+        nonce: BytesLike,
+        aad: BytesLike | None,
         start: int = 0,
     ) -> None:
         """Seal bytes [start:] in place and append the tag."""
@@ -65,7 +69,11 @@ class AEADBuffer:
         self._len = start + n
 
     def open(
-        self, alg: Algorithm | str, key: BytesLike, nonce: BytesLike, aad: BytesLike | None,
+        self,
+        alg: Algorithm | str,
+        key: BytesLike,
+        nonce: BytesLike,
+        aad: BytesLike | None,
         start: int = 0,
     ) -> memoryview:
         """Open bytes [start:] (ciphertext || tag) in place; return a view of the plaintext.
@@ -112,7 +120,7 @@ class BufferPool:
         self.growths = 0
 
     def acquire(self, size_hint: int | None = None) -> AEADBuffer:
-        """A buffer with room for size_hint bytes (exactly sized if new), or a small growable one."""
+        """A buffer with room for size_hint bytes (exact if new), or a small growable one."""
         want = _MIN_CAPACITY if size_hint is None else max(size_hint, 1)
         with self._lock:
             best = None

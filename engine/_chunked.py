@@ -261,7 +261,8 @@ class ChunkedDecryptor(_Chunker):
 
     def _fail(self) -> None:
         self._failed = True
-        self._pending.clear()
+        # A new buffer: the failed call's traceback may still hold views of the old one.
+        self._pending = bytearray()
         self._key = self._base_nonce = b""
 
     def _read_header(self, data: memoryview) -> memoryview:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from native import MIN_OPENSSL_VERSION, MIN_OPENSSL_VERSION_TEXT
 from native._sealflow_native import ffi, lib
+
+from native import MIN_OPENSSL_VERSION, MIN_OPENSSL_VERSION_TEXT
 
 from ._errors import DecryptionError, NativeError
 from ._types import TAG_LEN, AlgorithmSpec, BytesLike
@@ -73,7 +74,11 @@ class NativeProvider:
     name = "native"
 
     def seal(
-        self, spec: AlgorithmSpec, key: BytesLike, nonce: BytesLike, aad: BytesLike,
+        self,
+        spec: AlgorithmSpec,
+        key: BytesLike,
+        nonce: BytesLike,
+        aad: BytesLike,
         data: BytesLike,
     ) -> bytes:
         n = len(data)
@@ -88,7 +93,11 @@ class NativeProvider:
         return result
 
     def open(
-        self, spec: AlgorithmSpec, key: BytesLike, nonce: BytesLike, aad: BytesLike,
+        self,
+        spec: AlgorithmSpec,
+        key: BytesLike,
+        nonce: BytesLike,
+        aad: BytesLike,
         sealed: BytesLike,
     ) -> bytes:
         n = len(sealed) - TAG_LEN
@@ -112,7 +121,13 @@ class NativeProvider:
         out: bytearray | memoryview,
     ) -> None:
         rc = _seal(
-            spec.index, _in(key), _in(nonce), _in(aad), len(aad), _in(data), len(data),
+            spec.index,
+            _in(key),
+            _in(nonce),
+            _in(aad),
+            len(aad),
+            _in(data),
+            len(data),
             _from_buffer(out),
         )
         if rc:
@@ -128,8 +143,14 @@ class NativeProvider:
         out: bytearray | memoryview,
     ) -> None:
         rc = _open(
-            spec.index, _in(key), _in(nonce), _in(aad), len(aad), _in(sealed),
-            len(sealed) - TAG_LEN, _from_buffer(out),
+            spec.index,
+            _in(key),
+            _in(nonce),
+            _in(aad),
+            len(aad),
+            _in(sealed),
+            len(sealed) - TAG_LEN,
+            _from_buffer(out),
         )
         if rc:
             _raise(rc)
@@ -161,7 +182,13 @@ class NativeProvider:
         out: bytearray | memoryview,
     ) -> None:
         rc = _chunks_open(
-            spec.index, key, base_nonce, counter, _in(sealed), len(sealed), final,
+            spec.index,
+            key,
+            base_nonce,
+            counter,
+            _in(sealed),
+            len(sealed),
+            final,
             _from_buffer(out),
         )
         if rc:

@@ -9,6 +9,7 @@ KiB. The number of jobs waiting or running is bounded; ``run`` waits for room.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import queue
 import threading
@@ -96,10 +97,9 @@ class CryptoPool:
                 result, error = fn(*args), None
             except BaseException as exc:  # delivered to the awaiting coroutine
                 result, error = None, exc
-            try:
+            # RuntimeError: the loop closed while the job ran, so nobody is waiting.
+            with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(self._work_done, fut, result, error)
-            except RuntimeError:
-                pass  # the loop was closed while the job ran: nobody is waiting
             del job, fn, args, fut, result, error
 
 

@@ -27,38 +27,68 @@ class Provider(Protocol):
     name: str
 
     def seal(
-        self, spec: AlgorithmSpec, key: BytesLike, nonce: BytesLike, aad: BytesLike,
+        self,
+        spec: AlgorithmSpec,
+        key: BytesLike,
+        nonce: BytesLike,
+        aad: BytesLike,
         data: BytesLike,
     ) -> bytes:
         """Return ciphertext || tag."""
 
     def open(
-        self, spec: AlgorithmSpec, key: BytesLike, nonce: BytesLike, aad: BytesLike,
+        self,
+        spec: AlgorithmSpec,
+        key: BytesLike,
+        nonce: BytesLike,
+        aad: BytesLike,
         sealed: BytesLike,
     ) -> bytes:
         """Return the plaintext of sealed (ciphertext || tag), or raise DecryptionError."""
 
     def seal_into(
-        self, spec: AlgorithmSpec, key: BytesLike, nonce: BytesLike, aad: BytesLike,
-        data: BytesLike, out: bytearray | memoryview,
+        self,
+        spec: AlgorithmSpec,
+        key: BytesLike,
+        nonce: BytesLike,
+        aad: BytesLike,
+        data: BytesLike,
+        out: bytearray | memoryview,
     ) -> None:
         """Write ciphertext || tag (len(data) + 16 bytes) to out, which may be data's own memory."""
 
     def open_into(
-        self, spec: AlgorithmSpec, key: BytesLike, nonce: BytesLike, aad: BytesLike,
-        sealed: BytesLike, out: bytearray | memoryview,
+        self,
+        spec: AlgorithmSpec,
+        key: BytesLike,
+        nonce: BytesLike,
+        aad: BytesLike,
+        sealed: BytesLike,
+        out: bytearray | memoryview,
     ) -> None:
         """Write the plaintext of sealed (ciphertext || tag) to out, or wipe out and raise."""
 
     def chunks_seal_into(
-        self, spec: AlgorithmSpec, key: bytes, base_nonce: bytes, counter: int,
-        data: BytesLike, final: bool, out: bytearray | memoryview,
+        self,
+        spec: AlgorithmSpec,
+        key: bytes,
+        base_nonce: bytes,
+        counter: int,
+        data: BytesLike,
+        final: bool,
+        out: bytearray | memoryview,
     ) -> None:
         """Seal consecutive C2SP chunks numbered from counter (see native/sealflow_native.c)."""
 
     def chunks_open_into(
-        self, spec: AlgorithmSpec, key: bytes, base_nonce: bytes, counter: int,
-        sealed: BytesLike, final: bool, out: bytearray | memoryview,
+        self,
+        spec: AlgorithmSpec,
+        key: bytes,
+        base_nonce: bytes,
+        counter: int,
+        sealed: BytesLike,
+        final: bool,
+        out: bytearray | memoryview,
     ) -> None:
         """Open consecutive C2SP chunks; on failure wipe out and raise DecryptionError."""
 

@@ -87,13 +87,21 @@ class CryptographyProvider:
     name = "cryptography"
 
     def seal(
-        self, spec: AlgorithmSpec, key: BytesLike, nonce: BytesLike, aad: BytesLike,
+        self,
+        spec: AlgorithmSpec,
+        key: BytesLike,
+        nonce: BytesLike,
+        aad: BytesLike,
         data: BytesLike,
     ) -> bytes:
         return _aead(spec, key).encrypt(nonce, data, aad)
 
     def open(
-        self, spec: AlgorithmSpec, key: BytesLike, nonce: BytesLike, aad: BytesLike,
+        self,
+        spec: AlgorithmSpec,
+        key: BytesLike,
+        nonce: BytesLike,
+        aad: BytesLike,
         sealed: BytesLike,
     ) -> bytes:
         try:
@@ -146,14 +154,18 @@ class CryptographyProvider:
         for i in range(full):
             s = i * CHUNK_LEN
             aead.encrypt_into(
-                _chunk_nonce(base, counter + i), src[s : s + CHUNK_LEN], None,
+                _chunk_nonce(base, counter + i),
+                src[s : s + CHUNK_LEN],
+                None,
                 dst[o : o + SEALED_CHUNK_LEN],
             )
             o += SEALED_CHUNK_LEN
         if final:
             rest = n - full * CHUNK_LEN
             aead.encrypt_into(
-                _chunk_nonce(base, counter + full), src[full * CHUNK_LEN :], None,
+                _chunk_nonce(base, counter + full),
+                src[full * CHUNK_LEN :],
+                None,
                 dst[o : o + rest + TAG_LEN],
             )
 
@@ -177,14 +189,18 @@ class CryptographyProvider:
             for i in range(full):
                 s = i * SEALED_CHUNK_LEN
                 aead.decrypt_into(
-                    _chunk_nonce(base, counter + i), src[s : s + SEALED_CHUNK_LEN], None,
+                    _chunk_nonce(base, counter + i),
+                    src[s : s + SEALED_CHUNK_LEN],
+                    None,
                     dst[o : o + CHUNK_LEN],
                 )
                 o += CHUNK_LEN
             if final:
                 rest = n - full * SEALED_CHUNK_LEN
                 aead.decrypt_into(
-                    _chunk_nonce(base, counter + full), src[full * SEALED_CHUNK_LEN :], None,
+                    _chunk_nonce(base, counter + full),
+                    src[full * SEALED_CHUNK_LEN :],
+                    None,
                     dst[o : o + rest - TAG_LEN],
                 )
                 o += rest - TAG_LEN

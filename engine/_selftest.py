@@ -23,19 +23,23 @@ _H = bytes.fromhex
 # algorithm: (key, nonce, aad, plaintext, ciphertext || tag)
 _SINGLE = {
     Algorithm.AES_128_GCM: (
-        _H("5b9604fe14eadba931b0ccf34843dab9"), _H("921d2507fa8007b7bd067d34"),
-        _H("00112233445566778899aabbccddeeff"), _H("001d0c231287c1182784554ca3a21908"),
-        _H("49d8b9783e911913d87094d1f63cc765" "1e348ba07cca2cf04c618cb4d43a5b92"),
+        _H("5b9604fe14eadba931b0ccf34843dab9"),
+        _H("921d2507fa8007b7bd067d34"),
+        _H("00112233445566778899aabbccddeeff"),
+        _H("001d0c231287c1182784554ca3a21908"),
+        _H("49d8b9783e911913d87094d1f63cc7651e348ba07cca2cf04c618cb4d43a5b92"),
     ),
     Algorithm.AES_256_GCM: (
         _H("b279f57e19c8f53f2f963f5f2519fdb7c1779be2ca2b3ae8e1128b7d6c627fc4"),
-        _H("98bc2c7438d5cd7665d76f6e"), _H("c0"),
+        _H("98bc2c7438d5cd7665d76f6e"),
+        _H("c0"),
         _H("fcc515b294408c8645c9183e3f4ecee5127846d1"),
-        _H("eb5500e3825952866d911253f8de860c00831c81" "ecb660e1fb0541ec41e8d68a64141b3a"),
+        _H("eb5500e3825952866d911253f8de860c00831c81ecb660e1fb0541ec41e8d68a64141b3a"),
     ),
     Algorithm.CHACHA20_POLY1305: (
         _H("808182838485868788898a8b8c8d8e8f909192939495969798999a9b9c9d9e9f"),
-        _H("070000004041424344454647"), _H("50515253c0c1c2c3c4c5c6c7"),
+        _H("070000004041424344454647"),
+        _H("50515253c0c1c2c3c4c5c6c7"),
         b"Ladies and Gentlemen of the class of '99: If I could offer you only one tip for "
         b"the future, sunscreen would be it.",
         _H(
@@ -54,7 +58,8 @@ _SUBMARINE_SHA512 = _H(
 # algorithm: (input key, context, chunked ciphertext, SHA-512 of the plaintext)
 _CHUNKED = {
     Algorithm.AES_128_GCM: (
-        b"YELLOW SUBMARINE", b"test context",
+        b"YELLOW SUBMARINE",
+        b"test context",
         _H(
             "de2ff42cb103e3c5583e1f39bfe368e9b2a83996fd288049"
             "27145e3dde6a611edf2fbb2ab7afc10f4f6e0426d2e4a9aebc7349ea5cda426488c91fd589e9d8d6"
@@ -63,7 +68,8 @@ _CHUNKED = {
         _SUBMARINE_SHA512,
     ),
     Algorithm.AES_256_GCM: (
-        b"YELLOW SUBMARINE YELLOW SUBMARIN", b"test context",
+        b"YELLOW SUBMARINE YELLOW SUBMARIN",
+        b"test context",
         _H(
             "dbedaefc1c35dc6c0f22b743b03e488747166a51f33479e7"
             "ceb8b7e11cc0d2710f624a127501bc4aea7d0af6f83cfe359b9e69415aa537f36adf86eb35b07047"
@@ -72,7 +78,8 @@ _CHUNKED = {
         _SUBMARINE_SHA512,
     ),
     Algorithm.CHACHA20_POLY1305: (
-        bytes(range(32)), b"sealflow self-test",
+        bytes(range(32)),
+        b"sealflow self-test",
         _H(
             "6465666768696a6b6c6d6e6f707172737475767778797a7b1b7b01804b708cf7da88415dddccc4ee"
             "31677592ffcd4f6961d8ac1ea780da4a7d4756ea9ffc87a98a7a70169a59a2bdb999cec9d147826f"
