@@ -1,0 +1,292 @@
+"""Engine benchmark: ``python -m benchmarks.engine``.
+
+Every figure is a ratio against a peer measured in the same run (the machine is
+noisy). Pin it to one core for steadier numbers: ``taskset -c 1 python -m
+benchmarks.engine`` (the scaling table needs two cores: run it unpinned).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+import time
+import tracemalloc
+from collections.abc import Callable
+
+from cryptography.cobblestone import Cobblestone256Decryptor, Cobblestone256Encryptor
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
+
+import engine
+from benchmarks._harness import Report, machine, rate
+from engine import AEAD, Algorithm, BufferPool, ChunkedDecryptor, ChunkedEncryptor
+
+KIB, MIB = 1024, 1024 * 1024
+ALG = Algorithm.AES_256_GCM
+
+
+def cipher_reuse(report: Report) -> None:
+    """After ACCP's CipherReuse: AES-256-GCM, 1000-byte message, 100-byte AAD, seal + open."""
+    msg, aad, nonce = os.urandom(1000), os.urandom(100), os.urandom(12)
+    keys = [os.urandom(32) for _ in range(256)]
+    key0 = keys[0]
+    next_key = itertools.cycle(keys).__next__
+
+    def ours_new_same() -> None:
+        a = AEAD(ALG, key0)
+        a.open(nonce, aad, a.seal(nonce, aad, msg))
+
+    reused = AEAD(ALG, key0)
+
+    def ours_reused_same() -> None:
+        reused.open(nonce, aad, reused.seal(nonce, aad, msg))
+
+    def ours_new_newkey() -> None:
+        a = AEAD(ALG, next_key())
+        a.open(nonce, aad, a.seal(nonce, aad, msg))
+
+    def ours_reused_newkey() -> None:  # no object: the key goes with each call
+        k = next_key()
+        engine.open(ALG, k, nonce, aad, engine.seal(ALG, k, nonce, aad, msg))
+
+    g = AESGCM(key0)
+
+    def pyca_reused_same() -> None:
+        g.decrypt(nonce, g.encrypt(nonce, msg, aad), aad)
+
+    def pyca_new_same() -> None:
+        a = AESGCM(key0)
+        a.decrypt(nonce, a.encrypt(nonce, msg, aad), aad)
+
+    def pyca_new_newkey() -> None:
+        a = AESGCM(next_key())
+        a.decrypt(nonce, a.encrypt(nonce, msg, aad), aad)
+
+    ours = {
+        ("new", "same key"): ours_new_same,
+        ("reused", "same key"): ours_reused_same,
+        ("new", "new key"): ours_new_newkey,
+        ("reused", "new key"): ours_reused_newkey,
+    }
+    peers = {
+        ("new", "same key"): pyca_new_same,
+        ("reused", "same key"): pyca_reused_same,
+        ("new", "new key"): pyca_new_newkey,
+        ("reused", "new key"): pyca_new_newkey,  # a keyed AESGCM cannot take a new key
+    }
+    results: dict[tuple[str, str, str], float] = {}
+    print("\n## 1. CipherReuse (AES-256-GCM, 1000-byte message, 100-byte AAD, seal + open)\n")
+    print("| object | key | EAGER | HYBRID | LAZY | auto provider, LAZY | cryptography AESGCM |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for (obj, key), fn in ours.items():
+        row = []
+        engine.set_provider("native")
+        for strategy in engine.ContextStrategy.__members__:
+            engine.set_context_strategy(strategy)
+            results[(obj, key, strategy)] = rate(fn)
+        engine.set_provider(None)
+        engine.set_context_strategy("LAZY")
+        results[(obj, key, "auto")] = rate(fn)
+        results[(obj, key, "peer")] = rate(peers[(obj, key)])
+        for col in ("EAGER", "HYBRID", "LAZY", "auto", "peer"):
+            row.append(f"{results[(obj, key, col)]:,.0f}")
+        print(f"| {obj} | {key} | " + " | ".join(row) + " |")
+    r = results
+    report.check(
+        "CipherReuse LAZY/EAGER, reused object, same key",
+        r[("reused", "same key", "LAZY")] / r[("reused", "same key", "EAGER")],
+        1.3,
+    )
+    report.check(
+        "CipherReuse LAZY/HYBRID, new key each operation (reused)",
+        r[("reused", "new key", "LAZY")] / r[("reused", "new key", "HYBRID")],
+        1.1,
+    )
+    for obj in ("reused", "new"):
+        for key in ("same key", "new key"):
+            best = max(r[(obj, key, s)] for s in ("EAGER", "HYBRID", "LAZY", "auto"))
+            report.check(
+                f"CipherReuse best / cryptography AESGCM, {obj} object, {key}",
+                best / r[(obj, key, "peer")],
+                1.0,
+            )
+
+
+def _chunked_ours(alg: Algorithm, data: bytes, key: bytes) -> tuple[Callable[[], object], ...]:
+    sealed_buf = bytearray(engine.sealed_size(len(data)))
+
+    def seal() -> None:
+        enc = ChunkedEncryptor(alg, key, b"ctx")
+        n = enc.update_into(data, sealed_buf)
+        enc.finalize_into(memoryview(sealed_buf)[n:])
+
+    seal()
+    sealed = bytes(sealed_buf)
+    plain_buf = bytearray(len(data) + 16 * KIB)
+
+    def open_() -> None:
+        dec = ChunkedDecryptor(alg, key, b"ctx")
+        n = dec.update_into(sealed, plain_buf)
+        dec.finalize_into(memoryview(plain_buf)[n:])
+
+    return seal, open_
+
+
+def throughput(report: Report) -> None:
+    print("\n## 2. Throughput (MB/s; single-shot bytes API, chunked into preallocated buffers)\n")
+    print(
+        "| algorithm | job | size | sealflow seal | peer seal | sealflow open | peer open | peer |"
+    )
+    print("|---|---|---:|---:|---:|---:|---:|---|")
+    for alg in Algorithm:
+        key = os.urandom(alg.spec.key_len)
+        peer_cls = ChaCha20Poly1305 if alg is Algorithm.CHACHA20_POLY1305 else AESGCM
+        peer = peer_cls(key)
+        ours = AEAD(alg, key)
+        nonce = os.urandom(12)
+        for size in (KIB, 16 * KIB, MIB):
+            data = os.urandom(size)
+            sealed = ours.seal(nonce, b"", data)
+            rows = [
+                rate(lambda: ours.seal(nonce, b"", data)),
+                rate(lambda: peer.encrypt(nonce, data, b"")),
+                rate(lambda: ours.open(nonce, b"", sealed)),
+                rate(lambda: peer.decrypt(nonce, sealed, b"")),
+            ]
+            mbs = [x * size / 1e6 for x in rows]
+            print(
+                f"| {alg.value} | single-shot | {size // KIB} KiB | "
+                + " | ".join(f"{m:,.0f}" for m in mbs)
+                + f" | {peer_cls.__name__} |"
+            )
+            if size == KIB:
+                report.check(
+                    f"{alg.value} single-shot 1 KiB seal / cryptography", rows[0] / rows[1], 1.0
+                )
+                report.check(
+                    f"{alg.value} single-shot 1 KiB open / cryptography", rows[2] / rows[3], 1.0
+                )
+        for size in (MIB, 64 * MIB):
+            data = os.urandom(size)
+            seal, open_ = _chunked_ours(alg, data, key)
+            ours_seal, ours_open = rate(seal, repeats=2), rate(open_, repeats=2)
+            if alg is Algorithm.CHACHA20_POLY1305:
+                buf = bytearray(size + 16)
+                peer_seal = rate(lambda: peer.encrypt_into(nonce, data, None, buf), repeats=2)
+                peer.encrypt_into(nonce, data, None, buf)
+                out = bytearray(size)
+                peer_open = rate(lambda: peer.decrypt_into(nonce, buf, None, out), repeats=2)
+                name, target = "ChaCha20Poly1305.encrypt_into (one call)", 0.9
+            else:
+                if alg is not Algorithm.AES_256_GCM:
+                    continue  # Cobblestone256 is the named peer; AES-128 is printed in tests only
+
+                def cob_seal() -> None:
+                    e = Cobblestone256Encryptor(key, b"ctx")
+                    e.update(data)
+                    e.finalize()
+
+                e = Cobblestone256Encryptor(key, b"ctx")
+                ct = e.update(data) + e.finalize()
+
+                def cob_open() -> None:
+                    d = Cobblestone256Decryptor(key, b"ctx")
+                    d.update(ct)
+                    d.finalize()
+
+                peer_seal, peer_open = rate(cob_seal, repeats=2), rate(cob_open, repeats=2)
+                name, target = "cobblestone update()+finalize()", 1.0
+            mbs = [x * size / 1e6 for x in (ours_seal, peer_seal, ours_open, peer_open)]
+            print(
+                f"| {alg.value} | chunked | {size // MIB} MiB | "
+                + " | ".join(f"{m:,.0f}" for m in mbs)
+                + f" | {name} |"
+            )
+            report.check(
+                f"{alg.value} chunked {size // MIB} MiB seal / {name}",
+                ours_seal / peer_seal,
+                target,
+            )
+            report.check(
+                f"{alg.value} chunked {size // MIB} MiB open / {name}",
+                ours_open / peer_open,
+                target,
+            )
+
+
+def scaling(report: Report) -> None:
+    print("\n## 3. Scaling: 1 MiB chunked streams (seal), 1 vs 2 threads (MB/s)\n")
+    print("| algorithm | 1 thread | 2 threads | ratio |\n|---|---:|---:|---:|")
+    for alg in Algorithm:
+        key, data = os.urandom(alg.spec.key_len), os.urandom(MIB)
+
+        def run(threads: int, seconds: float = 1.0) -> float:
+            counts = [0] * threads
+            stop = time.perf_counter() + seconds
+
+            def work(i: int) -> None:
+                seal, _ = _chunked_ours(alg, data, key)
+                while time.perf_counter() < stop:
+                    seal()
+                    counts[i] += 1
+
+            pool = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
+            for t in pool:
+                t.start()
+            for t in pool:
+                t.join()
+            return sum(counts) * MIB / seconds / 1e6
+
+        one, two = max(run(1) for _ in range(2)), max(run(2) for _ in range(2))
+        print(f"| {alg.value} | {one:,.0f} | {two:,.0f} | {two / one:.2f}x |")
+        report.check(f"{alg.value} chunked 1 MiB, 2 threads / 1 thread", two / one, 1.8)
+
+
+def allocation(report: Report) -> None:
+    print("\n## 4. Allocation: 1 MiB single-shot open fed in 1 KiB pieces (AES-256-GCM)\n")
+    key, nonce = os.urandom(32), os.urandom(12)
+    msg = os.urandom(MIB)
+    sealed = AEAD(ALG, key).seal(nonce, b"", msg)
+    pieces = [sealed[i : i + KIB] for i in range(0, len(sealed), KIB)]
+    pool = BufferPool()
+
+    def fed(parts: list[bytes]) -> None:
+        buf = pool.acquire(len(sealed))  # the size hint a Content-Length gives
+        for p in parts:
+            buf.feed(p)
+        view = buf.open(ALG, key, nonce, b"")
+        view.release()
+        buf.release()
+
+    fed(pieces)
+    tracemalloc.start()
+    for _ in range(10):
+        fed(pieces)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    small, whole = rate(lambda: fed(pieces)), rate(lambda: fed([sealed]))
+    print("| fed as | ops/s | peak traced bytes per op |\n|---|---:|---:|")
+    print(f"| 1 KiB pieces | {small:,.0f} | {peak:,} |\n| one piece | {whole:,.0f} | |")
+    report.check(
+        "1 MiB open in 1 KiB pieces: allocation within 1.1 MiB + 64 KiB",
+        (1.1 * MIB + 64 * KIB) / max(peak, 1),
+        1.0,
+    )
+    report.check("1 MiB open in 1 KiB pieces / one piece (ops/s)", small / whole, 0.8)
+
+
+def main() -> None:
+    print(
+        f"# sealflow engine benchmark\n\n{machine()}; provider choice: "
+        + "; ".join(f"{a.value}: {c}" for a, c in engine.provider_choice().items())
+    )
+    report = Report()
+    cipher_reuse(report)
+    throughput(report)
+    scaling(report)
+    allocation(report)
+    report.print_checks()
+
+
+if __name__ == "__main__":
+    main()
