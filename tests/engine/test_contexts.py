@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -17,9 +18,20 @@ def native(strategy: str) -> dict[str, int]:
     return {e: stats[("native", strategy, e)] for e in ("created", "rekeyed", "reused", "freed")}
 
 
+def live(strategy: str) -> int:
+    n = native(strategy)
+    return n["created"] - n["freed"]
+
+
 def delta(strategy: str, work: Callable[[], None]) -> dict[str, int]:
+    """Counter changes across work(), which runs its operations in a thread that then ends."""
     before = native(strategy)
     work()
+    # Thread.join() returns before the OS thread's exit handlers (which free its contexts)
+    # have run: wait, boundedly, for the live count to come back down.
+    deadline = time.monotonic() + 10
+    while live(strategy) != before["created"] - before["freed"] and time.monotonic() < deadline:
+        time.sleep(0.001)
     after = native(strategy)
     return {e: after[e] - before[e] for e in after}
 
