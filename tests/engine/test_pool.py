@@ -104,3 +104,20 @@ def test_provider_choice_is_reported_for_every_algorithm_and_class() -> None:
     for classes in choice.values():
         assert set(classes) == {"small", "large", "chunks"}
         assert set(classes.values()) <= set(engine.PROVIDERS)
+
+
+def test_self_test_catches_a_provider_that_computes_wrong_answers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    provider = engine.PROVIDERS["native"]
+    real = provider.seal_into
+
+    def off_by_one_bit(*args: object) -> None:
+        real(*args)  # type: ignore[arg-type]
+        out = args[-1]
+        assert isinstance(out, bytearray | memoryview)
+        out[0] ^= 1
+
+    monkeypatch.setattr(provider, "seal_into", off_by_one_bit)
+    with pytest.raises(engine.SelfTestError, match="native aes-128-gcm seal known answer"):
+        engine.self_test()
