@@ -93,14 +93,24 @@ class AEAD:
 
     def seal(self, nonce: BytesLike, aad: BytesLike | None, plaintext: BytesLike) -> bytes:
         """Return ciphertext || tag."""
-        nonce, aad, data = _args(nonce, aad, plaintext, "plaintext")
+        if type(nonce) is bytes and len(nonce) == NONCE_LEN and type(aad) is bytes:
+            data = plaintext if type(plaintext) is bytes else as_bytes_view(plaintext, "plaintext")
+        else:
+            nonce, aad, data = _args(nonce, aad, plaintext, "plaintext")
         spec = self._spec
         cls = _SMALL if len(data) < SMALL_LIMIT else _LARGE
         return select(spec, cls).seal(spec, self._key, nonce, aad, data)
 
     def open(self, nonce: BytesLike, aad: BytesLike | None, ciphertext_and_tag: BytesLike) -> bytes:
         """Return the plaintext, or raise ``DecryptionError`` (never partial plaintext)."""
-        nonce, aad, sealed = _args(nonce, aad, ciphertext_and_tag, "ciphertext_and_tag")
+        if type(nonce) is bytes and len(nonce) == NONCE_LEN and type(aad) is bytes:
+            sealed = (
+                ciphertext_and_tag
+                if type(ciphertext_and_tag) is bytes
+                else as_bytes_view(ciphertext_and_tag, "ciphertext_and_tag")
+            )
+        else:
+            nonce, aad, sealed = _args(nonce, aad, ciphertext_and_tag, "ciphertext_and_tag")
         spec = self._spec
         cls = _SMALL if _sealed(sealed) < SMALL_LIMIT else _LARGE
         return select(spec, cls).open(spec, self._key, nonce, aad, sealed)

@@ -63,7 +63,12 @@ def _aead(spec: AlgorithmSpec, key: BytesLike) -> _Aead:
     c = _state()
     i = spec.index
     cached = c.keys[i]
-    if _strategy.current != _EAGER and cached is not None and hmac.compare_digest(cached, key):
+    # `is` first: a reused engine.AEAD passes the very bytes object that was cached.
+    if (
+        _strategy.current != _EAGER
+        and cached is not None
+        and (cached is key or hmac.compare_digest(cached, key))
+    ):
         c.counts[1] += 1
         obj = c.objects[i]
         assert obj is not None
@@ -73,7 +78,7 @@ def _aead(spec: AlgorithmSpec, key: BytesLike) -> _Aead:
     if _strategy.current == _EAGER:
         c.keys[i] = c.objects[i] = None
     else:
-        c.keys[i], c.objects[i] = bytes(key), obj
+        c.keys[i], c.objects[i] = key if type(key) is bytes else bytes(key), obj
     return obj
 
 
