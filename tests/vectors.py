@@ -76,8 +76,8 @@ def c2sp_chunked(name: str) -> list[ChunkedCase]:
             t["comment"],
             bytes.fromhex(t["key"]),
             bytes.fromhex(t["ctx"]),
-            # Cases rejected at the header carry no prefix: nothing may be produced.
             zlib.decompress(bytes.fromhex(t["ct"])),
+            # Cases rejected at the header carry no prefix: nothing may be produced.
             t.get("msgLength", 0),
             bytes.fromhex(t.get("msgSha512", hashlib.sha512(b"").hexdigest())),
             t["result"] == "valid",
