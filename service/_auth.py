@@ -1,0 +1,51 @@
+"""Bearer tokens and scopes.
+
+A token's secret is looked up by its SHA-256 digest and confirmed with a
+constant-time comparison (in the keystore). Scopes are ``admin``,
+``encrypt:<glob>`` and ``decrypt:<glob>``, globs matching key names
+(``decrypt:orders*``). ``admin`` manages keys and tokens only: it does not
+grant encryption or decryption, so an operator token cannot read data.
+"""
+
+from __future__ import annotations
+
+from fnmatch import fnmatchcase
+from typing import Literal
+
+from . import _errors, _metrics
+from ._keystore import KeyStore, TokenInfo
+
+Action = Literal["encrypt", "decrypt"]
+
+
+def authenticate(store: KeyStore, authorization: str | None) -> TokenInfo:
+    """The live token named by an ``Authorization: Bearer`` header, else 401."""
+    if authorization is None:
+        _metrics.AUTH_FAILURES.labels("missing").inc()
+        raise _errors.unauthorized()
+    scheme, _, secret = authorization.partition(" ")
+    if scheme.lower() != "bearer" or not secret.strip():
+        _metrics.AUTH_FAILURES.labels("malformed").inc()
+        raise _errors.unauthorized()
+    token = store.find_token(secret.strip())
+    if token is None:
+        _metrics.AUTH_FAILURES.labels("invalid").inc()
+        raise _errors.unauthorized()
+    return token
+
+
+def allows(token: TokenInfo, action: Action, name: str) -> bool:
+    prefix = action + ":"
+    return any(s.startswith(prefix) and fnmatchcase(name, s[len(prefix) :]) for s in token.scopes)
+
+
+def require(token: TokenInfo, action: Action, name: str) -> None:
+    if not allows(token, action, name):
+        _metrics.AUTH_FAILURES.labels("forbidden").inc()
+        raise _errors.forbidden(f"{action}:{name}")
+
+
+def require_admin(token: TokenInfo) -> None:
+    if "admin" not in token.scopes:
+        _metrics.AUTH_FAILURES.labels("forbidden").inc()
+        raise _errors.forbidden("admin")

@@ -1,0 +1,97 @@
+"""Moving bytes between ASGI and the crypto code: the request body in, the reply out."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from starlette.types import Receive, Send
+
+from . import _errors
+from ._errors import ApiError
+
+
+class Disconnected(Exception):
+    """The client went away; there is nobody to answer."""
+
+
+class Body:
+    """The request body as it arrives, with a deadline between pieces."""
+
+    __slots__ = ("_receive", "_timeout", "done", "received")
+
+    def __init__(self, receive: Receive, timeout: float) -> None:
+        self._receive = receive
+        self._timeout = timeout
+        self.done = False
+        self.received = 0
+
+    async def read(self) -> bytes | None:
+        """The next non-empty piece, or None once the body is complete."""
+        while not self.done:
+            try:
+                async with asyncio.timeout(self._timeout):
+                    message = await self._receive()
+            except TimeoutError:
+                raise _errors.timeout() from None
+            if message["type"] == "http.disconnect":
+                raise Disconnected
+            self.done = not message.get("more_body", False)
+            piece: bytes = message.get("body", b"")
+            if piece:
+                self.received += len(piece)
+                return piece
+        return None
+
+
+_OCTETS = (b"content-type", b"application/octet-stream")
+
+
+class Reply:
+    """The response: started with the first bytes, so an error before them is still an error."""
+
+    __slots__ = ("_send", "length", "sent", "started")
+
+    def __init__(self, send: Send, length: int | None) -> None:
+        self._send = send
+        self.length = length
+        self.started = False
+        self.sent = 0
+
+    async def write(self, data: bytes | bytearray, more: bool = True) -> None:
+        if not self.started:
+            headers = [_OCTETS]
+            if self.length is not None:
+                headers.append((b"content-length", b"%d" % self.length))
+            await self._send({"type": "http.response.start", "status": 200, "headers": headers})
+            self.started = True
+        if data or not more:
+            message: Any = {"type": "http.response.body", "body": data, "more_body": more}
+            await self._send(message)
+            self.sent += len(data)
+
+    async def fail(self, error: ApiError, body_done: bool) -> bool:
+        """Answer with the error if nothing was sent yet; else leave the response unfinished.
+
+        Returns False when the response had started: the caller then returns
+        without completing it and the server closes the connection, so the
+        client sees a truncated body, never a clean end.
+        """
+        if self.started:
+            return False
+        await send_error(self._send, error, body_done)
+        return True
+
+
+async def send_error(send: Send, error: ApiError, body_done: bool) -> None:
+    body = error.body()
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", b"%d" % len(body)),
+    ]
+    if not body_done:
+        # Answer without reading the rest of the body, and do not let the
+        # server read (and discard) it either: close after the response.
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": error.status, "headers": headers})
+    await send({"type": "http.response.body", "body": body, "more_body": False})

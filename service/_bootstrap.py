@@ -1,0 +1,42 @@
+"""First start of ``sealflow serve``: data dir, master key, key ``default``, root token."""
+
+from __future__ import annotations
+
+import sys
+
+from engine import Algorithm
+
+from ._masterkey import create_master_key_file
+from ._startup import open_store
+from .config import Settings
+
+ROOT_SCOPES = ["admin", "encrypt:*", "decrypt:*"]
+
+
+def prepare(settings: Settings) -> str | None:
+    """Make the data dir usable; return the root token if the keystore had none.
+
+    Raises KeyStoreUnavailable (with a message saying what is wrong) if the
+    keystore or the master key cannot be used.
+    """
+    settings.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if settings.master_key is None and not settings.master_key_path.exists():
+        create_master_key_file(settings.master_key_path)
+        print(
+            f"WARNING: dev mode: created the master key file {settings.master_key_path} "
+            "(mode 0600). Anyone who reads it can unwrap every key. In production set "
+            "SEALFLOW_MASTER_KEY or SEALFLOW_MASTER_KEY_FILE from a secret store.",
+            file=sys.stderr,
+        )
+    store = open_store(settings)
+    try:
+        # A store without tokens is a new one (or one nobody could use): give it a
+        # key to try and the one token that can create the others.
+        if store.list_tokens():
+            return None
+        if not any(key.name == "default" for key in store.list_keys()):
+            store.create_key("default", Algorithm.AES_256_GCM)
+        _, secret = store.create_token(ROOT_SCOPES, label="root")
+        return secret
+    finally:
+        store.close()

@@ -1,0 +1,117 @@
+"""Prometheus metrics (SPEC section 7).
+
+Label values come from fixed sets: route templates, algorithms, fixed reasons;
+never key names or anything else a client sends. Engine counters (cipher
+contexts, buffer pool, worker queue) live outside prometheus_client, so
+``sync_engine`` copies them in: at every scrape, and every few seconds from
+each worker process so that multiprocess mode (``PROMETHEUS_MULTIPROC_DIR``,
+several uvicorn workers) sums them across processes.
+"""
+
+from __future__ import annotations
+
+import os
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, multiprocess
+from prometheus_client.registry import REGISTRY
+
+import engine
+
+REQUESTS = Counter(
+    "sealflow_requests", "HTTP requests by route, method and status", ["route", "method", "status"]
+)
+LATENCY = Histogram(
+    "sealflow_request_duration_seconds",
+    "HTTP request latency, first byte received to last byte sent",
+    ["route"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)
+BYTES = Counter(
+    "sealflow_bytes",
+    "Body bytes by algorithm, operation and direction (in: request, out: response)",
+    ["algorithm", "operation", "direction"],
+)
+DECRYPTION_FAILURES = Counter(
+    "sealflow_decryption_failures",
+    "Refused decryptions by reason",
+    ["reason"],  # authentication, malformed_envelope, version_retired
+)
+STREAM_ABORTS = Counter(
+    "sealflow_stream_aborts",
+    "Responses cut off after their first byte (the client sees an incomplete body)",
+    ["operation"],
+)
+AUTH_FAILURES = Counter(
+    "sealflow_auth_failures",
+    "Refused requests by reason",
+    ["reason"],  # missing, malformed, invalid, forbidden
+)
+IN_FLIGHT = Gauge(
+    "sealflow_requests_in_flight", "Requests being served", multiprocess_mode="livesum"
+)
+CONTEXT_EVENTS = Counter(
+    "sealflow_cipher_context_events",
+    "Native cipher context lifecycle events by provider and strategy",
+    ["provider", "strategy", "event"],
+)
+BUFFER_POOL_BUFFERS = Gauge(
+    "sealflow_buffer_pool_buffers", "Idle body buffers kept for reuse", multiprocess_mode="livesum"
+)
+BUFFER_POOL_BYTES = Gauge(
+    "sealflow_buffer_pool_bytes", "Bytes held by idle pooled buffers", multiprocess_mode="livesum"
+)
+BUFFER_EVENTS = Counter(
+    "sealflow_buffer_events",
+    "Body buffer allocations, reuses from the pool, and growths (doublings)",
+    ["event"],
+)
+QUEUE_DEPTH = Gauge(
+    "sealflow_worker_queue_depth",
+    "Crypto jobs handed to worker threads and not finished",
+    multiprocess_mode="livesum",
+)
+PROVIDER = Gauge(
+    "sealflow_provider_info",
+    "The crypto provider chosen per algorithm and size class (value 1)",
+    ["algorithm", "size_class", "provider"],
+    multiprocess_mode="livemax",
+)
+
+_seen: dict[tuple[int, tuple[str, ...]], int] = {}
+
+
+def _add(counter: Counter, labels: tuple[str, ...], total: int) -> None:
+    key = (id(counter), labels)
+    delta = total - _seen.get(key, 0)
+    if delta > 0:
+        counter.labels(*labels).inc(delta)
+        _seen[key] = total
+
+
+def sync_engine(crypto: engine.CryptoPool | None, buffers: engine.BufferPool | None) -> None:
+    """Copy the engine's counters into the metrics (idempotent: adds only what is new)."""
+    for labels, total in engine.context_stats().items():
+        _add(CONTEXT_EVENTS, labels, total)
+    if buffers is not None:
+        BUFFER_POOL_BUFFERS.set(buffers.pooled)
+        BUFFER_POOL_BYTES.set(buffers.pooled_bytes)
+        _add(BUFFER_EVENTS, ("allocation",), buffers.allocations)
+        _add(BUFFER_EVENTS, ("reuse",), buffers.reuses)
+        _add(BUFFER_EVENTS, ("growth",), buffers.growths)
+    if crypto is not None:
+        QUEUE_DEPTH.set(crypto.queued)
+
+
+def publish_providers() -> None:
+    for alg, classes in engine.provider_choice().items():
+        for size_class, name in classes.items():
+            PROVIDER.labels(alg.value, size_class, name).set(1)
+
+
+def registry() -> CollectorRegistry:
+    """The registry to expose: this process's, or every worker's in multiprocess mode."""
+    if "PROMETHEUS_MULTIPROC_DIR" not in os.environ:
+        return REGISTRY
+    merged = CollectorRegistry()
+    multiprocess.MultiProcessCollector(merged)  # type: ignore[no-untyped-call]
+    return merged

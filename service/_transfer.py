@@ -1,0 +1,297 @@
+"""The data path: seal or open a request body as it arrives and stream the result.
+
+Both are ASGI responses returned by the routes after authentication and the
+key lookup, so nothing of the body has been read when they start.
+
+Stream mode collects incoming pieces into batches of about ``BATCH`` bytes and
+hands each batch to the crypto pool (a worker thread when it is large) while
+the event loop receives the next one; the output of batch k is sent while batch
+k+1 is sealed (batches run one after the other: the codec is stateful). Memory
+per request is a couple of batches, whatever the body size. Single-shot mode fills one pooled ``AEADBuffer`` (preallocated from
+Content-Length) and seals or opens it in place.
+
+Decryption sends nothing before the first authenticated bytes. If a later chunk
+fails, the response is left unfinished and the server closes the connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+import engine
+from engine import NONCE_LEN, TAG_LEN, ChunkedDecryptor, ChunkedEncryptor
+
+from . import _auth, _errors, _metrics
+from ._body import Body, Disconnected, Reply
+from ._envelope import MalformedEnvelope, Mode, Prefix, parse, prefix_length
+from ._errors import ApiError
+from ._keystore import KeyInfo, KeyNotFound, TokenInfo
+from ._state import Services
+
+BATCH = 256 * 1024
+_CHUNKED_TAIL = engine.CHUNK_LEN + TAG_LEN + 56  # the most finalize() can write (+ header)
+
+Chunked = ChunkedEncryptor | ChunkedDecryptor
+
+
+def _run_batch(
+    codec: Chunked, head: bytes, pieces: list[bytes], size: int, final: bool
+) -> bytearray:
+    """Process a batch in one go (on a worker thread when large): head || output."""
+    out = bytearray(len(head) + codec.update_size(size) + (_CHUNKED_TAIL if final else 0))
+    out[: len(head)] = head
+    o = len(head)
+    with memoryview(out) as view:
+        for piece in pieces:
+            o += codec.update_into(piece, view[o:])
+        if final:
+            o += codec.finalize_into(view[o:])
+    del out[o:]
+    return out
+
+
+class _Transfer(Response):
+    """Shared plumbing of encrypt and decrypt: body, reply, errors, accounting."""
+
+    operation: str
+
+    def __init__(self, svc: Services, log: dict[str, Any], aad: bytes, length: int | None) -> None:
+        self.background = None
+        self.svc = svc
+        self.log = log
+        self.aad = aad
+        self.length = length
+        self.algorithm = "unknown"
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        body = Body(receive, self.svc.settings.receive_timeout)
+        reply = Reply(send, None)
+        try:
+            await self.transfer(body, reply)
+        except ApiError as error:
+            self.log["error"] = error.code
+            if error.code == "decryption_failed":
+                _metrics.DECRYPTION_FAILURES.labels("authentication").inc()
+            if not await reply.fail(error, body.done):
+                _metrics.STREAM_ABORTS.labels(self.operation).inc()
+                self.log["aborted"] = True
+        except engine.DecryptionError:
+            self.log["error"] = "decryption_failed"
+            _metrics.DECRYPTION_FAILURES.labels("authentication").inc()
+            if not await reply.fail(_errors.decryption_failed(), body.done):
+                _metrics.STREAM_ABORTS.labels(self.operation).inc()
+                self.log["aborted"] = True
+        except Disconnected:
+            self.log["error"] = "client_disconnected"
+        finally:
+            self.log.update(bytes_in=body.received, bytes_out=reply.sent)
+            _metrics.BYTES.labels(self.algorithm, self.operation, "in").inc(body.received)
+            _metrics.BYTES.labels(self.algorithm, self.operation, "out").inc(reply.sent)
+
+    async def transfer(self, body: Body, reply: Reply) -> None:
+        raise NotImplementedError
+
+    async def pipeline(
+        self,
+        body: Body,
+        reply: Reply,
+        codec: Chunked,
+        head: bytes,
+        pieces: list[bytes],
+    ) -> None:
+        """Batches through the codec, overlapping receive, crypto and send."""
+        crypto = self.svc.crypto
+        size = sum(map(len, pieces))
+        pending: bytearray | asyncio.Task[bytearray] | None = None
+        try:
+            while True:
+                piece = await body.read()
+                if piece is not None:
+                    pieces.append(piece)
+                    size += len(piece)
+                    if size < BATCH:
+                        continue
+                final = piece is None
+                # The codec is stateful: batch k must be done before batch k+1 starts.
+                ready = None if pending is None else await _done(pending)
+                args = (codec, head, pieces, size, final)
+                if size < crypto.inline_below:
+                    pending = _run_batch(*args)
+                else:
+                    pending = asyncio.ensure_future(crypto.run(size, _run_batch, *args))
+                head, pieces, size = b"", [], 0
+                if ready is not None:
+                    await reply.write(ready)  # while the worker runs batch k+1
+                if final:
+                    break
+            await reply.write(await _done(pending), more=False)
+            pending = None
+        finally:
+            if isinstance(pending, asyncio.Task):
+                # Never leave a worker running on this request's codec behind.
+                pending.cancel()
+                await asyncio.gather(pending, return_exceptions=True)
+
+
+async def _done(job: bytearray | asyncio.Task[bytearray]) -> bytearray:
+    return job if isinstance(job, bytearray) else await job
+
+
+class Encrypt(_Transfer):
+    operation = "encrypt"
+
+    def __init__(
+        self,
+        svc: Services,
+        log: dict[str, Any],
+        aad: bytes,
+        length: int | None,
+        key: KeyInfo,
+        material: bytes,
+        mode: Mode,
+    ) -> None:
+        super().__init__(svc, log, aad, length)
+        self.prefix = Prefix(mode, key.algorithm, key.latest, key.name).encode()
+        self.material = material
+        self.mode = mode
+        self.algorithm = key.algorithm.value
+
+    async def transfer(self, body: Body, reply: Reply) -> None:
+        alg, prefix = self.algorithm, self.prefix
+        if self.mode is Mode.STREAM:
+            if self.length is not None:
+                reply.length = len(prefix) + engine.sealed_size(self.length)
+            codec = ChunkedEncryptor(alg, self.material, prefix + self.aad)
+            await self.pipeline(body, reply, codec, prefix, [])
+            return
+        limit = self.svc.settings.max_single_bytes
+        start = len(prefix) + NONCE_LEN
+        hint = None if self.length is None else start + self.length + TAG_LEN
+        buf = self.svc.buffers.acquire(hint)
+        try:
+            nonce = os.urandom(NONCE_LEN)
+            buf.feed(prefix)
+            buf.feed(nonce)
+            while (piece := await body.read()) is not None:
+                if len(buf) - start + len(piece) > limit:
+                    raise _errors.too_large(limit)
+                buf.feed(piece)
+            aad = prefix + self.aad
+            await self.svc.crypto.run(len(buf), buf.seal, alg, self.material, nonce, aad, start)
+            # A copy: the server may still hold the bytes after send() returns,
+            # and the pooled buffer is wiped and reused right away.
+            sealed = bytes(buf.view())
+        finally:
+            buf.release()
+        reply.length = len(sealed)
+        await reply.write(sealed, more=False)
+
+
+class Decrypt(_Transfer):
+    operation = "decrypt"
+
+    def __init__(
+        self,
+        svc: Services,
+        log: dict[str, Any],
+        aad: bytes,
+        length: int | None,
+        token: TokenInfo,
+        route_key: str | None,
+    ) -> None:
+        super().__init__(svc, log, aad, length)
+        self.token = token
+        self.route_key = route_key
+
+    async def transfer(self, body: Body, reply: Reply) -> None:
+        raw, rest = await self._read_prefix(body)
+        prefix, material = self._check(raw)
+        remaining = None if self.length is None else self.length - len(raw)
+        if prefix.mode is Mode.STREAM:
+            if remaining is not None:
+                # Truncated or extended bodies fail here, before anything is read.
+                reply.length = engine.opened_size(remaining)
+            codec = ChunkedDecryptor(prefix.algorithm, material, raw + self.aad)
+            await self.pipeline(body, reply, codec, b"", [rest] if rest else [])
+            return
+        plaintext = await self._open_single(body, prefix, raw, material, rest, remaining)
+        reply.length = len(plaintext)
+        await reply.write(plaintext, more=False)
+
+    async def _read_prefix(self, body: Body) -> tuple[bytes, bytes]:
+        """The envelope prefix and whatever arrived after it."""
+        head = b""
+        try:
+            while True:
+                piece = await body.read()
+                if piece is None:
+                    raise _errors.malformed_envelope("truncated envelope prefix")
+                head = head + piece if head else piece
+                n = prefix_length(head)
+                if n is not None and len(head) >= n:
+                    return head[:n], head[n:]
+        except MalformedEnvelope as exc:
+            _metrics.DECRYPTION_FAILURES.labels("malformed_envelope").inc()
+            raise _errors.malformed_envelope(str(exc)) from None
+
+    def _check(self, raw: bytes) -> tuple[Prefix, bytes]:
+        """Parse the prefix and apply scope, key and version rules; return it with the key."""
+        try:
+            prefix = parse(raw)
+        except MalformedEnvelope as exc:
+            _metrics.DECRYPTION_FAILURES.labels("malformed_envelope").inc()
+            raise _errors.malformed_envelope(str(exc)) from None
+        self.log["key"], self.log["version"] = prefix.name, prefix.version
+        self.log["mode"] = prefix.mode.name.lower()
+        self.algorithm = prefix.algorithm.value
+        if self.route_key is None:
+            _auth.require(self.token, "decrypt", prefix.name)
+        elif prefix.name != self.route_key:
+            # The envelope names another key: it cannot authenticate under this one.
+            raise _errors.decryption_failed()
+        try:
+            key = self.svc.store.get_key(prefix.name)
+            material = self.svc.store.key_material(prefix.name, prefix.version)
+        except KeyNotFound:
+            raise _errors.key_not_found(prefix.name) from None
+        if prefix.algorithm is not key.algorithm:
+            raise _errors.decryption_failed()
+        if prefix.version < key.min_decryption_version:
+            _metrics.DECRYPTION_FAILURES.labels("version_retired").inc()
+            raise _errors.version_retired()
+        return prefix, material
+
+    async def _open_single(
+        self,
+        body: Body,
+        prefix: Prefix,
+        raw: bytes,
+        material: bytes,
+        rest: bytes,
+        remaining: int | None,
+    ) -> bytes:
+        limit = self.svc.settings.max_single_bytes + NONCE_LEN + TAG_LEN
+        if remaining is not None and remaining > limit:
+            raise _errors.too_large(self.svc.settings.max_single_bytes)
+        buf = self.svc.buffers.acquire(remaining)
+        try:
+            buf.feed(rest)
+            while (piece := await body.read()) is not None:
+                if len(buf) + len(piece) > limit:
+                    raise _errors.too_large(self.svc.settings.max_single_bytes)
+                buf.feed(piece)
+            if len(buf) < NONCE_LEN + TAG_LEN:
+                raise _errors.decryption_failed()
+            nonce = bytes(buf.view()[:NONCE_LEN])
+            opened = await self.svc.crypto.run(
+                len(buf), buf.open, prefix.algorithm, material, nonce, raw + self.aad, NONCE_LEN
+            )
+            with opened:
+                return bytes(opened)
+        finally:
+            buf.release()

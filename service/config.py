@@ -1,0 +1,53 @@
+"""Service settings: environment variables ``SEALFLOW_*``, each also a ``sealflow serve`` flag."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+MiB = 1 << 20
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="SEALFLOW_", extra="ignore")
+
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=0, le=65535)
+    workers: int = Field(1, ge=1, description="uvicorn worker processes")
+    crypto_threads: int = Field(0, ge=0, description="crypto worker threads (0: one per core)")
+    context_strategy: Literal["lazy", "hybrid", "eager"] = "lazy"
+    provider: Literal["auto", "native", "cryptography"] = "auto"
+    data_dir: Path = Path(".sealflow")
+    master_key: SecretStr | None = Field(None, description="base64 of 32 bytes")
+    master_key_file: Path | None = Field(
+        None, description="file holding the base64 master key (default: <data_dir>/master.key)"
+    )
+    max_single_bytes: int = Field(64 * MiB, ge=0, description="largest single-shot body")
+    max_concurrent_requests: int = Field(256, ge=1, description="data requests beyond get 503")
+    receive_timeout: float = Field(
+        30.0, gt=0, description="seconds a request may go without sending body bytes (then 408)"
+    )
+    shutdown_timeout: float = Field(30.0, ge=0, description="seconds to finish in-flight requests")
+    drain_seconds: float = Field(
+        0.0, ge=0, description="seconds /readyz answers 503 before the listener closes"
+    )
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> Settings:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("tls_cert and tls_key must be given together")
+        return self
+
+    @property
+    def keystore_path(self) -> Path:
+        return self.data_dir / "keystore.db"
+
+    @property
+    def master_key_path(self) -> Path:
+        return self.master_key_file or self.data_dir / "master.key"

@@ -1,0 +1,165 @@
+"""A real sealflow server (``sealflow serve`` in a subprocess) on a loopback port."""
+
+from __future__ import annotations
+
+import base64
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from engine import Algorithm
+from service import _duplex
+
+SEALFLOW = str(Path(sys.executable).with_name("sealflow"))
+# Exportable test keys, one per algorithm, so tests can check envelopes independently.
+KEYS = {
+    Algorithm.AES_128_GCM: "t-aes128",
+    Algorithm.AES_256_GCM: "t-aes256",
+    Algorithm.CHACHA20_POLY1305: "t-chacha",
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@dataclass
+class Server:
+    data_dir: Path
+    port: int
+    proc: subprocess.Popen[bytes]
+    token: str
+    log: Path
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def client(self, token: str | None = None, **kwargs: Any) -> httpx.Client:
+        headers = {"authorization": f"Bearer {token or self.token}"}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=60, **kwargs)
+
+    def post(
+        self,
+        path: str,
+        body: Iterable[bytes],
+        length: int | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> _duplex.Reply:
+        """A full-duplex POST (reads the reply while sending), for bodies of any size."""
+        auth = {"authorization": f"Bearer {self.token}", **(headers or {})}
+        return _duplex.post(self.url + path, body, auth, length)
+
+    def status(self, field_name: str) -> int:
+        """A field of /proc/<pid>/status in bytes (VmRSS, VmHWM)."""
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith(field_name + ":"):
+                return int(line.split()[1]) * 1024
+        raise KeyError(field_name)
+
+    def cli(self, *args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+        """Run a ``sealflow`` subcommand against this server's data dir and URL."""
+        env = {**os.environ, **self.env, "SEALFLOW_URL": self.url, "SEALFLOW_TOKEN": self.token}
+        return subprocess.run(  # noqa: S603
+            [SEALFLOW, *args], input=stdin, capture_output=True, env=env, timeout=120, check=False
+        )
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+
+def start_server(data_dir: Path, **settings: object) -> Server:
+    """Start ``sealflow serve`` with SEALFLOW_* settings; wait until /readyz says ready."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    env = {f"SEALFLOW_{k.upper()}": str(v) for k, v in settings.items()}
+    env["SEALFLOW_DATA_DIR"] = str(data_dir)
+    out, log = data_dir / "stdout.txt", data_dir / "server.log"
+    with out.open("ab") as stdout, log.open("ab") as stderr:
+        proc = subprocess.Popen(  # noqa: S603
+            [SEALFLOW, "serve", "--port", str(port)],
+            env={**os.environ, **env},
+            stdout=stdout,
+            stderr=stderr,
+        )
+    deadline = time.monotonic() + 60
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited {proc.returncode}: {log.read_text()[-2000:]}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5).status_code == 200:
+                break
+        except httpx.TransportError:
+            pass
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError(f"server not ready: {log.read_text()[-2000:]}")
+        time.sleep(0.05)
+    tokens = [
+        line.split(": ", 1)[1]
+        for line in out.read_text().splitlines()
+        if line.startswith("Root token: ")
+    ]
+    return Server(data_dir, port, proc, tokens[-1] if tokens else "", log, env)
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    srv = start_server(tmp_path_factory.mktemp("server") / "data")
+    try:
+        with srv.client() as client:
+            for alg, name in KEYS.items():
+                body = {"name": name, "algorithm": alg.value, "exportable": True}
+                client.post("/v1/keys", json=body).raise_for_status()
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture
+def client(server: Server) -> Iterator[httpx.Client]:
+    with server.client() as c:
+        yield c
+
+
+@pytest.fixture
+def make_server(tmp_path: Path) -> Iterator[Any]:
+    """Start extra servers with their own settings; they are stopped after the test."""
+    started: list[Server] = []
+
+    def make(**settings: object) -> Server:
+        srv = start_server(tmp_path / f"data{len(started)}", **settings)
+        started.append(srv)
+        return srv
+
+    yield make
+    for srv in started:
+        srv.stop()
+
+
+def exported_key(client: httpx.Client, name: str, version: int | None = None) -> bytes:
+    params = {} if version is None else {"version": version}
+    response = client.get(f"/v1/keys/{name}/export", params=params)
+    response.raise_for_status()
+    return base64.b64decode(response.json()["key"])
