@@ -77,6 +77,14 @@ PROVIDER = Gauge(
     multiprocess_mode="livemax",
 )
 
+# Fixed label sets are exported from the start, at zero.
+for _reason in ("authentication", "malformed_envelope", "version_retired"):
+    DECRYPTION_FAILURES.labels(_reason)
+for _reason in ("missing", "malformed", "invalid", "forbidden"):
+    AUTH_FAILURES.labels(_reason)
+for _event in ("allocation", "reuse", "growth"):
+    BUFFER_EVENTS.labels(_event)
+
 _seen: dict[tuple[int, tuple[str, ...]], int] = {}
 
 

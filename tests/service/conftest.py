@@ -103,12 +103,15 @@ def start_server(data_dir: Path, **settings: object) -> Server:
             stdout=stdout,
             stderr=stderr,
         )
+    scheme = "https" if "tls_cert" in settings else "http"
     deadline = time.monotonic() + 60
     while True:
         if proc.poll() is not None:
             raise RuntimeError(f"server exited {proc.returncode}: {log.read_text()[-2000:]}")
         try:
-            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5).status_code == 200:
+            # verify=False: this probe only waits for readiness; test_tls checks the certificate.
+            probe = httpx.get(f"{scheme}://127.0.0.1:{port}/readyz", timeout=5, verify=False)  # noqa: S501
+            if probe.status_code == 200:
                 break
         except httpx.TransportError:
             pass
