@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import itertools
@@ -69,6 +70,7 @@ class SQLiteKeyStore:
         self._tokens: dict[bytes, tuple[bytes, TokenInfo]] | None = None
         self._material: dict[tuple[str, int], bytes] = {}
         with self._locked():
+            _create_private(path)
             self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         try:
             self._open()
@@ -297,3 +299,10 @@ def _token(row: tuple[Any, ...]) -> TokenInfo:
 
 def _digest(secret: str) -> bytes:
     return hashlib.sha256(secret.encode()).digest()
+
+
+def _create_private(path: Path) -> None:
+    """Create a missing database file as 0600 (SQLite gives -wal and -shm the same mode)."""
+    # Any other problem (a directory, no permission) is reported by sqlite3.connect.
+    with contextlib.suppress(OSError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))

@@ -28,7 +28,7 @@ def _add_settings(parser: argparse.ArgumentParser, names: list[str]) -> None:
             dest=_PREFIX + name,
             default=argparse.SUPPRESS,
             metavar=name.upper(),
-            help=f"{field.description or name.replace('_', ' ')} (SEALFLOW_{name.upper()})",
+            help=f"{field.description}; default {field.default} (SEALFLOW_{name.upper()})",
         )
 
 

@@ -14,14 +14,21 @@ MiB = 1 << 20
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SEALFLOW_", extra="ignore")
 
-    host: str = "127.0.0.1"
-    port: int = Field(8080, ge=0, le=65535)
+    host: str = Field("127.0.0.1", description="address to listen on")
+    port: int = Field(8080, ge=0, le=65535, description="port to listen on")
     workers: int = Field(1, ge=1, description="uvicorn worker processes")
     crypto_threads: int = Field(0, ge=0, description="crypto worker threads (0: one per core)")
-    context_strategy: Literal["lazy", "hybrid", "eager"] = "lazy"
-    provider: Literal["auto", "native", "cryptography"] = "auto"
-    data_dir: Path = Path(".sealflow")
-    master_key: SecretStr | None = Field(None, description="base64 of 32 bytes")
+    context_strategy: Literal["lazy", "hybrid", "eager"] = Field(
+        "lazy", description="when native cipher contexts are freed: lazy, hybrid or eager"
+    )
+    provider: Literal["auto", "native", "cryptography"] = Field(
+        "auto", description="AEAD provider: auto (calibrated per algorithm), native, cryptography"
+    )
+    data_dir: Path = Field(Path(".sealflow"), description="keystore and dev master key")
+    master_key: SecretStr | None = Field(
+        None,
+        description="base64 of 32 bytes; prefer the variable (a flag shows in ps)",
+    )
     master_key_file: Path | None = Field(
         None, description="file holding the base64 master key (default: <data_dir>/master.key)"
     )
@@ -34,9 +41,11 @@ class Settings(BaseSettings):
     drain_seconds: float = Field(
         0.0, ge=0, description="seconds /readyz answers 503 before the listener closes"
     )
-    tls_cert: Path | None = None
-    tls_key: Path | None = None
-    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    tls_cert: Path | None = Field(None, description="PEM certificate: serve HTTPS")
+    tls_key: Path | None = Field(None, description="PEM private key of --tls-cert")
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        "info", description="debug, info, warning or error"
+    )
 
     @model_validator(mode="after")
     def _tls_pair(self) -> Settings:
