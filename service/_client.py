@@ -23,6 +23,7 @@ import stat
 import sys
 import tempfile
 import threading
+import types
 from collections.abc import Callable
 from typing import IO, Any
 from urllib.parse import quote, urlsplit
@@ -35,6 +36,10 @@ _CONNECT_TIMEOUT = 10.0
 _EXPECT_WAIT = 1.0  # as curl: a server that ignores Expect still gets the body
 _BAR_DELAY = 0.5  # short transfers get no bar
 _DEFAULT_URL = "http://127.0.0.1:8080"
+
+
+# Even a disabled tqdm starts tqdm's monitor thread: without a terminal, use no tqdm at all.
+_NO_BAR = types.SimpleNamespace(update=lambda n: None, close=lambda: None)
 
 
 class _Failure(Exception):
@@ -100,9 +105,11 @@ async def _exchange(
     go = asyncio.Event()  # the server wants the body (100 Continue) or has answered already
     status, received, failed, done, error_body = 0, 0, False, False, bytearray()
 
+    read_some = getattr(src, "read1", None) or src.read  # read1: pass pipe data on as it comes
+
     def read(size: int) -> bytes:
         try:
-            return getattr(src, "read1", src.read)(size)  # read1: pass pipe data on as it comes
+            return read_some(size)
         except OSError as e:
             raise _Failure(f"cannot read the input: {e}") from None
 
@@ -118,13 +125,13 @@ async def _exchange(
                 if not chunk:
                     return True
                 bar.update(len(chunk))
-        except (_Failure, h11.LocalProtocolError) as e:
-            writer.transport.abort()  # wakes the response loop up, which reports this
-            if isinstance(e, _Failure):
-                raise
-            raise _Failure("the input changed size while it was being sent") from None
         except OSError:  # the connection is gone: the response loop reports why
-            pass
+            return False
+        except Exception as e:
+            writer.transport.abort()  # wakes the response loop up, which reports this
+            if isinstance(e, h11.LocalProtocolError):  # more or fewer bytes than Content-Length
+                raise _Failure("the input changed size while it was being sent") from None
+            raise
         return False
 
     sending = asyncio.create_task(upload())
@@ -244,7 +251,7 @@ def _settings(args: argparse.Namespace) -> tuple[str, list[tuple[str, str]]]:
 
 def _run(args: argparse.Namespace, command: str, target: str) -> int:
     src, out, ok = sys.stdin.buffer, None, False
-    bar = tqdm(disable=True)
+    bar: Any = _NO_BAR
     try:
         url, headers = _settings(args)
         try:
@@ -290,7 +297,7 @@ def _decrypt(args: argparse.Namespace) -> int:
     return _run(args, "decrypt", f"/v1{key}/decrypt")
 
 
-def add_client_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_client_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``encrypt`` and ``decrypt`` (token from SEALFLOW_TOKEN) on the subparsers."""
     for name, func in (("encrypt", _encrypt), ("decrypt", _decrypt)):
         p = commands.add_parser(

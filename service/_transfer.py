@@ -7,8 +7,9 @@ Stream mode collects incoming pieces into batches of about ``BATCH`` bytes and
 hands each batch to the crypto pool (a worker thread when it is large) while
 the event loop receives the next one; the output of batch k is sent while batch
 k+1 is sealed (batches run one after the other: the codec is stateful). Memory
-per request is a couple of batches, whatever the body size. Single-shot mode fills one pooled ``AEADBuffer`` (preallocated from
-Content-Length) and seals or opens it in place.
+per request is a couple of batches, whatever the body size. Single-shot mode
+fills one pooled ``AEADBuffer`` (preallocated from Content-Length) and seals or
+opens it in place.
 
 Decryption sends nothing before the first authenticated bytes. If a later chunk
 fails, the response is left unfinished and the server closes the connection.

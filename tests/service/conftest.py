@@ -18,7 +18,8 @@ import httpx
 import pytest
 
 from engine import Algorithm
-from service import _duplex
+
+from . import duplex as _duplex
 
 SEALFLOW = str(Path(sys.executable).with_name("sealflow"))
 # Exportable test keys, one per algorithm, so tests can check envelopes independently.

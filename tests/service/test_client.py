@@ -277,6 +277,44 @@ def test_failure_while_the_input_stalls(
     assert header(b"transfer-encoding") == b"chunked"
 
 
+class FailingInput(io.BytesIO):
+    def read1(self, size: int | None = -1, /) -> bytes:
+        raise OSError(5, "Input/output error")
+
+
+class GrowingFile(io.FileIO):
+    """A regular file that grows once its size has been taken (a log being written)."""
+
+    def read(self, size: int | None = -1, /) -> bytes:
+        with open(self.name, "ab") as more:
+            more.write(b"appended meanwhile")
+        return super().read(size) or b""
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        (lambda path: FailingInput(b""), "cannot read the input: [Errno 5] Input/output error"),
+        (GrowingFile, "the input changed size while it was being sent"),
+    ],
+    ids=["read-error", "grew"],
+)
+def test_input_failure_is_reported(
+    fake: FakeService,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    source: Any,
+    message: str,
+) -> None:
+    (tmp_path / "in").write_bytes(os.urandom(1000))
+    with source(str(tmp_path / "in")) as stream:
+        stdin_from(monkeypatch, stream)
+        assert run("encrypt", "--key", "k", "-o", str(tmp_path / "out")) == 1
+    assert capsys.readouterr().err == f"sealflow: encrypt failed: {message}\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in"]
+
+
 def test_non_json_error_is_reported_by_status(
     fake: FakeService, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -66,20 +66,21 @@ def test_256_mib_stream_encrypt_and_decrypt_keep_server_memory_bounded(
     expected = hashlib.sha256()
     for piece in random_pieces(b"big", SIZE):
         expected.update(piece)
-    with PeakRss(srv) as encrypting:
-        with srv.post("/v1/keys/default/encrypt", random_pieces(b"big", SIZE), SIZE) as r:
-            assert r.status == 200
-            with envelope_path.open("wb") as out:
-                for piece in r.pieces():
-                    out.write(piece)
+    with (
+        PeakRss(srv) as encrypting,
+        srv.post("/v1/keys/default/encrypt", random_pieces(b"big", SIZE), SIZE) as r,
+        envelope_path.open("wb") as out,
+    ):
+        assert r.status == 200
+        for piece in r.pieces():
+            out.write(piece)
     size = envelope_path.stat().st_size
-    with PeakRss(srv) as decrypting:
-        with srv.post("/v1/decrypt", file_pieces(envelope_path), size) as r:
-            assert r.status == 200
-            got, n = hashlib.sha256(), 0
-            for piece in r.pieces():
-                got.update(piece)
-                n += len(piece)
+    got, n = hashlib.sha256(), 0
+    with PeakRss(srv) as decrypting, srv.post("/v1/decrypt", file_pieces(envelope_path), size) as r:
+        assert r.status == 200
+        for piece in r.pieces():
+            got.update(piece)
+            n += len(piece)
     assert n == SIZE
     assert got.digest() == expected.digest()
     growth = max(encrypting.peak, decrypting.peak) - baseline

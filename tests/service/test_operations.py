@@ -211,15 +211,18 @@ def test_two_workers_share_the_keystore_and_sum_metrics(make_server: MakeServer)
 def test_tls(make_server: MakeServer, tmp_path: Path) -> None:
     cert, key = self_signed(tmp_path)
     srv = make_server(tls_cert=cert, tls_key=key)
-    with httpx.Client(base_url=f"https://localhost:{srv.port}", verify=ssl.create_default_context(cafile=cert)) as c:
+    with httpx.Client(
+        base_url=f"https://localhost:{srv.port}", verify=ssl.create_default_context(cafile=cert)
+    ) as c:
         headers = {"authorization": f"Bearer {srv.token}"}
         env = c.post("/v1/keys/default/encrypt", content=b"tls", headers=headers)
         assert env.status_code == 200
         assert c.post("/v1/decrypt", content=env.content, headers=headers).content == b"tls"
-    with pytest.raises(http.client.RemoteDisconnected):
-        conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=10)
-        conn.request("GET", "/readyz")
-        conn.getresponse()
+    plain = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=10)
+    plain.request("GET", "/readyz")
+    with pytest.raises(http.client.RemoteDisconnected):  # plain HTTP on the TLS port
+        plain.getresponse()
+    plain.close()
 
 
 def self_signed(directory: Path) -> tuple[Path, Path]:

@@ -4,8 +4,9 @@ sealflow streams its reply while the request body is still arriving, with a
 few batches of memory per request. A client that reads nothing until it has
 sent everything (httpx, requests and urllib all work that way) therefore stalls
 once the reply outgrows the socket buffers: the server waits for the client to
-read, the client for the server to read. curl reads while it sends, and so does
-this module, which the ``sealflow`` CLI (and the tests) use for bodies of any size.
+read, the client for the server to read. curl reads while it sends, and so do the
+``sealflow`` CLI (asyncio + h11, service/_client.py) and this module, the tests'
+independent client for large bodies (stdlib http.client and a sender thread).
 """
 
 from __future__ import annotations
