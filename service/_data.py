@@ -68,6 +68,7 @@ _RESPONSES: dict[int | str, dict[str, Any]] = {
     responses=_RESPONSES,
     openapi_extra={"requestBody": {"required": True, "content": _RAW}},
     response_class=Encrypt,
+    status_code=200,
 )
 async def encrypt(
     name: KeyName,
@@ -99,6 +100,7 @@ async def encrypt(
     responses=_RESPONSES,
     openapi_extra={"requestBody": {"required": True, "content": _RAW}},
     response_class=Decrypt,
+    status_code=200,
 )
 async def decrypt(
     name: KeyName, request: Request, svc: ServicesDep, token: TokenDep, log: LogDep
@@ -113,6 +115,7 @@ async def decrypt(
     responses=_RESPONSES,
     openapi_extra={"requestBody": {"required": True, "content": _RAW}},
     response_class=Decrypt,
+    status_code=200,
 )
 async def decrypt_any(request: Request, svc: ServicesDep, token: TokenDep, log: LogDep) -> Decrypt:
     return Decrypt(svc, log, _aad(request), _length(request), token, None)

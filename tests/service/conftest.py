@@ -92,12 +92,14 @@ class Server:
 
 def start_server(data_dir: Path, **settings: object) -> Server:
     """Start ``sealflow serve`` with SEALFLOW_* settings; wait until /readyz says ready."""
-    data_dir.mkdir(parents=True, exist_ok=True)
     port = free_port()
     env = {f"SEALFLOW_{k.upper()}": str(v) for k, v in settings.items()}
     env["SEALFLOW_DATA_DIR"] = str(data_dir)
-    out, log = data_dir / "stdout.txt", data_dir / "server.log"
-    with out.open("ab") as stdout, log.open("ab") as stderr:
+    # Beside the data dir, which `sealflow serve` creates itself.
+    data_dir.parent.mkdir(parents=True, exist_ok=True)
+    out = data_dir.with_name(data_dir.name + ".stdout")
+    log = data_dir.with_name(data_dir.name + ".log")
+    with out.open("wb") as stdout, log.open("ab") as stderr:
         proc = subprocess.Popen(  # noqa: S603
             [SEALFLOW, "serve", "--port", str(port)],
             env={**os.environ, **env},

@@ -110,4 +110,9 @@ def post(
 
     sender = threading.Thread(target=send, name="sealflow-upload", daemon=True)
     sender.start()
-    return Reply(conn, sender, failure)
+    try:
+        return Reply(conn, sender, failure)
+    except BaseException:
+        conn.close()
+        sender.join()
+        raise

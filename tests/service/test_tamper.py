@@ -173,7 +173,8 @@ def test_a_later_chunk_failing_cuts_the_stream_off_after_authenticated_bytes_onl
         for chunked in (False, True):
             status, got, _ = decrypt(server, bytes(bad), chunked)
             assert status is None, "a failed stream must never end cleanly"
-            assert len(got) % CHUNK == 0
+            # Only bytes of chunks before the bad one, and only true plaintext. (Fewer
+            # may arrive: closing with the upload unread resets the connection.)
             assert len(got) <= chunk * CHUNK
             assert got == data[: len(got)]
     # And the same connection pool still works afterwards.
