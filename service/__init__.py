@@ -1,4 +1,4 @@
-"""sealflow's HTTP service (FastAPI app, keystore, auth, CLI).
+"""sealflow's HTTP service: FastAPI app, data path, keystore, auth, metrics, CLI.
 
-Only the CLI's engine commands exist so far; the HTTP service is the next issue.
+``service.app:create_app`` is the ASGI factory; ``service.cli:main`` the console script.
 """

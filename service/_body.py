@@ -50,10 +50,11 @@ _OCTETS = (b"content-type", b"application/octet-stream")
 class Reply:
     """The response: started with the first bytes, so an error before them is still an error."""
 
-    __slots__ = ("_send", "length", "sent", "started")
+    __slots__ = ("_send", "_timeout", "length", "sent", "started")
 
-    def __init__(self, send: Send, length: int | None) -> None:
+    def __init__(self, send: Send, length: int | None, timeout: float) -> None:
         self._send = send
+        self._timeout = timeout
         self.length = length
         self.started = False
         self.sent = 0
@@ -67,7 +68,12 @@ class Reply:
             self.started = True
         if data or not more:
             message: Any = {"type": "http.response.body", "body": data, "more_body": more}
-            await self._send(message)
+            try:
+                # A client that stopped reading would hold the request (and its slot) forever.
+                async with asyncio.timeout(self._timeout):
+                    await self._send(message)
+            except TimeoutError:
+                raise _errors.timeout() from None
             self.sent += len(data)
 
     async def fail(self, error: ApiError, body_done: bool) -> bool:

@@ -70,8 +70,8 @@ class _Transfer(Response):
         self.algorithm = "unknown"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        body = Body(receive, self.svc.settings.receive_timeout)
-        reply = Reply(send, None)
+        timeout = self.svc.settings.receive_timeout
+        body, reply = Body(receive, timeout), Reply(send, None, timeout)
         try:
             await self.transfer(body, reply)
         except ApiError as error:

@@ -35,7 +35,10 @@ class Settings(BaseSettings):
     max_single_bytes: int = Field(64 * MiB, ge=0, description="largest single-shot body")
     max_concurrent_requests: int = Field(256, ge=1, description="data requests beyond get 503")
     receive_timeout: float = Field(
-        30.0, gt=0, description="seconds a request may go without sending body bytes (then 408)"
+        30.0,
+        gt=0,
+        description="seconds a body may stall, or a reply go unread (408, or the connection "
+        "is closed once the reply started)",
     )
     shutdown_timeout: float = Field(30.0, ge=0, description="seconds to finish in-flight requests")
     drain_seconds: float = Field(

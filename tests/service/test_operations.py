@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import http.client
 import json
@@ -10,6 +11,7 @@ import re
 import signal
 import socket
 import ssl
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -75,6 +77,37 @@ def test_a_slow_client_gets_408(make_server: MakeServer) -> None:
     reply = read_reply(raw_request(srv.port, head, b"only ten b"))
     assert reply.startswith(b"HTTP/1.1 408 ")
     assert b'"request_timeout"' in reply
+
+
+def test_a_client_that_never_reads_the_reply_is_cut_off(make_server: MakeServer) -> None:
+    srv = make_server(receive_timeout=1)
+    size = 64 << 20
+    head = post_head("/v1/keys/default/encrypt", srv.token, f"Content-Length: {size}\r\n")
+    sock = raw_request(srv.port, head)
+
+    def upload() -> None:
+        # Send without ever reading: once both socket buffers are full the server's
+        # writes stall, and after receive_timeout it gives the request up.
+        with contextlib.suppress(OSError):
+            for _ in range(size // 65536):
+                sock.sendall(b"\0" * 65536)
+
+    sender = threading.Thread(target=upload, daemon=True)
+    sender.start()
+    deadline = time.monotonic() + 60
+    while not any(
+        e.get("error") == "request_timeout" and e.get("aborted") for e in access_log(srv)
+    ):
+        assert time.monotonic() < deadline, "the stalled request was never given up"
+        time.sleep(0.1)
+    sock.shutdown(socket.SHUT_RDWR)  # wakes the sender up
+    sender.join()
+    sock.close()
+
+
+def access_log(srv: Server) -> list[dict[str, object]]:
+    lines = srv.log.read_text().splitlines()
+    return [json.loads(line) for line in lines if '"sealflow.access"' in line]
 
 
 def test_beyond_max_concurrent_requests_is_503_and_probes_still_answer(
