@@ -60,23 +60,24 @@ class Reply:
         self.sent = 0
 
     async def write(self, data: bytes | bytearray, more: bool = True) -> None:
+        if not data and more:
+            return  # nothing authenticated to send yet: keep a clean error possible
         if not self.started:
             headers = [_OCTETS]
             if self.length is not None:
                 headers.append((b"content-length", b"%d" % self.length))
             await self._send({"type": "http.response.start", "status": 200, "headers": headers})
             self.started = True
-        if data or not more:
-            message: Any = {"type": "http.response.body", "body": data, "more_body": more}
-            try:
-                # A client that stopped reading would hold the request (and its slot) forever.
-                async with asyncio.timeout(self._timeout):
-                    await self._send(message)
-            except TimeoutError:
-                raise _errors.timeout() from None
-            self.sent += len(data)
+        message: Any = {"type": "http.response.body", "body": data, "more_body": more}
+        try:
+            # A client that stopped reading would hold the request (and its slot) forever.
+            async with asyncio.timeout(self._timeout):
+                await self._send(message)
+        except TimeoutError:
+            raise _errors.timeout() from None
+        self.sent += len(data)
 
-    async def fail(self, error: ApiError, body_done: bool) -> bool:
+    async def fail(self, error: ApiError, close: bool) -> bool:
         """Answer with the error if nothing was sent yet; else leave the response unfinished.
 
         Returns False when the response had started: the caller then returns
@@ -85,19 +86,24 @@ class Reply:
         """
         if self.started:
             return False
-        await send_error(self._send, error, body_done)
+        await send_error(self._send, error, close)
         return True
 
 
-async def send_error(send: Send, error: ApiError, body_done: bool) -> None:
+async def send_error(send: Send, error: ApiError, close: bool) -> None:
+    """A JSON error; ``close`` ends the connection after it, leaving the rest of the body unread.
+
+    Without ``close`` the server reads (and discards) what is left of the body
+    and keeps the connection. Closing with unread data makes the kernel send a
+    reset, which can destroy the answer before the client reads it: close only
+    when reading on would cost more (unauthenticated, too large, too slow).
+    """
     body = error.body()
     headers = [
         (b"content-type", b"application/json"),
         (b"content-length", b"%d" % len(body)),
     ]
-    if not body_done:
-        # Answer without reading the rest of the body, and do not let the
-        # server read (and discard) it either: close after the response.
+    if close:
         headers.append((b"connection", b"close"))
     await send({"type": "http.response.start", "status": error.status, "headers": headers})
     await send({"type": "http.response.body", "body": body, "more_body": False})

@@ -60,15 +60,19 @@ _RESPONSES: dict[int | str, dict[str, Any]] = {
     413: {"description": "single-shot body over the limit", **_ERROR},
     503: {"description": "too many concurrent requests", **_ERROR},
 }
+# The body is raw bytes read by the response itself, so OpenAPI is told about it here.
+_DATA_ROUTE: dict[str, Any] = {
+    "responses": _RESPONSES,
+    "openapi_extra": {"requestBody": {"required": True, "content": _RAW}},
+    "status_code": 200,
+}
 
 
 @router.post(
     "/keys/{name}/encrypt",
     summary="Seal a body under the key's latest version",
-    responses=_RESPONSES,
-    openapi_extra={"requestBody": {"required": True, "content": _RAW}},
     response_class=Encrypt,
-    status_code=200,
+    **_DATA_ROUTE,
 )
 async def encrypt(
     name: KeyName,
@@ -97,10 +101,8 @@ async def encrypt(
 @router.post(
     "/keys/{name}/decrypt",
     summary="Open an envelope sealed under this key",
-    responses=_RESPONSES,
-    openapi_extra={"requestBody": {"required": True, "content": _RAW}},
     response_class=Decrypt,
-    status_code=200,
+    **_DATA_ROUTE,
 )
 async def decrypt(
     name: KeyName, request: Request, svc: ServicesDep, token: TokenDep, log: LogDep
@@ -112,10 +114,8 @@ async def decrypt(
 @router.post(
     "/decrypt",
     summary="Open an envelope under the key its prefix names",
-    responses=_RESPONSES,
-    openapi_extra={"requestBody": {"required": True, "content": _RAW}},
     response_class=Decrypt,
-    status_code=200,
+    **_DATA_ROUTE,
 )
 async def decrypt_any(request: Request, svc: ServicesDep, token: TokenDep, log: LogDep) -> Decrypt:
     return Decrypt(svc, log, _aad(request), _length(request), token, None)

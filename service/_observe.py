@@ -70,7 +70,7 @@ class ConcurrencyLimit:
             await self.app(scope, receive, send)
             return
         if self.active >= self.limit:
-            await send_error(send, _errors.overloaded(), body_done=False)
+            await send_error(send, _errors.overloaded(), close=True)
             return
         self.active += 1
         try:

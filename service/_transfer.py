@@ -35,7 +35,8 @@ from ._keystore import KeyInfo, KeyNotFound, TokenInfo
 from ._state import Services
 
 BATCH = 256 * 1024
-_CHUNKED_TAIL = engine.CHUNK_LEN + TAG_LEN + 56  # the most finalize() can write (+ header)
+# The most finalize() can write: a short last chunk, its tag, and the header if still unsent.
+_CHUNKED_TAIL = engine.CHUNK_LEN + engine.sealed_size(0)
 
 Chunked = ChunkedEncryptor | ChunkedDecryptor
 
@@ -74,17 +75,15 @@ class _Transfer(Response):
         body, reply = Body(receive, timeout), Reply(send, None, timeout)
         try:
             await self.transfer(body, reply)
-        except ApiError as error:
+        except (ApiError, engine.DecryptionError) as exc:
+            error = exc if isinstance(exc, ApiError) else _errors.decryption_failed()
             self.log["error"] = error.code
             if error.code == "decryption_failed":
                 _metrics.DECRYPTION_FAILURES.labels("authentication").inc()
-            if not await reply.fail(error, body.done):
-                _metrics.STREAM_ABORTS.labels(self.operation).inc()
-                self.log["aborted"] = True
-        except engine.DecryptionError:
-            self.log["error"] = "decryption_failed"
-            _metrics.DECRYPTION_FAILURES.labels("authentication").inc()
-            if not await reply.fail(_errors.decryption_failed(), body.done):
+            # An authenticated client that sent a bad envelope gets its answer on a
+            # connection that stays open; one that is too large or too slow does not.
+            close = not body.done and error.status in (408, 413)
+            if not await reply.fail(error, close):
                 _metrics.STREAM_ABORTS.labels(self.operation).inc()
                 self.log["aborted"] = True
         except Disconnected:

@@ -90,17 +90,21 @@ def post(
         conn.putheader("Content-Length", str(length))
     conn.endheaders()
     failure: list[BaseException] = []
+    # The socket itself, not conn.send: that would open a new connection once the
+    # reader has closed this one.
+    sock = conn.sock
+    assert sock is not None
 
     def send() -> None:
         try:
             for piece in body:
                 if length is None:
                     if piece:
-                        conn.send(b"%x\r\n%b\r\n" % (len(piece), piece))
+                        sock.sendall(b"%x\r\n%b\r\n" % (len(piece), piece))
                 else:
-                    conn.send(piece)
+                    sock.sendall(piece)
             if length is None:
-                conn.send(b"0\r\n\r\n")
+                sock.sendall(b"0\r\n\r\n")
         except OSError as exc:
             # The server answered early (an error) and closed: the reply says why.
             failure.append(exc)

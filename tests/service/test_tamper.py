@@ -17,6 +17,7 @@ from .oracle import split
 DATA = os.urandom(40_000)  # three chunks in stream mode: 16384 + 16384 + 7232
 CHUNK, SEALED, HEADER = 16384, 16400, 56
 MODES = ["stream", "single"]
+ERROR = b'{"error": {"code": "decryption_failed", "message": "decryption failed"}}'
 
 
 @pytest.fixture(scope="module")
@@ -177,7 +178,12 @@ def test_a_later_chunk_failing_cuts_the_stream_off_after_authenticated_bytes_onl
             # may arrive: closing with the upload unread resets the connection.)
             assert len(got) <= chunk * CHUNK
             assert got == data[: len(got)]
-    # And the same connection pool still works afterwards.
+    # A bad first chunk fails before any byte went out: a clean 400, even for a long body.
+    bad = bytearray(envelope)
+    bad[plen + HEADER + 9] ^= 1
+    for chunked in (False, True):
+        assert decrypt(server, bytes(bad), chunked) == (400, ERROR, "decryption_failed")
+    # And the service still works afterwards.
     assert decrypt(server, envelope)[:2] == (200, data)
 
 
