@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from starlette.types import Receive, Send
 
-from . import _errors
 from ._errors import ApiError
+from ._watchdog import Watch
 
 
 class Disconnected(Exception):
@@ -16,24 +15,21 @@ class Disconnected(Exception):
 
 
 class Body:
-    """The request body as it arrives, with a deadline between pieces."""
+    """The request body as it arrives; every piece counts as progress for the watchdog."""
 
-    __slots__ = ("_receive", "_timeout", "done", "received")
+    __slots__ = ("_receive", "_watch", "done", "received")
 
-    def __init__(self, receive: Receive, timeout: float) -> None:
+    def __init__(self, receive: Receive, watch: Watch) -> None:
         self._receive = receive
-        self._timeout = timeout
+        self._watch = watch
         self.done = False
         self.received = 0
 
     async def read(self) -> bytes | None:
         """The next non-empty piece, or None once the body is complete."""
         while not self.done:
-            try:
-                async with asyncio.timeout(self._timeout):
-                    message = await self._receive()
-            except TimeoutError:
-                raise _errors.timeout() from None
+            message = await self._receive()
+            self._watch.touch()
             if message["type"] == "http.disconnect":
                 raise Disconnected
             self.done = not message.get("more_body", False)
@@ -50,11 +46,11 @@ _OCTETS = (b"content-type", b"application/octet-stream")
 class Reply:
     """The response: started with the first bytes, so an error before them is still an error."""
 
-    __slots__ = ("_send", "_timeout", "length", "sent", "started")
+    __slots__ = ("_send", "_watch", "length", "sent", "started")
 
-    def __init__(self, send: Send, length: int | None, timeout: float) -> None:
+    def __init__(self, send: Send, length: int | None, watch: Watch) -> None:
         self._send = send
-        self._timeout = timeout
+        self._watch = watch
         self.length = length
         self.started = False
         self.sent = 0
@@ -69,12 +65,9 @@ class Reply:
             await self._send({"type": "http.response.start", "status": 200, "headers": headers})
             self.started = True
         message: Any = {"type": "http.response.body", "body": data, "more_body": more}
-        try:
-            # A client that stopped reading would hold the request (and its slot) forever.
-            async with asyncio.timeout(self._timeout):
-                await self._send(message)
-        except TimeoutError:
-            raise _errors.timeout() from None
+        # A client that stops reading stalls this send: the watchdog ends the request.
+        await self._send(message)
+        self._watch.touch()
         self.sent += len(data)
 
     async def fail(self, error: ApiError, close: bool) -> bool:

@@ -7,8 +7,11 @@ key material, tokens and bodies cannot reach the log by accident.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
+import os
 import time
 from typing import Any
 
@@ -35,6 +38,49 @@ class JsonFormatter(logging.Formatter):
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
         return json.dumps(entry, default=str)
+
+
+class AccessLog:
+    """The request log: one JSON line per request, written in batches from the event loop.
+
+    Through ``logging`` a line cost ~35 us (a LogRecord, the handler lock, the
+    formatter, one unbuffered write to stderr), more than a small request's
+    crypto and I/O together. Here a line is one ``json.dumps`` into a list, and
+    the list goes to stderr in one write every ``interval`` seconds and at
+    shutdown. Same format as the other lines; off below level info.
+    """
+
+    def __init__(self, interval: float = 0.1) -> None:
+        self.interval = interval
+        self._lines: list[str] = []
+        self._timer: asyncio.TimerHandle | None = None
+        self._second = -1
+        self._stamp = ""
+
+    def write(self, fields: dict[str, Any]) -> None:
+        if not access.isEnabledFor(logging.INFO):
+            return
+        now = time.time()
+        second = int(now)
+        if second != self._second:  # strftime once a second, not once a line
+            self._second, self._stamp = second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now))
+        entry = {
+            "ts": f"{self._stamp}.{int(now % 1 * 1000):03d}Z",
+            "level": "info",
+            "logger": access.name,
+            "msg": "request",
+            **fields,
+        }
+        self._lines.append(json.dumps(entry))  # defaults: the C encoder, cached
+        if self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(self.interval, self.flush)
+
+    def flush(self) -> None:
+        self._timer = None
+        if self._lines:
+            lines, self._lines = self._lines, []
+            with contextlib.suppress(OSError):  # stderr closed: nowhere to log to
+                os.write(2, ("\n".join(lines) + "\n").encode())
 
 
 class _DropUnfinished(logging.Filter):

@@ -11,6 +11,7 @@ several uvicorn workers) sums them across processes.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, multiprocess
 from prometheus_client.registry import REGISTRY
@@ -47,7 +48,9 @@ AUTH_FAILURES = Counter(
     ["reason"],  # missing, malformed, invalid, forbidden
 )
 IN_FLIGHT = Gauge(
-    "sealflow_requests_in_flight", "Requests being served", multiprocess_mode="livesum"
+    "sealflow_requests_in_flight",
+    "Requests being served (not counting probes and scrapes)",
+    multiprocess_mode="livesum",
 )
 CONTEXT_EVENTS = Counter(
     "sealflow_cipher_context_events",
@@ -85,6 +88,38 @@ for _reason in ("missing", "malformed", "invalid", "forbidden"):
 for _event in ("allocation", "reuse", "growth"):
     BUFFER_EVENTS.labels(_event)
 
+_METHODS = frozenset(("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"))
+# Label lookups cost a microsecond or more each; the children of fixed label sets are kept.
+_request_children: dict[tuple[str, str, int], Any] = {}
+_latency_children: dict[str, Any] = {}
+_bytes_children: dict[tuple[str, str], tuple[Any, Any]] = {}
+
+
+def count_request(route: str, method: str, status: int, seconds: float) -> None:
+    key = (route, method, status)
+    child = _request_children.get(key)
+    if child is None:
+        label = method if method in _METHODS else "other"
+        child = _request_children[key] = REQUESTS.labels(route, label, str(status))
+    child.inc()
+    latency = _latency_children.get(route)
+    if latency is None:
+        latency = _latency_children[route] = LATENCY.labels(route)
+    latency.observe(seconds)
+
+
+def count_bytes(algorithm: str, operation: str, received: int, sent: int) -> None:
+    key = (algorithm, operation)
+    children = _bytes_children.get(key)
+    if children is None:
+        children = _bytes_children[key] = (
+            BYTES.labels(algorithm, operation, "in"),
+            BYTES.labels(algorithm, operation, "out"),
+        )
+    children[0].inc(received)
+    children[1].inc(sent)
+
+
 _seen: dict[tuple[int, tuple[str, ...]], int] = {}
 
 
@@ -96,8 +131,11 @@ def _add(counter: Counter, labels: tuple[str, ...], total: int) -> None:
         _seen[key] = total
 
 
-def sync_engine(crypto: engine.CryptoPool | None, buffers: engine.BufferPool | None) -> None:
+def sync_engine(
+    crypto: engine.CryptoPool | None, buffers: engine.BufferPool | None, in_flight: int
+) -> None:
     """Copy the engine's counters into the metrics (idempotent: adds only what is new)."""
+    IN_FLIGHT.set(in_flight)
     for labels, total in engine.context_stats().items():
         _add(CONTEXT_EVENTS, labels, total)
     if buffers is not None:

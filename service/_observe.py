@@ -9,7 +9,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from . import _errors, _metrics
 from ._body import send_error
-from ._logging import access
+from ._logging import AccessLog
 
 # Operational routes are not counted against the limit: probes must get through.
 _UNLIMITED = ("/healthz", "/readyz", "/metrics")
@@ -18,8 +18,9 @@ _UNLIMITED = ("/healthz", "/readyz", "/metrics")
 class Observe:
     """One structured log line and the request metrics, per HTTP request."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, access: AccessLog) -> None:
         self.app = app
+        self.access = access
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -36,17 +37,13 @@ class Observe:
                 status = message["status"]
             await send(message)
 
-        _metrics.IN_FLIGHT.inc()
         try:
             await self.app(scope, receive, sending)
         finally:
-            _metrics.IN_FLIGHT.dec()
             elapsed = time.perf_counter() - started
-            route = scope.get("route")
-            template = getattr(route, "path", "other")
+            template = getattr(scope.get("route"), "path", "other")
             method = scope["method"]
-            _metrics.REQUESTS.labels(template, method, str(status)).inc()
-            _metrics.LATENCY.labels(template).observe(elapsed)
+            _metrics.count_request(template, method, status, elapsed)
             fields = {
                 "method": method,
                 "route": template,
@@ -54,11 +51,14 @@ class Observe:
                 "duration_ms": round(elapsed * 1000, 3),
                 **log,
             }
-            access.info("request", extra={"fields": fields})
+            self.access.write(fields)
 
 
 class ConcurrencyLimit:
-    """Answer 503 beyond ``limit`` data requests in flight, before reading their bodies."""
+    """Answer 503 beyond ``limit`` requests in flight, before reading their bodies.
+
+    ``active`` is also the in-flight gauge, read at each scrape.
+    """
 
     def __init__(self, app: ASGIApp, limit: int) -> None:
         self.app = app

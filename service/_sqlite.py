@@ -134,9 +134,10 @@ class SQLiteKeyStore:
             db.execute("UPDATE keys SET min_decryption_version = ? WHERE name = ?", (version, name))
             return _query_keys(db, name)[name]
 
-    def get_key(self, name: str) -> KeyInfo:
+    def get_key(self, name: str, *, fresh: bool = True) -> KeyInfo:
         with self._locked():
-            info = self._key_cache().get(name)
+            cached = None if fresh or self._keys is None else self._keys.get(name)
+            info = cached or self._key_cache().get(name)
         if info is None:
             raise KeyNotFound(f"key {name!r} not found")
         return info

@@ -10,6 +10,7 @@ from . import _metrics
 from ._masterkey import load_master_key
 from ._sqlite import SQLiteKeyStore
 from ._state import Services
+from ._watchdog import Watchdog
 from .config import Settings
 
 log = logging.getLogger("sealflow")
@@ -42,4 +43,5 @@ def start_services(settings: Settings) -> Services:
             }
         },
     )
-    return Services(settings, store, crypto, engine.BufferPool())
+    watchdog = Watchdog(settings.receive_timeout)
+    return Services(settings, store, crypto, engine.BufferPool(), watchdog)

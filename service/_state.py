@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import engine
 
 from ._keystore import KeyStore
+from ._watchdog import Watchdog
 from .config import Settings
 
 # Set by the server on the first shutdown signal: /readyz answers 503 from then on.
@@ -21,3 +22,4 @@ class Services:
     store: KeyStore
     crypto: engine.CryptoPool
     buffers: engine.BufferPool
+    watchdog: Watchdog

@@ -1,7 +1,7 @@
 """The data path: seal or open a request body as it arrives and stream the result.
 
-Both are ASGI responses returned by the routes after authentication and the
-key lookup, so nothing of the body has been read when they start.
+Both are ASGI apps for one request, built by ``_data`` after authentication and
+the key lookup, so nothing of the body has been read when they start.
 
 Stream mode collects incoming pieces into batches of about ``BATCH`` bytes and
 hands each batch to the crypto pool (a worker thread when it is large) while
@@ -21,7 +21,6 @@ import asyncio
 import os
 from typing import Any
 
-from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 import engine
@@ -33,6 +32,7 @@ from ._envelope import MalformedEnvelope, Mode, Prefix, parse, prefix_length
 from ._errors import ApiError
 from ._keystore import KeyInfo, KeyNotFound, TokenInfo
 from ._state import Services
+from ._watchdog import stalled
 
 BATCH = 256 * 1024
 # The most finalize() can write: a short last chunk, its tag, and the header if still unsent.
@@ -57,13 +57,12 @@ def _run_batch(
     return out
 
 
-class _Transfer(Response):
+class _Transfer:
     """Shared plumbing of encrypt and decrypt: body, reply, errors, accounting."""
 
     operation: str
 
     def __init__(self, svc: Services, log: dict[str, Any], aad: bytes, length: int | None) -> None:
-        self.background = None
         self.svc = svc
         self.log = log
         self.aad = aad
@@ -71,10 +70,17 @@ class _Transfer(Response):
         self.algorithm = "unknown"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        timeout = self.svc.settings.receive_timeout
-        body, reply = Body(receive, timeout), Reply(send, None, timeout)
+        watchdog = self.svc.watchdog
+        watch = watchdog.watch()
+        body, reply = Body(receive, watch), Reply(send, None, watch)
         try:
-            await self.transfer(body, reply)
+            try:
+                await self.transfer(body, reply)
+            except asyncio.CancelledError as exc:
+                if not stalled(exc):
+                    raise
+                watch.task.uncancel()
+                raise _errors.timeout() from None
         except (ApiError, engine.DecryptionError) as exc:
             error = exc if isinstance(exc, ApiError) else _errors.decryption_failed()
             self.log["error"] = error.code
@@ -89,9 +95,9 @@ class _Transfer(Response):
         except Disconnected:
             self.log["error"] = "client_disconnected"
         finally:
+            watchdog.release(watch)
             self.log.update(bytes_in=body.received, bytes_out=reply.sent)
-            _metrics.BYTES.labels(self.algorithm, self.operation, "in").inc(body.received)
-            _metrics.BYTES.labels(self.algorithm, self.operation, "out").inc(reply.sent)
+            _metrics.count_bytes(self.algorithm, self.operation, body.received, reply.sent)
 
     async def transfer(self, body: Body, reply: Reply) -> None:
         raise NotImplementedError
@@ -255,7 +261,7 @@ class Decrypt(_Transfer):
             # The envelope names another key: it cannot authenticate under this one.
             raise _errors.decryption_failed()
         try:
-            key = self.svc.store.get_key(prefix.name)
+            key = self.svc.store.get_key(prefix.name, fresh=False)  # find_token has checked
             material = self.svc.store.key_material(prefix.name, prefix.version)
         except KeyNotFound:
             raise _errors.key_not_found(prefix.name) from None

@@ -6,15 +6,52 @@ import asyncio
 import contextlib
 import os
 from collections.abc import AsyncIterator
+from typing import Any
 
 from fastapi import FastAPI
-
-import engine
+from starlette.types import Receive, Scope, Send
 
 from . import _admin, _data, _drain, _handlers, _health, _logging, _metrics
 from ._observe import ConcurrencyLimit, Observe
 from ._startup import start_services
 from .config import Settings
+
+
+class SealflowApp(FastAPI):
+    """FastAPI for keys, probes, metrics and docs; the data routes are served in front of it.
+
+    Every HTTP request passes the access log and metrics (Observe) and the
+    concurrency limit first; the three data routes then go to ``_data`` as
+    plain ASGI, everything else to FastAPI's router.
+    """
+
+    def __init__(self, settings: Settings, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.state.services = None
+        self.limit = ConcurrencyLimit(self._dispatch, settings.max_concurrent_requests)
+        self.access_log = _logging.AccessLog()
+        self._entry = Observe(self.limit, self.access_log)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            await self._entry(scope, receive, send)
+        else:
+            await super().__call__(scope, receive, send)
+
+    async def _dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
+        route = _data.match(scope)
+        svc = self.state.services
+        if route is None or svc is None:
+            await super().__call__(scope, receive, send)
+        else:
+            await _data.serve(svc, route, scope, receive, send)
+
+    def openapi(self) -> dict[str, Any]:
+        if self.openapi_schema is None:
+            schema = super().openapi()
+            schema["paths"] = {**_data.OPENAPI_PATHS, **schema["paths"]}
+            self.openapi_schema = schema
+        return self.openapi_schema
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -26,12 +63,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         svc = start_services(settings)
         app.state.services = svc
         _drain.install(settings.drain_seconds)
-        sync = asyncio.create_task(_sync_metrics(svc.crypto, svc.buffers))
+        sync = asyncio.create_task(_sync_metrics(app))
         try:
             yield
         finally:
             app.state.services = None
             sync.cancel()
+            assert isinstance(app, SealflowApp)
+            app.access_log.flush()
             svc.crypto.close()
             svc.store.close()
             if "PROMETHEUS_MULTIPROC_DIR" in os.environ:
@@ -39,25 +78,23 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
                 multiprocess.mark_process_dead(os.getpid())  # type: ignore[no-untyped-call]
 
-    app = FastAPI(
+    app = SealflowApp(
+        settings,
         title="sealflow",
         version="0.1.0",
         summary="Encrypt and decrypt streamed bodies under named, versioned keys.",
         description="See docs/API.md for the envelope format and worked examples.",
         lifespan=lifespan,
     )
-    app.state.services = None
-    app.include_router(_data.router)
     app.include_router(_admin.router)
     app.include_router(_health.router)
     _handlers.install(app)
-    app.add_middleware(ConcurrencyLimit, limit=settings.max_concurrent_requests)
-    app.add_middleware(Observe)
     return app
 
 
-async def _sync_metrics(crypto: engine.CryptoPool, buffers: engine.BufferPool) -> None:
+async def _sync_metrics(app: FastAPI) -> None:
     # In multiprocess mode each worker must publish its engine counters itself.
-    while True:
-        _metrics.sync_engine(crypto, buffers)
+    assert isinstance(app, SealflowApp)
+    while (svc := app.state.services) is not None:
+        _metrics.sync_engine(svc.crypto, svc.buffers, app.limit.active)
         await asyncio.sleep(2)

@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -105,7 +106,7 @@ def test_a_client_that_never_reads_the_reply_is_cut_off(make_server: MakeServer)
     sock.close()
 
 
-def access_log(srv: Server) -> list[dict[str, object]]:
+def access_log(srv: Server) -> list[dict[str, Any]]:
     lines = srv.log.read_text().splitlines()
     return [json.loads(line) for line in lines if '"sealflow.access"' in line]
 
@@ -205,10 +206,13 @@ def test_request_logs_are_structured_and_hold_no_secrets(
     marker = b"PLAINTEXT-MARKER-" + os.urandom(8).hex().encode()
     envelope = client.post("/v1/keys/default/encrypt", content=marker).content
     client.post("/v1/decrypt", content=envelope).raise_for_status()
-    time.sleep(0.2)
+    deadline = time.monotonic() + 10
+    access = access_log(server)
+    while not any(e.get("bytes_in") == len(marker) for e in access):
+        assert time.monotonic() < deadline, "no access log line"  # lines are written in batches
+        time.sleep(0.05)
+        access = access_log(server)
     log = server.log.read_text()
-    lines = [json.loads(line) for line in log.splitlines() if line.startswith("{")]
-    access = [e for e in lines if e.get("logger") == "sealflow.access"]
     assert any(
         e["route"] == "/v1/keys/{name}/encrypt"
         and e["status"] == 200
