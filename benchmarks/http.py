@@ -1,0 +1,265 @@
+"""HTTP benchmark: sealflow against the plain FastAPI + cryptography service, same run.
+
+    python -m benchmarks.http            (needs wrk and curl: apt-get install -y wrk curl)
+
+Both servers run as one uvicorn process pinned to core 0; wrk (or curl for the
+256 MiB transfers) is pinned to core 1. Peer and sealflow alternate, ``ROUNDS``
+times each, and the best round of each counts. sealflow runs with its defaults
+(access log on, metrics, auth); the peer has none of those.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from ._harness import Report, machine
+
+SERVER_CORE, LOAD_CORE = "0", "1"
+SECONDS = os.environ.get("SEALFLOW_BENCH_WRK_SECONDS", "5")
+ROUNDS = 2
+MiB = 1 << 20
+LUA = """
+wrk.method = "POST"
+local f = io.open(os.getenv("BODY"), "rb")
+wrk.body = f:read("*all")
+f:close()
+wrk.headers["Content-Type"] = "application/octet-stream"
+local token = os.getenv("TOKEN")
+if token and #token > 0 then wrk.headers["Authorization"] = "Bearer " .. token end
+"""
+
+
+@dataclass
+class Server:
+    name: str
+    url: str
+    proc: subprocess.Popen[bytes]
+    token: str = ""
+
+    def rss(self, field: str = "VmRSS") -> int:
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+        raise KeyError(field)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def wait_ready(url: str, proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}")
+        try:
+            httpx.get(url, timeout=2)
+            return
+        except httpx.TransportError:
+            time.sleep(0.05)
+    raise RuntimeError("server did not start")
+
+
+@contextmanager
+def servers(workdir: Path) -> Iterator[tuple[Server, Server]]:
+    pin = ["taskset", "-c", SERVER_CORE]
+    peer_port, ours_port = free_port(), free_port()
+    peer_cmd = [
+        *pin, sys.executable, "-m", "uvicorn", "benchmarks.peers.naive_app:app",
+        "--port", str(peer_port), "--http", "httptools", "--loop", "uvloop",
+        "--no-access-log", "--log-level", "warning",
+    ]  # fmt: skip
+    quiet = subprocess.DEVNULL
+    peer_proc = subprocess.Popen(peer_cmd, stdout=quiet, stderr=quiet)
+    peer = Server("peer", f"http://127.0.0.1:{peer_port}", peer_proc)
+    out = workdir / "sealflow.out"
+    with out.open("wb") as stdout:
+        ours_cmd = [
+            *pin, str(Path(sys.executable).with_name("sealflow")), "serve",
+            "--port", str(ours_port), "--data-dir", str(workdir / "data"),
+        ]  # fmt: skip
+        proc = subprocess.Popen(ours_cmd, stdout=stdout, stderr=subprocess.DEVNULL)
+    ours = Server("sealflow", f"http://127.0.0.1:{ours_port}", proc)
+    try:
+        wait_ready(peer.url + "/docs", peer.proc)
+        wait_ready(ours.url + "/readyz", ours.proc)
+        ours.token = out.read_text().split("Root token: ", 1)[1].split()[0]
+        yield peer, ours
+    finally:
+        for srv in (peer, ours):
+            srv.proc.terminate()
+            srv.proc.wait(30)
+
+
+@dataclass
+class Load:
+    rps: float
+    p99_ms: float
+
+
+def wrk(url: str, body: Path, token: str, connections: int, script: Path) -> Load:
+    env = {**os.environ, "BODY": str(body), "TOKEN": token}
+    cmd = [
+        "taskset", "-c", LOAD_CORE, "wrk", "-t1", f"-c{connections}", f"-d{SECONDS}s",
+        "--latency", "-s", str(script), url,
+    ]  # fmt: skip
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
+    if "Non-2xx" in out or "Socket errors" in out:
+        raise RuntimeError(f"wrk saw failures against {url}:\n{out}")
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
+    value, unit = re.search(r"99%\s+([\d.]+)(us|ms|s)", out).groups()  # type: ignore[union-attr]
+    return Load(rps, float(value) * {"us": 1e-3, "ms": 1.0, "s": 1e3}[unit])
+
+
+def best(runs: list[Load]) -> Load:
+    return max(runs, key=lambda r: r.rps)
+
+
+def fetch(url: str, body: bytes, token: str) -> bytes:
+    headers = {"authorization": f"Bearer {token}"} if token else {}
+    r = httpx.post(url, content=body, headers=headers, timeout=60)
+    r.raise_for_status()
+    return r.content
+
+
+def curl(url: str, src: Path, dst: Path, token: str) -> float:
+    """Seconds for one streamed upload and download (curl reads while it sends)."""
+    cmd = [
+        "taskset", "-c", LOAD_CORE, "curl", "-sSf", "-T", str(src), "-X", "POST",
+        "-o", str(dst), "-w", "%{time_total}",
+    ]  # fmt: skip
+    if token:
+        cmd += ["-H", f"Authorization: Bearer {token}"]
+    out = subprocess.run([*cmd, url], capture_output=True, text=True, check=True).stdout
+    return float(out)
+
+
+def peak_during(srv: Server, fn: object) -> tuple[float, int]:
+    """(result of fn(), peak RSS growth of the server in bytes while it ran)."""
+    assert callable(fn)
+    base, peak, stop = srv.rss(), [0], threading.Event()
+
+    def sample() -> None:
+        while not stop.wait(0.005):
+            peak[0] = max(peak[0], srv.rss())
+
+    t = threading.Thread(target=sample, daemon=True)
+    t.start()
+    try:
+        result = fn()
+    finally:
+        stop.set()
+        t.join()
+    return result, max(peak[0], srv.rss()) - base
+
+
+def table(title: str, columns: str, rows: list[str]) -> None:
+    print(f"\n| {title} | {columns} |\n|---|{'---:|' * (columns.count('|') + 1)}")
+    for row in rows:
+        print(row)
+
+
+def small_requests(report: Report, peer: Server, ours: Server, work: Path, script: Path) -> None:
+    body = work / "1k"
+    body.write_bytes(os.urandom(1024))
+    peer_runs, our_runs = [], []
+    for _ in range(ROUNDS):
+        peer_runs.append(wrk(peer.url + "/encrypt", body, "", 16, script))
+        url = ours.url + "/v1/keys/default/encrypt?mode=single"
+        our_runs.append(wrk(url, body, ours.token, 16, script))
+    p, o = best(peer_runs), best(our_runs)
+    rows = [f"| {n} | {r.rps:,.0f} | {r.p99_ms:.2f} |" for n, r in (("peer", p), ("sealflow", o))]
+    table("1 KiB single-shot encrypt, 16 connections", "req/s | p99 ms", rows)
+    report.check("5. 1 KiB encrypt req/s vs peer", o.rps / p.rps, 2.0)
+    report.check("5. 1 KiB encrypt p99: peer / sealflow", p.p99_ms / o.p99_ms, 1.0)
+
+
+def megabyte(report: Report, peer: Server, ours: Server, work: Path, script: Path) -> None:
+    plain, peer_sealed, our_sealed = work / "1m", work / "1m.peer", work / "1m.sfl"
+    plain.write_bytes(os.urandom(MiB))
+    our_enc = ours.url + "/v1/keys/default/encrypt"
+    peer_sealed.write_bytes(fetch(peer.url + "/encrypt", plain.read_bytes(), ""))
+    our_sealed.write_bytes(fetch(our_enc, plain.read_bytes(), ours.token))
+    rows = []
+    for op, peer_url, our_url, peer_body, our_body in (
+        ("encrypt", peer.url + "/encrypt", our_enc, plain, plain),
+        ("decrypt", peer.url + "/decrypt", ours.url + "/v1/decrypt", peer_sealed, our_sealed),
+    ):
+        peer_runs, our_runs = [], []
+        for _ in range(ROUNDS):
+            peer_runs.append(wrk(peer_url, peer_body, "", 4, script))
+            our_runs.append(wrk(our_url, our_body, ours.token, 4, script))
+        p_mbs, o_mbs = best(peer_runs).rps * MiB / 1e6, best(our_runs).rps * MiB / 1e6
+        rows.append(f"| {op} | {p_mbs:,.0f} | {o_mbs:,.0f} |")
+        report.check(f"6. 1 MiB stream {op} MB/s vs peer single-shot", o_mbs / p_mbs, 1.5)
+    table("1 MiB, 4 connections", "peer MB/s (single-shot) | sealflow MB/s (stream)", rows)
+
+
+def huge(report: Report, peer: Server, ours: Server, work: Path) -> None:
+    size, plain = 256 * MiB, work / "256m"
+    with plain.open("wb") as f:
+        for _ in range(256):
+            f.write(os.urandom(MiB))
+    results, rows = {}, []
+    for srv, enc, dec, token in (
+        (peer, peer.url + "/encrypt", peer.url + "/decrypt", ""),
+        (ours, ours.url + "/v1/keys/default/encrypt", ours.url + "/v1/decrypt", ours.token),
+    ):
+        sealed, back = work / f"{srv.name}.sealed", work / f"{srv.name}.back"
+
+        def both(enc: str = enc, dec: str = dec, token: str = token) -> float:
+            return curl(enc, plain, sealed, token) + curl(dec, sealed, back, token)
+
+        seconds, growth = peak_during(srv, both)
+        if back.stat().st_size != size:
+            raise RuntimeError(f"{srv.name}: the round trip lost bytes")
+        results[srv.name] = (2 * size / seconds / 1e6, growth)
+        rows.append(f"| {srv.name} | {results[srv.name][0]:,.0f} | {growth / MiB:,.1f} |")
+    table("256 MiB encrypt, then decrypt, one connection", "MB/s | peak RSS growth MiB", rows)
+    speed = results["sealflow"][0] / results["peer"][0]
+    report.check("7. 256 MiB round trip MB/s vs peer", speed, 1.5)
+    headroom = 64 * MiB / max(results["sealflow"][1], 1)
+    report.check("7. 256 MiB: 64 MiB / sealflow RSS growth", headroom, 1.0)
+
+
+def main() -> int:
+    for tool in ("wrk", "curl", "taskset"):
+        if shutil.which(tool) is None:
+            print(f"{tool} is missing: apt-get install -y wrk curl util-linux", file=sys.stderr)
+            return 2
+    report = Report()
+    print(
+        f"# sealflow HTTP benchmark\n\n{machine()}; server on core {SERVER_CORE}, load on core "
+        f"{LOAD_CORE}, {SECONDS} s per wrk run, best of {ROUNDS} alternating rounds"
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        script = work / "post.lua"
+        script.write_text(LUA)
+        with servers(work) as (peer, ours):
+            small_requests(report, peer, ours, work, script)
+            megabyte(report, peer, ours, work, script)
+            huge(report, peer, ours, work)
+    return 0 if report.print_checks() else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
