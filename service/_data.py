@@ -97,7 +97,7 @@ def _prepare(svc: Services, route: Route, scope: Scope, log: dict[str, Any]) -> 
     if NAME_RE.fullmatch(name) is None:
         raise _errors.key_not_found(name)
     try:
-        key = svc.store.get_key(name, fresh=False)  # find_token has just checked
+        key = svc.store.get_key(name)
         material = svc.store.key_material(name, key.latest)
     except KeyNotFound:
         raise _errors.key_not_found(name) from None

@@ -92,12 +92,8 @@ class KeyStore(Protocol):
     def set_min_decryption_version(self, name: str, version: int) -> KeyInfo:
         """InvalidRequest unless 1 <= version <= latest."""
 
-    def get_key(self, name: str, *, fresh: bool = True) -> KeyInfo:
-        """KeyNotFound if absent.
-
-        ``fresh=False`` answers from what the last call saw (a miss still checks
-        for other processes' writes): for a second lookup in the same request.
-        """
+    def get_key(self, name: str) -> KeyInfo:
+        """KeyNotFound if absent."""
 
     def list_keys(self) -> list[KeyInfo]:
         """Sorted by name."""

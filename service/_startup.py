@@ -16,11 +16,15 @@ from .config import Settings
 log = logging.getLogger("sealflow")
 
 
-def open_store(settings: Settings) -> SQLiteKeyStore:
+# The service sees other processes' keystore writes within this many seconds.
+SERVICE_STALENESS = 0.001
+
+
+def open_store(settings: Settings, max_staleness: float = 0.0) -> SQLiteKeyStore:
     """The keystore, or KeyStoreUnavailable with a message saying what is wrong."""
     env = settings.master_key.get_secret_value() if settings.master_key else None
     master = load_master_key(env, None if env else settings.master_key_path)
-    return SQLiteKeyStore(settings.keystore_path, master)
+    return SQLiteKeyStore(settings.keystore_path, master, max_staleness)
 
 
 def start_services(settings: Settings) -> Services:
@@ -31,7 +35,7 @@ def start_services(settings: Settings) -> Services:
     _metrics.publish_providers()
     for alg, classes in choice.items():
         log.info("provider", extra={"fields": {"algorithm": alg.value, **classes}})
-    store = open_store(settings)
+    store = open_store(settings, SERVICE_STALENESS)
     crypto = engine.CryptoPool(threads=settings.crypto_threads or None)
     log.info(
         "ready",

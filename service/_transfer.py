@@ -261,7 +261,7 @@ class Decrypt(_Transfer):
             # The envelope names another key: it cannot authenticate under this one.
             raise _errors.decryption_failed()
         try:
-            key = self.svc.store.get_key(prefix.name, fresh=False)  # find_token has checked
+            key = self.svc.store.get_key(prefix.name)
             material = self.svc.store.key_material(prefix.name, prefix.version)
         except KeyNotFound:
             raise _errors.key_not_found(prefix.name) from None

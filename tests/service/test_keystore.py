@@ -508,3 +508,18 @@ def test_key_wrapper_binds_blobs_to_name_version_and_master_key() -> None:
             key_wrapper.unwrap(name, version, blob)
     with pytest.raises(KeyStoreUnavailable):
         wrapper.unwrap("orders", 3, blob[:20])
+
+
+def test_max_staleness_bounds_how_long_other_writes_may_go_unseen(
+    store: SQLiteKeyStore, db_path: Path, master_key: bytes
+) -> None:
+    store.create_key("k", Algorithm.AES_256_GCM)
+    lazy = SQLiteKeyStore(db_path, master_key, max_staleness=3600)
+    try:
+        assert lazy.get_key("k").latest == 1
+        store.rotate_key("k")
+        assert lazy.get_key("k").latest == 1  # checked less than an hour ago: not again
+        lazy._checked -= 3600  # an hour later
+        assert lazy.get_key("k").latest == 2
+    finally:
+        lazy.close()
