@@ -3,7 +3,7 @@
 Each worker thread owns its cached cipher contexts (they are thread-local in
 the providers). Jobs smaller than ``inline_below`` bytes run on the event loop
 itself: a hop to a thread costs tens of microseconds, more than sealing a few
-KiB. The number of jobs waiting or running is bounded; ``run`` waits for room.
+KiB. A process allowed only one core runs every job inline. The number of jobs waiting or running is bounded; ``run`` waits for room.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import os
 import queue
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -28,9 +29,13 @@ class CryptoPool:
         self,
         threads: int | None = None,
         max_queue: int = 256,
-        inline_below: int = DEFAULT_INLINE_BELOW,
+        inline_below: int | None = None,
     ) -> None:
-        self.threads = threads or min(os.cpu_count() or 1, 8)
+        cores = len(os.sched_getaffinity(0))  # what this process may run on (taskset, cgroups)
+        self.threads = threads or min(cores, 8)
+        if inline_below is None:
+            # On one core a worker thread cannot run beside the loop: a hop would only cost.
+            inline_below = DEFAULT_INLINE_BELOW if cores > 1 else sys.maxsize
         self.inline_below = inline_below
         self.max_queue = max_queue
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
