@@ -17,8 +17,10 @@ import hmac
 import os
 
 from ._aead import algorithm_spec, as_bytes_view, check_key
+from ._cobble import CobbleOpener, CobbleSealer, covers
 from ._errors import DecryptionError
 from ._providers import SizeClass, select
+from ._pyca import CryptographyProvider
 from ._types import (
     CHUNK_LEN,
     COMMITMENT_LEN,
@@ -120,6 +122,13 @@ class ChunkedEncryptor(_Chunker):
 
     _unit = CHUNK_LEN
 
+    def __new__(
+        cls, alg: Algorithm | str, key: BytesLike, context: BytesLike | None = b""
+    ) -> ChunkedEncryptor:
+        if cls is ChunkedEncryptor and _by_cobblestone(alg):
+            return super().__new__(_CobbleEncryptor)
+        return super().__new__(cls)
+
     def __init__(
         self, alg: Algorithm | str, key: BytesLike, context: BytesLike | None = b""
     ) -> None:
@@ -198,6 +207,13 @@ class ChunkedDecryptor(_Chunker):
     """
 
     _unit = SEALED_CHUNK_LEN
+
+    def __new__(
+        cls, alg: Algorithm | str, key: BytesLike, context: BytesLike | None = b""
+    ) -> ChunkedDecryptor:
+        if cls is ChunkedDecryptor and _by_cobblestone(alg):
+            return super().__new__(_CobbleDecryptor)
+        return super().__new__(cls)
 
     def __init__(
         self, alg: Algorithm | str, key: BytesLike, context: BytesLike | None = b""
@@ -286,3 +302,80 @@ class ChunkedDecryptor(_Chunker):
         )
         self._counter += chunks
         return n
+
+
+def _by_cobblestone(alg: Algorithm | str) -> bool:
+    spec = algorithm_spec(alg)
+    return covers(spec.algorithm) and isinstance(
+        select(spec, SizeClass.CHUNKS), CryptographyProvider
+    )
+
+
+class _CobbleEncryptor(ChunkedEncryptor):
+    """ChunkedEncryptor for AES when the cryptography provider does chunks (see _cobble)."""
+
+    def __init__(
+        self, alg: Algorithm | str, key: BytesLike, context: BytesLike | None = b""
+    ) -> None:
+        _Chunker.__init__(self, alg, key, context)
+        self._codec = CobbleSealer(self._spec.algorithm, self._input_key, self._context)
+
+    def update_size(self, n: int) -> int:
+        return self._codec.update_size(n)
+
+    def finalize_size(self) -> int:
+        return self._codec.finalize_size()
+
+    def update_into(self, data: BytesLike, out: bytearray | memoryview) -> int:
+        self._check_open()
+        view = as_bytes_view(data, "data")
+        _check_room(out, self.update_size(len(memoryview(view))))
+        return self._codec.update_into(view, out)
+
+    def finalize_into(self, out: bytearray | memoryview) -> int:
+        self._check_open()
+        _check_room(out, self.finalize_size())
+        self._finished = True
+        return self._codec.finalize_into(out)
+
+
+class _CobbleDecryptor(ChunkedDecryptor):
+    """ChunkedDecryptor for AES when the cryptography provider does chunks (see _cobble)."""
+
+    def __init__(
+        self, alg: Algorithm | str, key: BytesLike, context: BytesLike | None = b""
+    ) -> None:
+        super().__init__(alg, key, context)
+        self._codec = CobbleOpener(self._spec.algorithm, self._input_key, self._context)
+
+    def update_size(self, n: int) -> int:
+        return self._codec.update_size(n)
+
+    def finalize_size(self) -> int:
+        return self._codec.finalize_size()
+
+    def update_into(self, data: BytesLike, out: bytearray | memoryview) -> int:
+        self._check_usable()
+        view = as_bytes_view(data, "data")
+        _check_room(out, self.update_size(len(memoryview(view))))
+        try:
+            return self._codec.update_into(view, out)
+        except DecryptionError:
+            self._failed = True
+            raise
+
+    def finalize_into(self, out: bytearray | memoryview) -> int:
+        self._check_usable()
+        _check_room(out, self.finalize_size())
+        try:
+            n = self._codec.finalize_into(out)
+        except DecryptionError:
+            self._failed = True
+            raise
+        self._finished = True
+        return n
+
+
+def _check_room(out: bytearray | memoryview, size: int) -> None:
+    if len(out) < size:
+        raise ValueError(f"output buffer must hold {size} bytes")

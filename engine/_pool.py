@@ -3,7 +3,8 @@
 Each worker thread owns its cached cipher contexts (they are thread-local in
 the providers). Jobs smaller than ``inline_below`` bytes run on the event loop
 itself: a hop to a thread costs tens of microseconds, more than sealing a few
-KiB. A process allowed only one core runs every job inline. The number of jobs waiting or running is bounded; ``run`` waits for room.
+KiB. A process allowed only one core runs every job inline. The number of jobs
+waiting or running is bounded; ``run`` waits for room.
 """
 
 from __future__ import annotations

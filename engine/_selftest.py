@@ -14,6 +14,7 @@ import hashlib
 import hmac
 
 from ._chunked import derive
+from ._cobble import CobbleOpener, CobbleSealer, covers
 from ._errors import DecryptionError, SelfTestError
 from ._providers import PROVIDERS, Provider
 from ._types import HEADER_LEN, SALT_LEN, TAG_LEN, Algorithm
@@ -130,9 +131,36 @@ def _chunked(provider: Provider, alg: Algorithm) -> None:
         raise _fail(provider, alg, "chunked seal known answer")
 
 
+def _cobblestone(alg: Algorithm) -> None:
+    """The same known answer through cryptography.cobblestone, which seals AES streams
+    when the cryptography provider does chunks; and a round trip (its salt is random)."""
+    key, context, sealed, digest = _CHUNKED[alg]
+    opener = CobbleOpener(alg, key, context)
+    opened = bytearray(opener.update_size(len(sealed)))
+    n = opener.update_into(sealed, opened)
+    final = bytearray(opener.finalize_size())
+    opened[n:] = final[: opener.finalize_into(final)]
+    if hashlib.sha512(opened).digest() != digest:
+        raise SelfTestError(f"self-test failed: cobblestone {alg.value}: chunked open known answer")
+    sealer = CobbleSealer(alg, key, context)
+    out = bytearray(sealer.update_size(len(opened)))
+    n = sealer.update_into(opened, out)
+    tail = bytearray(sealer.finalize_size())
+    resealed = bytes(out[:n]) + bytes(tail[: sealer.finalize_into(tail)])
+    check = CobbleOpener(alg, key, context)
+    back = bytearray(len(opened))
+    m = check.update_into(resealed, back)
+    m += check.finalize_into(memoryview(back)[m:])
+    if bytes(back[:m]) != bytes(opened) or resealed[:SALT_LEN] == sealed[:SALT_LEN]:
+        raise SelfTestError(f"self-test failed: cobblestone {alg.value}: chunked round trip")
+
+
 def self_test() -> None:
     """Run every known-answer test on every provider; raise ``SelfTestError`` on any mismatch."""
     for provider in PROVIDERS.values():
         for alg in Algorithm:
             _single(provider, alg)
             _chunked(provider, alg)
+    for alg in Algorithm:
+        if covers(alg):
+            _cobblestone(alg)
