@@ -78,6 +78,9 @@ def _serve(args: argparse.Namespace) -> int:
         ssl_certfile=settings.tls_cert,
         ssl_keyfile=settings.tls_key,
         server_header=False,
+        # Client addresses are never used (not logged either): skip uvicorn's per-request
+        # X-Forwarded-For handling.
+        proxy_headers=False,
     )
     return 0
 
