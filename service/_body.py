@@ -46,12 +46,13 @@ _OCTETS = (b"content-type", b"application/octet-stream")
 class Reply:
     """The response: started with the first bytes, so an error before them is still an error."""
 
-    __slots__ = ("_send", "_watch", "length", "sent", "started")
+    __slots__ = ("_log", "_send", "_watch", "length", "sent", "started")
 
-    def __init__(self, send: Send, length: int | None, watch: Watch) -> None:
+    def __init__(self, send: Send, log: dict[str, Any], watch: Watch) -> None:
         self._send = send
+        self._log = log
         self._watch = watch
-        self.length = length
+        self.length: int | None = None
         self.started = False
         self.sent = 0
 
@@ -64,6 +65,7 @@ class Reply:
                 headers.append((b"content-length", b"%d" % self.length))
             await self._send({"type": "http.response.start", "status": 200, "headers": headers})
             self.started = True
+            self._log["status"] = 200
         message: Any = {"type": "http.response.body", "body": data, "more_body": more}
         # A client that stops reading stalls this send: the watchdog ends the request.
         await self._send(message)
@@ -79,6 +81,7 @@ class Reply:
         """
         if self.started:
             return False
+        self._log["status"] = error.status
         await send_error(self._send, error, close)
         return True
 

@@ -65,7 +65,7 @@ async def serve(svc: Services, route: Route, scope: Scope, receive: Receive, sen
     try:
         app = _prepare(svc, route, scope, log)
     except ApiError as error:
-        log["error"] = error.code
+        log["error"], log["status"] = error.code, error.status
         # Refused from the headers: close rather than read what may be a large body.
         await send_error(send, error, close=True)
         return

@@ -35,5 +35,5 @@ async def readyz(request: Request) -> JSONResponse:
 async def metrics(request: Request) -> Response:
     svc = getattr(request.app.state, "services", None)
     if svc is not None:
-        _metrics.sync_engine(svc.crypto, svc.buffers, request.app.limit.active)
+        _metrics.sync_engine(svc.crypto, svc.buffers, request.app.front.active)
     return Response(generate_latest(_metrics.registry()), media_type=CONTENT_TYPE_LATEST)

@@ -72,7 +72,7 @@ class _Transfer:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         watchdog = self.svc.watchdog
         watch = watchdog.watch()
-        body, reply = Body(receive, watch), Reply(send, None, watch)
+        body, reply = Body(receive, watch), Reply(send, self.log, watch)
         try:
             try:
                 await self.transfer(body, reply)

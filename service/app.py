@@ -12,39 +12,31 @@ from fastapi import FastAPI
 from starlette.types import Receive, Scope, Send
 
 from . import _admin, _data, _drain, _handlers, _health, _logging, _metrics
-from ._observe import ConcurrencyLimit, Observe
+from ._observe import Front
 from ._startup import start_services
 from .config import Settings
 
 
 class SealflowApp(FastAPI):
-    """FastAPI for keys, probes, metrics and docs; the data routes are served in front of it.
-
-    Every HTTP request passes the access log and metrics (Observe) and the
-    concurrency limit first; the three data routes then go to ``_data`` as
-    plain ASGI, everything else to FastAPI's router.
-    """
+    """FastAPI for keys, probes, metrics and docs; every HTTP request enters through ``Front``,
+    which serves the data routes itself (see ``_data``)."""
 
     def __init__(self, settings: Settings, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.state.services = None
-        self.limit = ConcurrencyLimit(self._dispatch, settings.max_concurrent_requests)
         self.access_log = _logging.AccessLog()
-        self._entry = Observe(self.limit, self.access_log)
+        self.front = Front(
+            super().__call__,
+            lambda: self.state.services,
+            settings.max_concurrent_requests,
+            self.access_log,
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            await self._entry(scope, receive, send)
+            await self.front(scope, receive, send)
         else:
             await super().__call__(scope, receive, send)
-
-    async def _dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
-        route = _data.match(scope)
-        svc = self.state.services
-        if route is None or svc is None:
-            await super().__call__(scope, receive, send)
-        else:
-            await _data.serve(svc, route, scope, receive, send)
 
     def openapi(self) -> dict[str, Any]:
         if self.openapi_schema is None:
@@ -96,5 +88,5 @@ async def _sync_metrics(app: FastAPI) -> None:
     # In multiprocess mode each worker must publish its engine counters itself.
     assert isinstance(app, SealflowApp)
     while (svc := app.state.services) is not None:
-        _metrics.sync_engine(svc.crypto, svc.buffers, app.limit.active)
+        _metrics.sync_engine(svc.crypto, svc.buffers, app.front.active)
         await asyncio.sleep(2)
