@@ -2,6 +2,9 @@
 
     python -m benchmarks.http            (needs wrk and curl: apt-get install -y wrk curl)
 
+Only the standard library and the service's own dependencies: it runs after the
+README's install (plus wrk and curl).
+
 Both servers run as one uvicorn process pinned to core 0; wrk (or curl for the
 256 MiB transfers) is pinned to core 1. Peer and sealflow alternate, ``ROUNDS``
 times each, and the best round of each counts. sealflow runs with its defaults
@@ -18,12 +21,12 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-
-import httpx
 
 from ._harness import Report, machine
 
@@ -71,9 +74,9 @@ def wait_ready(url: str, proc: subprocess.Popen[bytes]) -> None:
         if proc.poll() is not None:
             raise RuntimeError(f"server exited with {proc.returncode}")
         try:
-            httpx.get(url, timeout=2)
-            return
-        except httpx.TransportError:
+            with urllib.request.urlopen(url, timeout=2):  # noqa: S310 (our own loopback URL)
+                return
+        except (urllib.error.URLError, ConnectionError):
             time.sleep(0.05)
     raise RuntimeError("server did not start")
 
@@ -134,10 +137,11 @@ def best(runs: list[Load]) -> Load:
 
 
 def fetch(url: str, body: bytes, token: str) -> bytes:
-    headers = {"authorization": f"Bearer {token}"} if token else {}
-    r = httpx.post(url, content=body, headers=headers, timeout=60)
-    r.raise_for_status()
-    return r.content
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    request = urllib.request.Request(url, data=body, headers=headers, method="POST")  # noqa: S310
+    with urllib.request.urlopen(request, timeout=60) as response:  # noqa: S310
+        data: bytes = response.read()
+        return data
 
 
 def curl(url: str, src: Path, dst: Path, token: str) -> float:
