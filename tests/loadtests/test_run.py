@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def run(out: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(  # noqa: S603
-        [str(ROOT / "loadtests" / "run.sh"), "--out", str(out), *args],  # noqa: S607
+        [str(ROOT / "loadtests" / "run.sh"), "--out", str(out), *args],
         cwd=ROOT,
         env={**os.environ, "PYTHON": sys.executable, **env},
         capture_output=True,
