@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
 from engine import Algorithm
 
+from ._keystore import KeyExists
 from ._masterkey import create_master_key_file
 from ._startup import open_store
 from .config import Settings
@@ -35,7 +37,9 @@ def prepare(settings: Settings) -> str | None:
         if store.list_tokens():
             return None
         if not any(key.name == "default" for key in store.list_keys()):
-            store.create_key("default", Algorithm.AES_256_GCM)
+            # Replicas starting together on a new shared volume race here: one wins.
+            with contextlib.suppress(KeyExists):
+                store.create_key("default", Algorithm.AES_256_GCM)
         _, secret = store.create_token(ROOT_SCOPES, label="root")
         return secret
     finally:
