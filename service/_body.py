@@ -29,13 +29,15 @@ class Body:
         """The next non-empty piece, or None once the body is complete."""
         while not self.done:
             message = await self._receive()
-            self._watch.touch()
+            watch = self._watch
+            watch.touch()
             if message["type"] == "http.disconnect":
                 raise Disconnected
             self.done = not message.get("more_body", False)
+            watch.receiving = not self.done
             piece: bytes = message.get("body", b"")
             if piece:
-                self.received += len(piece)
+                self.received = watch.received = self.received + len(piece)
                 return piece
         return None
 

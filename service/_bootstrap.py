@@ -22,7 +22,12 @@ def prepare(settings: Settings) -> str | None:
     keystore or the master key cannot be used.
     """
     settings.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    if settings.master_key is None and not settings.master_key_path.exists():
+    if (
+        settings.master_key is None
+        and not settings.master_key_path.exists()
+        # A keystore without its master key is an error to report, not a new start.
+        and not settings.keystore_path.exists()
+    ):
         create_master_key_file(settings.master_key_path)
         print(
             f"WARNING: dev mode: created the master key file {settings.master_key_path} "

@@ -57,5 +57,9 @@ def too_large(limit: int) -> ApiError:
     return ApiError(413, "too_large", f"the body exceeds the limit of {limit} bytes")
 
 
+def headers_too_large(limit: int) -> ApiError:
+    return ApiError(431, "headers_too_large", f"request headers exceed {limit} bytes")
+
+
 def overloaded() -> ApiError:
     return ApiError(503, "overloaded", "too many concurrent requests; retry later")

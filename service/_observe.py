@@ -19,6 +19,8 @@ from ._body import send_error
 from ._logging import AccessLog
 from ._state import Services
 
+# The parser (httptools) accepts headers of any size; requests beyond this get 431.
+MAX_HEADER_BYTES = 16 * 1024
 # Operational routes are not counted against the limit: probes must get through.
 _UNLIMITED = frozenset(("/healthz", "/readyz", "/metrics"))
 
@@ -42,9 +44,14 @@ class Front:
         log: dict[str, Any] = {"status": 0}
         scope["sealflow.log"] = log
         limited = scope["path"] not in _UNLIMITED
+        refusal = None
         if limited and self.active >= self.limit:
-            log["status"] = 503
-            await send_error(send, _errors.overloaded(), close=True)
+            refusal = _errors.overloaded()
+        elif sum(len(name) + len(value) for name, value in scope["headers"]) > MAX_HEADER_BYTES:
+            refusal = _errors.headers_too_large(MAX_HEADER_BYTES)
+        if refusal is not None:
+            log["status"] = refusal.status
+            await send_error(send, refusal, close=True)
             self._record(scope, log, started)
             return
         self.active += limited

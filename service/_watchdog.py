@@ -5,6 +5,10 @@
 records when it last made progress (a float store), and one sweep, every
 quarter of the timeout, cancels the requests that have been stalled longer than
 the timeout. The cancelled request turns that into a 408 (or a cut-off reply).
+
+A body that trickles (a byte now and then, never a long gap) is cut off too:
+once a request has run for the timeout, its body must have averaged at least
+``MIN_RATE`` bytes a second.
 """
 
 from __future__ import annotations
@@ -13,20 +17,29 @@ import asyncio
 from typing import Any
 
 STALLED = "sealflow: request stalled"
+MIN_RATE = 1024  # bytes/s a body must average after the first timeout period
 
 
 class Watch:
     """One request's progress stamp; ``touch()`` after every piece received or sent."""
 
-    __slots__ = ("_loop", "stamp", "task")
+    __slots__ = ("_loop", "received", "receiving", "stamp", "started", "task")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> None:
         self._loop = loop
         self.task = task
-        self.stamp = loop.time()
+        self.started = self.stamp = loop.time()
+        self.received = 0
+        self.receiving = True  # until the body is complete
 
     def touch(self) -> None:
         self.stamp = self._loop.time()
+
+    def stalled(self, now: float, timeout: float) -> bool:
+        if now - self.stamp > timeout:
+            return True
+        running = now - self.started
+        return self.receiving and running > timeout and self.received < MIN_RATE * running
 
 
 class Watchdog:
@@ -51,7 +64,7 @@ class Watchdog:
     def _sweep(self, loop: asyncio.AbstractEventLoop) -> None:
         self._timer = None
         now = loop.time()
-        for watch in [w for w in self._watches if now - w.stamp > self.timeout]:
+        for watch in [w for w in self._watches if w.stalled(now, self.timeout)]:
             self._watches.discard(watch)
             watch.task.cancel(STALLED)
         if self._watches:
