@@ -151,10 +151,21 @@ def test_readiness_goes_503_while_draining_and_in_flight_requests_finish(
         assert r.status_code == 503
         assert r.json()["status"] == "draining"
         assert c.get("/healthz").status_code == 200
+    # After the drain the listener closes: new connections are refused, ...
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", srv.port), timeout=2).close()
+        except ConnectionRefusedError:
+            break
+        assert time.monotonic() < deadline, "still accepting connections after the drain"
+        time.sleep(0.05)
+    # ... while the request in flight still gets its answer.
     in_flight.sendall(b"0123456789")
     assert read_reply(in_flight).startswith(b"HTTP/1.1 200 ")
     # uvicorn re-raises the signal once it has shut down, for its supervisor to see.
     assert srv.proc.wait(30) in (0, -signal.SIGTERM)
+    # The keystore was closed cleanly: SQLite removes its write-ahead log on the last close.
+    assert not (srv.data_dir / "keystore.db-wal").exists()
 
 
 def metric_lines(text: str, name: str) -> list[str]:
