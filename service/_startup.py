@@ -7,6 +7,7 @@ import logging
 import engine
 
 from . import _metrics
+from ._budget import MemoryBudget
 from ._masterkey import load_master_key
 from ._sqlite import SQLiteKeyStore
 from ._state import Services
@@ -48,4 +49,5 @@ def start_services(settings: Settings) -> Services:
         },
     )
     watchdog = Watchdog(settings.receive_timeout)
-    return Services(settings, store, crypto, engine.BufferPool(), watchdog)
+    budget = MemoryBudget(settings.max_buffered_bytes)
+    return Services(settings, store, crypto, engine.BufferPool(), watchdog, budget)

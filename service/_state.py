@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import engine
 
+from ._budget import MemoryBudget
 from ._keystore import KeyStore
 from ._watchdog import Watchdog
 from .config import Settings
@@ -23,3 +24,4 @@ class Services:
     crypto: engine.CryptoPool
     buffers: engine.BufferPool
     watchdog: Watchdog
+    budget: MemoryBudget

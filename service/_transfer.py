@@ -28,6 +28,7 @@ from engine import NONCE_LEN, TAG_LEN, ChunkedDecryptor, ChunkedEncryptor
 
 from . import _auth, _errors, _metrics
 from ._body import Body, Disconnected, Reply
+from ._budget import Hold
 from ._envelope import MalformedEnvelope, Mode, Prefix, parse, prefix_length
 from ._errors import ApiError
 from ._keystore import KeyInfo, KeyNotFound, TokenInfo
@@ -87,8 +88,9 @@ class _Transfer:
             if error.code == "decryption_failed":
                 _metrics.DECRYPTION_FAILURES.labels("authentication").inc()
             # An authenticated client that sent a bad envelope gets its answer on a
-            # connection that stays open; one that is too large or too slow does not.
-            close = not body.done and error.status in (408, 413)
+            # connection that stays open; one that is too large, too slow or refused for
+            # lack of memory does not (the rest of its body is not worth reading).
+            close = not body.done and error.status in (408, 413, 503)
             if not await reply.fail(error, close):
                 _metrics.STREAM_ABORTS.labels(self.operation).inc()
                 self.log["aborted"] = True
@@ -178,24 +180,29 @@ class Encrypt(_Transfer):
         limit = self.svc.settings.max_single_bytes
         start = len(prefix) + NONCE_LEN
         hint = None if self.length is None else start + self.length + TAG_LEN
-        buf = self.svc.buffers.acquire(hint)
-        try:
-            nonce = os.urandom(NONCE_LEN)
-            buf.feed(prefix)
-            buf.feed(nonce)
-            while (piece := await body.read()) is not None:
-                if len(buf) - start + len(piece) > limit:
-                    raise _errors.too_large(limit)
-                buf.feed(piece)
-            aad = prefix + self.aad
-            await self.svc.crypto.run(len(buf), buf.seal, alg, self.material, nonce, aad, start)
-            # A copy: the server may still hold the bytes after send() returns,
-            # and the pooled buffer is wiped and reused right away.
-            sealed = bytes(buf.view())
-        finally:
-            buf.release()
-        reply.length = len(sealed)
-        await reply.write(sealed, more=False)
+        with self.svc.budget.hold() as hold:
+            # The body and the copy of the result: twice its size, until the reply is sent.
+            hold.take(2 * (hint or start))
+            buf = self.svc.buffers.acquire(hint)
+            try:
+                nonce = os.urandom(NONCE_LEN)
+                buf.feed(prefix)
+                buf.feed(nonce)
+                while (piece := await body.read()) is not None:
+                    if len(buf) - start + len(piece) > limit:
+                        raise _errors.too_large(limit)
+                    if hint is None:
+                        hold.take(2 * len(piece))
+                    buf.feed(piece)
+                aad = prefix + self.aad
+                await self.svc.crypto.run(len(buf), buf.seal, alg, self.material, nonce, aad, start)
+                # A copy: the server may still hold the bytes after send() returns,
+                # and the pooled buffer is wiped and reused right away.
+                sealed = bytes(buf.view())
+            finally:
+                buf.release()
+            reply.length = len(sealed)
+            await reply.write(sealed, more=False)
 
 
 class Decrypt(_Transfer):
@@ -225,9 +232,10 @@ class Decrypt(_Transfer):
             codec = ChunkedDecryptor(prefix.algorithm, material, raw + self.aad)
             await self.pipeline(body, reply, codec, b"", [rest] if rest else [])
             return
-        plaintext = await self._open_single(body, prefix, raw, material, rest, remaining)
-        reply.length = len(plaintext)
-        await reply.write(plaintext, more=False)
+        with self.svc.budget.hold() as hold:
+            plaintext = await self._open_single(body, hold, prefix, raw, material, rest, remaining)
+            reply.length = len(plaintext)
+            await reply.write(plaintext, more=False)
 
     async def _read_prefix(self, body: Body) -> tuple[bytes, bytes]:
         """The envelope prefix and whatever arrived after it."""
@@ -275,6 +283,7 @@ class Decrypt(_Transfer):
     async def _open_single(
         self,
         body: Body,
+        hold: Hold,
         prefix: Prefix,
         raw: bytes,
         material: bytes,
@@ -284,12 +293,15 @@ class Decrypt(_Transfer):
         limit = self.svc.settings.max_single_bytes + NONCE_LEN + TAG_LEN
         if remaining is not None and remaining > limit:
             raise _errors.too_large(self.svc.settings.max_single_bytes)
+        hold.take(2 * (remaining or len(rest)))
         buf = self.svc.buffers.acquire(remaining)
         try:
             buf.feed(rest)
             while (piece := await body.read()) is not None:
                 if len(buf) + len(piece) > limit:
                     raise _errors.too_large(self.svc.settings.max_single_bytes)
+                if remaining is None:
+                    hold.take(2 * len(piece))
                 buf.feed(piece)
             if len(buf) < NONCE_LEN + TAG_LEN:
                 raise _errors.decryption_failed()

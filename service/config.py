@@ -33,6 +33,11 @@ class Settings(BaseSettings):
         None, description="file holding the base64 master key (default: <data_dir>/master.key)"
     )
     max_single_bytes: int = Field(64 * MiB, ge=0, description="largest single-shot body")
+    max_buffered_bytes: int = Field(
+        1024 * MiB,
+        ge=0,
+        description="memory all single-shot requests of a process may hold at once (then 503)",
+    )
     max_concurrent_requests: int = Field(256, ge=1, description="data requests beyond get 503")
     receive_timeout: float = Field(
         30.0,
