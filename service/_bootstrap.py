@@ -7,7 +7,7 @@ import sys
 
 from engine import Algorithm
 
-from ._keystore import KeyExists
+from ._keystore import KeyExists, KeyStoreUnavailable
 from ._masterkey import create_master_key_file
 from ._startup import open_store
 from .config import Settings
@@ -15,8 +15,23 @@ from .config import Settings
 ROOT_SCOPES = ["admin", "encrypt:*", "decrypt:*"]
 
 
+def _given_root_token(settings: Settings) -> str | None:
+    if settings.root_token is not None:
+        return settings.root_token.get_secret_value().strip()
+    if settings.root_token_file is not None:
+        try:
+            return settings.root_token_file.read_text().strip()
+        except OSError as exc:
+            raise KeyStoreUnavailable(
+                f"cannot read {settings.root_token_file}: {exc.strerror}"
+            ) from None
+    return None
+
+
 def prepare(settings: Settings) -> str | None:
-    """Make the data dir usable; return the root token if the keystore had none.
+    """Make the data dir usable; return a new root token (to print) if the keystore had none.
+
+    A root token given in the settings is installed instead, and not returned.
 
     Raises KeyStoreUnavailable (with a message saying what is wrong) if the
     keystore or the master key cannot be used.
@@ -45,7 +60,8 @@ def prepare(settings: Settings) -> str | None:
             # Replicas starting together on a new shared volume race here: one wins.
             with contextlib.suppress(KeyExists):
                 store.create_key("default", Algorithm.AES_256_GCM)
-        _, secret = store.create_token(ROOT_SCOPES, label="root")
-        return secret
+        given = _given_root_token(settings)
+        _, secret = store.create_token(ROOT_SCOPES, label="root", secret=given)
+        return None if given else secret
     finally:
         store.close()

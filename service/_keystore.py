@@ -74,6 +74,14 @@ def valid_name(name: str) -> bool:
 SCOPE_RE = re.compile(r"admin|(?:encrypt|decrypt):[a-z0-9._*?\[\]!-]{1,64}")
 
 
+SECRET_RE = re.compile(r"[A-Za-z0-9_-]{43,512}")
+
+
+def valid_secret(secret: str) -> bool:
+    """A token secret: URL-safe base64 of at least 32 bytes (43 characters)."""
+    return SECRET_RE.fullmatch(secret) is not None
+
+
 def valid_scope(scope: str) -> bool:
     """``admin``, or ``encrypt:<glob>`` / ``decrypt:<glob>`` over key names (fnmatch syntax)."""
     return SCOPE_RE.fullmatch(scope) is not None
@@ -101,8 +109,13 @@ class KeyStore(Protocol):
     def key_material(self, name: str, version: int) -> bytes:
         """The unwrapped material of one version. KeyNotFound if name or version is absent."""
 
-    def create_token(self, scopes: list[str], label: str = "") -> tuple[TokenInfo, str]:
+    def create_token(
+        self, scopes: list[str], label: str = "", secret: str | None = None
+    ) -> tuple[TokenInfo, str]:
         """A new token: its info and the secret, which is returned once and stored only hashed.
+
+        ``secret`` imports a token made elsewhere (a deployment secret) instead of drawing one;
+        it must be ``valid_secret``.
 
         InvalidRequest unless there is at least one scope and every scope is ``valid_scope``.
         """

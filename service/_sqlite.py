@@ -29,6 +29,7 @@ from ._keystore import (
     TokenNotFound,
     valid_name,
     valid_scope,
+    valid_secret,
 )
 from ._masterkey import KeyWrapper
 
@@ -192,10 +193,15 @@ class SQLiteKeyStore:
 
     # -- tokens
 
-    def create_token(self, scopes: list[str], label: str = "") -> tuple[TokenInfo, str]:
+    def create_token(
+        self, scopes: list[str], label: str = "", secret: str | None = None
+    ) -> tuple[TokenInfo, str]:
         if isinstance(scopes, str) or not scopes or not all(map(valid_scope, scopes)):
             raise InvalidRequest(f"a token needs one or more valid scopes, not {scopes!r}")
-        token_id, secret = "tok_" + secrets.token_hex(8), secrets.token_urlsafe(32)
+        if secret is not None and not valid_secret(secret):
+            raise InvalidRequest("a given token must be 43 or more URL-safe base64 characters")
+        token_id = "tok_" + secrets.token_hex(8)
+        secret = secret if secret is not None else secrets.token_urlsafe(32)
         row = (token_id, _digest(secret), " ".join(scopes), label, time.time(), None)
         with self._transaction() as db:
             db.execute("INSERT INTO tokens VALUES (?, ?, ?, ?, ?, ?)", row)

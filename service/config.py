@@ -32,6 +32,11 @@ class Settings(BaseSettings):
     master_key_file: Path | None = Field(
         None, description="file holding the base64 master key (default: <data_dir>/master.key)"
     )
+    root_token: SecretStr | None = Field(
+        None,
+        description="the root token to install on a new keystore instead of printing a new one",
+    )
+    root_token_file: Path | None = Field(None, description="a file holding root_token (a secret)")
     max_single_bytes: int = Field(64 * MiB, ge=0, description="largest single-shot body")
     max_buffered_bytes: int = Field(
         1024 * MiB,

@@ -173,3 +173,23 @@ def test_openapi_documents_the_data_routes(server: Server) -> None:
         assert {"200", "400", "401", "403", "413"} <= set(post["responses"])
     assert "/v1/keys/{name}/rotate" in spec["paths"]
     assert "/readyz" in spec["paths"]
+
+
+def test_a_root_token_from_a_secret_is_installed_and_not_printed(tmp_path: Path) -> None:
+    secret = tmp_path / "root-token"
+    token = "r" * 20 + os.urandom(24).hex()  # 68 URL-safe characters
+    secret.write_text(token + "\n")
+    srv = start_server(tmp_path / "data", root_token_file=secret)
+    try:
+        assert srv.token == ""  # nothing printed
+        with srv.client(token) as c:
+            assert c.get("/v1/keys").status_code == 200
+    finally:
+        srv.stop()
+    done = run(
+        "serve", "--port", "0", SEALFLOW_DATA_DIR=str(tmp_path / "other"),
+        SEALFLOW_ROOT_TOKEN="too-short",  # noqa: S106 (a deliberately invalid token)
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert b"43 or more" in done.stderr
+    assert b"too-short" not in done.stderr
