@@ -49,7 +49,7 @@ AdminDep = Annotated[TokenInfo, Depends(_admin)]
 
 
 async def _log(request: Request) -> dict[str, Any]:
-    """The request's access-log record, filled in by the route (see _observe)."""
+    """The request's access-log record, filled in by the route (see _front)."""
     log: dict[str, Any] = request.scope.setdefault("sealflow.log", {})
     return log
 

@@ -12,7 +12,7 @@ from fastapi import FastAPI
 from starlette.types import Receive, Scope, Send
 
 from . import _admin, _data, _drain, _handlers, _health, _logging, _metrics
-from ._observe import Front
+from ._front import Front
 from ._startup import start_services
 from .config import Settings
 
