@@ -19,12 +19,17 @@ from .config import Settings
 _PREFIX = "setting_"
 
 
+# uvicorn's names for the same settings, accepted too.
+_ALIASES = {"max_concurrent_requests": ["--limit-concurrency"]}
+
+
 def _add_settings(parser: argparse.ArgumentParser, names: list[str]) -> None:
     """One flag per setting; a flag given wins over its SEALFLOW_* variable."""
     for name in names:
         field = Settings.model_fields[name]
         parser.add_argument(
             "--" + name.replace("_", "-"),
+            *_ALIASES.get(name, []),
             dest=_PREFIX + name,
             default=argparse.SUPPRESS,
             metavar=name.upper(),

@@ -193,3 +193,9 @@ def test_a_root_token_from_a_secret_is_installed_and_not_printed(tmp_path: Path)
     assert done.returncode == 1
     assert b"43 or more" in done.stderr
     assert b"too-short" not in done.stderr
+
+
+def test_uvicorns_flag_name_sets_the_concurrency_limit(tmp_path: Path) -> None:
+    done = run("serve", "--limit-concurrency", "lots", SEALFLOW_DATA_DIR=str(tmp_path))
+    assert done.returncode == 2
+    assert b"max_concurrent_requests" in done.stderr
