@@ -20,9 +20,8 @@ from . import _auth, _errors
 from ._body import send_error
 from ._envelope import Mode
 from ._errors import ApiError
-from ._keystore import NAME_RE, KeyNotFound
 from ._state import Services
-from ._transfer import Decrypt, Encrypt
+from ._transfer import Decrypt, Encrypt, key_version
 
 MAX_AAD = 8192
 _KEYS = "/v1/keys/"
@@ -94,13 +93,7 @@ def _prepare(svc: Services, route: Route, scope: Scope, log: dict[str, Any]) -> 
     mode = _MODES.get(scope["query_string"])
     if mode is None:
         raise _errors.bad_request("mode must be stream or single")
-    if NAME_RE.fullmatch(name) is None:
-        raise _errors.key_not_found(name)
-    try:
-        key = svc.store.get_key(name)
-        material = svc.store.key_material(name, key.latest)
-    except KeyNotFound:
-        raise _errors.key_not_found(name) from None
+    key, material = key_version(svc.store, name)
     limit = svc.settings.max_single_bytes
     if mode is Mode.SINGLE and length is not None and length > limit:
         raise _errors.too_large(limit)

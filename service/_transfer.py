@@ -31,7 +31,7 @@ from ._body import Body, Disconnected, Reply
 from ._budget import Hold
 from ._envelope import MalformedEnvelope, Mode, Prefix, parse, prefix_length
 from ._errors import ApiError
-from ._keystore import KeyInfo, KeyNotFound, TokenInfo
+from ._keystore import KeyInfo, KeyNotFound, KeyStore, TokenInfo
 from ._state import Services
 from ._watchdog import stalled
 
@@ -56,6 +56,15 @@ def _run_batch(
             o += codec.finalize_into(view[o:])
     del out[o:]
     return out
+
+
+def key_version(store: KeyStore, name: str, version: int | None = None) -> tuple[KeyInfo, bytes]:
+    """A key and the material of one version (the latest by default), or 404 key_not_found."""
+    try:
+        key = store.get_key(name)
+        return key, store.key_material(name, key.latest if version is None else version)
+    except KeyNotFound:
+        raise _errors.key_not_found(name) from None
 
 
 class _Transfer:
@@ -222,8 +231,8 @@ class Decrypt(_Transfer):
         self.route_key = route_key
 
     async def transfer(self, body: Body, reply: Reply) -> None:
-        raw, rest = await self._read_prefix(body)
-        prefix, material = self._check(raw)
+        prefix, raw, rest = await self._read_prefix(body)
+        material = self._check(prefix)
         remaining = None if self.length is None else self.length - len(raw)
         if prefix.mode is Mode.STREAM:
             if remaining is not None:
@@ -237,8 +246,8 @@ class Decrypt(_Transfer):
             reply.length = len(plaintext)
             await reply.write(plaintext, more=False)
 
-    async def _read_prefix(self, body: Body) -> tuple[bytes, bytes]:
-        """The envelope prefix and whatever arrived after it."""
+    async def _read_prefix(self, body: Body) -> tuple[Prefix, bytes, bytes]:
+        """The envelope prefix, parsed and as bytes, and whatever arrived after it."""
         head = b""
         try:
             while True:
@@ -248,18 +257,13 @@ class Decrypt(_Transfer):
                 head = head + piece if head else piece
                 n = prefix_length(head)
                 if n is not None and len(head) >= n:
-                    return head[:n], head[n:]
+                    return parse(head[:n]), head[:n], head[n:]
         except MalformedEnvelope as exc:
             _metrics.DECRYPTION_FAILURES.labels("malformed_envelope").inc()
             raise _errors.malformed_envelope(str(exc)) from None
 
-    def _check(self, raw: bytes) -> tuple[Prefix, bytes]:
-        """Parse the prefix and apply scope, key and version rules; return it with the key."""
-        try:
-            prefix = parse(raw)
-        except MalformedEnvelope as exc:
-            _metrics.DECRYPTION_FAILURES.labels("malformed_envelope").inc()
-            raise _errors.malformed_envelope(str(exc)) from None
+    def _check(self, prefix: Prefix) -> bytes:
+        """Apply the scope, key and version rules to the prefix; return the key material."""
         self.log["key"], self.log["version"] = prefix.name, prefix.version
         self.log["mode"] = prefix.mode.name.lower()
         self.algorithm = prefix.algorithm.value
@@ -268,17 +272,13 @@ class Decrypt(_Transfer):
         elif prefix.name != self.route_key:
             # The envelope names another key: it cannot authenticate under this one.
             raise _errors.decryption_failed()
-        try:
-            key = self.svc.store.get_key(prefix.name)
-            material = self.svc.store.key_material(prefix.name, prefix.version)
-        except KeyNotFound:
-            raise _errors.key_not_found(prefix.name) from None
+        key, material = key_version(self.svc.store, prefix.name, prefix.version)
         if prefix.algorithm is not key.algorithm:
             raise _errors.decryption_failed()
         if prefix.version < key.min_decryption_version:
             _metrics.DECRYPTION_FAILURES.labels("version_retired").inc()
             raise _errors.version_retired()
-        return prefix, material
+        return material
 
     async def _open_single(
         self,
