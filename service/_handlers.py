@@ -6,7 +6,7 @@ import logging
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import Response
 from starlette.exceptions import HTTPException
 
 from ._errors import ApiError
@@ -20,22 +20,26 @@ _STORE_ERRORS: dict[type[KeyStoreError], tuple[int, str]] = {
 }
 
 
-def _error(status: int, code: str, message: str) -> JSONResponse:
-    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
+def _error(status: int, code: str, message: str) -> Response:
+    # The same body as the data routes' errors: ApiError renders it in one place.
+    body = ApiError(status, code, message).body()
+    return Response(body, status_code=status, media_type="application/json")
 
 
-async def _api_error(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, ApiError)
-    response = _error(exc.status, exc.code, exc.message)
+def _closing(request: Request, response: Response) -> Response:
+    """Close after answering a request whose body may not have been read (or only in part)."""
     headers = request.headers
     if "transfer-encoding" in headers or headers.get("content-length", "0") != "0":
-        # Refused before a data route read the body: close the connection
-        # rather than have the server read (and discard) what is left of it.
         response.headers["connection"] = "close"
     return response
 
 
-async def _store_error(_: Request, exc: Exception) -> JSONResponse:
+async def _api_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ApiError)
+    return _closing(request, _error(exc.status, exc.code, exc.message))
+
+
+async def _store_error(_: Request, exc: Exception) -> Response:
     assert isinstance(exc, KeyStoreError)
     known = _STORE_ERRORS.get(type(exc))
     if known is None:
@@ -45,16 +49,21 @@ async def _store_error(_: Request, exc: Exception) -> JSONResponse:
     return _error(*known, str(exc))
 
 
-async def _invalid(_: Request, exc: Exception) -> JSONResponse:
+async def _invalid(_: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestValidationError)
     where = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
     return _error(400, "bad_request", where or "invalid request")
 
 
-async def _http_error(_: Request, exc: Exception) -> JSONResponse:
+_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
-    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-    return _error(exc.status_code, code, str(exc.detail))
+    code = _HTTP_CODES.get(exc.status_code, "http_error")
+    response = _error(exc.status_code, code, str(exc.detail))
+    # 413: FastAPI's body limit refused the body from its Content-Length, unread.
+    return _closing(request, response) if exc.status_code == 413 else response
 
 
 def install(app: FastAPI) -> None:
