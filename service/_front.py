@@ -21,6 +21,9 @@ from ._state import Services
 
 # The parser (httptools) accepts headers of any size; requests beyond this get 431.
 MAX_HEADER_BYTES = 16 * 1024
+# Bodies of the routes FastAPI serves (admin JSON of a few hundred bytes); the data routes
+# stream and have their own limits. Chunked bodies are bounded by FastAPI's max_body_size.
+MAX_OTHER_BODY = 64 * 1024
 # Operational routes are not counted against the limit: probes must get through.
 _UNLIMITED = frozenset(("/healthz", "/readyz", "/metrics"))
 
@@ -44,11 +47,15 @@ class Front:
         log: dict[str, Any] = {"status": 0}
         scope["sealflow.log"] = log
         limited = scope["path"] not in _UNLIMITED
+        route = _data.match(scope)
         refusal = None
         if limited and self.active >= self.limit:
             refusal = _errors.overloaded()
         elif sum(len(name) + len(value) for name, value in scope["headers"]) > MAX_HEADER_BYTES:
             refusal = _errors.headers_too_large(MAX_HEADER_BYTES)
+        elif route is None and _content_length(scope) > MAX_OTHER_BODY:
+            # FastAPI reads a route's JSON body before its dependencies check the token.
+            refusal = _errors.too_large(MAX_OTHER_BODY)
         if refusal is not None:
             log["status"] = refusal.status
             await send_error(send, refusal, close=True)
@@ -56,7 +63,6 @@ class Front:
             return
         self.active += limited
         try:
-            route = _data.match(scope)
             svc = self.services()
             if route is not None and svc is not None:
                 await _data.serve(svc, route, scope, receive, send)
@@ -73,6 +79,13 @@ class Front:
         _metrics.count_request(template, method, log["status"], elapsed)
         log.update(method=method, route=template, duration_ms=round(elapsed * 1000, 3))
         self.access.write(log)
+
+
+def _content_length(scope: Scope) -> int:
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            return int(value)  # the parser has refused a malformed one
+    return 0
 
 
 def _noting_status(send: Send, log: dict[str, Any]) -> Send:

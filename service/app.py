@@ -12,7 +12,7 @@ from fastapi import FastAPI
 from starlette.types import Receive, Scope, Send
 
 from . import _admin, _data, _drain, _handlers, _health, _logging, _metrics
-from ._front import Front
+from ._front import MAX_OTHER_BODY, Front
 from ._startup import start_services
 from .config import Settings
 
@@ -72,6 +72,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app = SealflowApp(
         settings,
+        # Front refuses larger bodies by Content-Length; this bounds chunked ones.
+        max_body_size=MAX_OTHER_BODY,
         title="sealflow",
         version="0.1.0",
         summary="Encrypt and decrypt streamed bodies under named, versioned keys.",

@@ -102,3 +102,18 @@ def test_an_unauthenticated_1_gb_upload_is_refused_without_reading_it(server: Se
 def test_token_digests_not_secrets_are_stored(server: Server) -> None:
     raw = (server.data_dir / "keystore.db").read_bytes()
     assert server.token.encode() not in raw
+
+
+def test_an_unauthenticated_1_gb_admin_body_is_refused_without_reading_it(server: Server) -> None:
+    # FastAPI reads a JSON body before the route's token check: a body limit stops it first.
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+        sock.sendall(
+            b"POST /v1/keys HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 1000000000\r\n\r\n{"
+        )
+        reply = b""
+        while chunk := sock.recv(65536):
+            reply += chunk
+    assert reply.startswith(b"HTTP/1.1 413 ")
+    assert b'"too_large"' in reply
+    assert b"connection: close" in reply.lower()
