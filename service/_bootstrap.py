@@ -7,8 +7,8 @@ import sys
 
 from engine import Algorithm
 
-from ._keystore import KeyExists, KeyStoreUnavailable
-from ._masterkey import create_master_key_file
+from ._keystore import KeyExists
+from ._masterkey import create_master_key_file, read_secret
 from ._startup import open_store
 from .config import Settings
 
@@ -19,12 +19,8 @@ def _given_root_token(settings: Settings) -> str | None:
     if settings.root_token is not None:
         return settings.root_token.get_secret_value().strip()
     if settings.root_token_file is not None:
-        try:
-            return settings.root_token_file.read_text().strip()
-        except OSError as exc:
-            raise KeyStoreUnavailable(
-                f"cannot read {settings.root_token_file}: {exc.strerror}"
-            ) from None
+        path = settings.root_token_file
+        return read_secret(path, f"root token file {path}").strip()
     return None
 
 

@@ -27,13 +27,17 @@ def load_master_key(env_value: str | None, key_file: Path | None) -> bytes:
     if key_file is None:
         raise KeyStoreUnavailable("no master key: set SEALFLOW_MASTER_KEY or a master key file")
     source = f"master key file {key_file}"
+    return _decode(read_secret(key_file, source), source)
+
+
+def read_secret(path: Path, source: str) -> str:
+    """The text of a secret file (ASCII), or KeyStoreUnavailable saying what is wrong with it."""
     try:
-        text = key_file.read_bytes().decode("ascii")
+        return path.read_bytes().decode("ascii")
     except OSError as exc:
         raise KeyStoreUnavailable(f"cannot read {source}: {exc.strerror}") from None
     except UnicodeDecodeError:
         raise KeyStoreUnavailable(f"{source} is not base64 text") from None
-    return _decode(text, source)
 
 
 def _decode(text: str, source: str) -> bytes:
