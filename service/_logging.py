@@ -23,11 +23,23 @@ log = logging.getLogger("sealflow")
 _UNFINISHED = "ASGI callable returned without completing response."
 
 
+_second: tuple[int, str] = (-1, "")
+
+
+def timestamp(t: float) -> str:
+    """ISO 8601 UTC with milliseconds; strftime once a second, not once a line."""
+    global _second
+    second, text = _second
+    if int(t) != second:
+        second, text = int(t), time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t))
+        _second = (second, text)  # one tuple: a reader on another thread sees a matching pair
+    return f"{text}.{int(t % 1 * 1000):03d}Z"
+
+
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
-            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-            + f".{int(record.msecs):03d}Z",
+            "ts": timestamp(record.created),
             "level": record.levelname.lower(),
             "logger": record.name,
             "msg": record.getMessage(),
@@ -54,18 +66,12 @@ class AccessLog:
         self.interval = interval
         self._lines: list[str] = []
         self._timer: asyncio.TimerHandle | None = None
-        self._second = -1
-        self._stamp = ""
 
     def write(self, fields: dict[str, Any]) -> None:
         if not access.isEnabledFor(logging.INFO):
             return
-        now = time.time()
-        second = int(now)
-        if second != self._second:  # strftime once a second, not once a line
-            self._second, self._stamp = second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now))
         entry = {
-            "ts": f"{self._stamp}.{int(now % 1 * 1000):03d}Z",
+            "ts": timestamp(time.time()),
             "level": "info",
             "logger": access.name,
             "msg": "request",
