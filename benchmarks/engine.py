@@ -17,9 +17,9 @@ from collections.abc import Callable
 from cryptography.cobblestone import Cobblestone256Decryptor, Cobblestone256Encryptor
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
 
-import engine
 from benchmarks._harness import Report, machine, rate
-from engine import AEAD, Algorithm, BufferPool, ChunkedDecryptor, ChunkedEncryptor
+from sealflow import engine
+from sealflow.engine import AEAD, Algorithm, BufferPool, ChunkedDecryptor, ChunkedEncryptor
 
 KIB, MIB = 1024, 1024 * 1024
 ALG = Algorithm.AES_256_GCM

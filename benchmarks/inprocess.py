@@ -24,9 +24,9 @@ from typing import Any
 
 
 async def run(requests: int, profile: bool) -> float:
-    from service._bootstrap import prepare
-    from service.app import create_app
-    from service.config import Settings
+    from sealflow.service._bootstrap import prepare
+    from sealflow.service.app import create_app
+    from sealflow.service.config import Settings
 
     settings = Settings()
     token = prepare(settings)

@@ -9,16 +9,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from native._sealflow_native import ffi, lib
+from sealflow.native._sealflow_native import ffi, lib
 
-from native import MIN_OPENSSL_VERSION, MIN_OPENSSL_VERSION_TEXT
+from sealflow.native import MIN_OPENSSL_VERSION_TEXT
 
 from ._errors import DecryptionError, NativeError
-from ._types import TAG_LEN, AlgorithmSpec, BytesLike
+from ._types import TAG_LEN, Algorithm, AlgorithmSpec, BytesLike, ContextStrategy
 
-_OK, _ERR_OPENSSL, _ERR_AUTH, _ERR_ARG, _ERR_LIMIT = 0, -1, -2, -3, -4
+# Indexed by the C side's SF_EV_* and SF_LAZY/SF_HYBRID/SF_EAGER (native/sealflow_native.h).
 EVENTS = ("created", "rekeyed", "reused", "freed")
 STRATEGIES = ("lazy", "hybrid", "eager")
+# AlgorithmSpec.index is the position in the C cipher table.
+if (len(EVENTS), len(STRATEGIES), len(Algorithm)) != (
+    lib.SF_EVENTS,
+    lib.SF_STRATEGIES,
+    lib.SF_ALGORITHMS,
+):
+    raise ImportError("sealflow.native was built from another sealflow_native.h: rebuild it")
 
 
 def _drain_errors() -> str:
@@ -31,18 +38,18 @@ def _drain_errors() -> str:
 
 
 def _raise(rc: int) -> None:
-    if rc == _ERR_AUTH:
+    if rc == lib.SF_ERR_AUTH:
         raise DecryptionError()
-    if rc == _ERR_OPENSSL:
+    if rc == lib.SF_ERR_OPENSSL:
         raise NativeError(_drain_errors())
     lib.ERR_clear_error()
-    if rc == _ERR_LIMIT:
+    if rc == lib.SF_ERR_LIMIT:
         raise ValueError("C2SP chunk counter limit (2**38 chunks) reached")
     raise ValueError("invalid arguments to the native AEAD call")
 
 
 def _startup() -> None:
-    if lib.sf_openssl_version_num() < MIN_OPENSSL_VERSION:
+    if lib.sf_openssl_version_num() < lib.SF_MIN_OPENSSL_VERSION:
         raise ImportError(f"sealflow needs OpenSSL libcrypto >= {MIN_OPENSSL_VERSION_TEXT}")
     rc = lib.sf_init()
     if rc:
@@ -55,8 +62,8 @@ _seal, _open = lib.sf_seal, lib.sf_open
 _chunks_seal, _chunks_open = lib.sf_chunks_seal, lib.sf_chunks_open
 _seal_small, _open_small, _unpack = lib.sf_seal_small, lib.sf_open_small, ffi.unpack
 NULL = ffi.NULL
-# Largest message the small variants take (the C scratch buffer is 8 KiB).
-SCRATCH_LIMIT = 8192 - TAG_LEN
+# Largest message the small variants take (the C scratch buffer).
+SCRATCH_LIMIT = lib.SF_SCRATCH_LEN - TAG_LEN
 
 
 def _in(data: BytesLike) -> Any:
@@ -195,22 +202,24 @@ class NativeProvider:
             _raise(rc)
 
 
-def set_strategy(strategy: int) -> None:
-    lib.sf_set_strategy(strategy)
+def set_strategy(strategy: ContextStrategy) -> None:
+    lib.sf_set_strategy(getattr(lib, f"SF_{strategy.name}"))
 
 
 def context_stats() -> dict[tuple[str, str], int]:
     """Native cipher-context events since process start, by (strategy, event)."""
-    raw = ffi.new("uint64_t[12]")
+    raw = ffi.new("uint64_t[]", lib.SF_STRATEGIES * lib.SF_EVENTS)
     lib.sf_stats_read(raw)
     return {
-        (s, e): int(raw[i * 4 + j]) for i, s in enumerate(STRATEGIES) for j, e in enumerate(EVENTS)
+        (s, e): int(raw[i * lib.SF_EVENTS + j])
+        for i, s in enumerate(STRATEGIES)
+        for j, e in enumerate(EVENTS)
     }
 
 
 def thread_context_ids() -> tuple[int, ...]:
     """Where this thread's native contexts live (0 if not created yet), per algorithm."""
-    return tuple(int(lib.sf_thread_context_id(i)) for i in range(3))
+    return tuple(int(lib.sf_thread_context_id(i)) for i in range(lib.SF_ALGORITHMS))
 
 
 def release_thread_contexts() -> None:

@@ -6,7 +6,7 @@ depends on the algorithm and the message size: on Debian 12's OpenSSL 3.0,
 AES-GCM lacks VAES, so ``cryptography`` wins for large AES messages while the
 native call's lower per-call cost wins for small ones. A calibration of at most
 about 50 ms picks one provider per algorithm and size class; the choice can be
-overridden with ``SEALFLOW_PROVIDER`` or ``set_provider``.
+overridden with ``set_provider`` (the service's ``SEALFLOW_PROVIDER``).
 """
 
 from __future__ import annotations
@@ -197,6 +197,3 @@ def provider_choice() -> dict[Algorithm, dict[str, str]]:
         alg: {cls.name.lower(): table[alg.spec.index][cls].name for cls in SizeClass}
         for alg in Algorithm
     }
-
-
-set_provider(os.environ.get("SEALFLOW_PROVIDER", "auto").strip().lower() or "auto")

@@ -19,40 +19,24 @@
 #include <openssl/opensslv.h>
 #include <openssl/params.h>
 
-#if OPENSSL_VERSION_NUMBER < 0x300000D0L
+#include "sealflow_native.h"
+
+#if OPENSSL_VERSION_NUMBER < SF_MIN_OPENSSL_VERSION
 #error "sealflow needs OpenSSL libcrypto >= 3.0.13 (install libssl-dev from Debian 12 or newer)"
 #endif
 
-#define SF_NONCE_LEN 12
-#define SF_TAG_LEN 16
-#define SF_CHUNK 16384
 #define SF_CHUNK_CT (SF_CHUNK + SF_TAG_LEN)
 #define SF_MAX_CHUNKS (1ULL << 38)
 /* EVP_*Update take an int length: feed long messages in slices below it. */
 #define SF_SLICE (1 << 30)
 
-#define SF_OK 0
-#define SF_ERR_OPENSSL -1
-#define SF_ERR_AUTH -2
-#define SF_ERR_ARG -3
-#define SF_ERR_LIMIT -4
-
-#define SF_LAZY 0
-#define SF_HYBRID 1
-#define SF_EAGER 2
-
-#define SF_EV_CREATED 0
-#define SF_EV_REKEYED 1
-#define SF_EV_REUSED 2
-#define SF_EV_FREED 3
-
-static const char *const sf_cipher_names[3] = {
+static const char *const sf_cipher_names[SF_ALGORITHMS] = {
     "AES-128-GCM", "AES-256-GCM", "ChaCha20-Poly1305"};
-static const size_t sf_key_lens[3] = {16, 32, 32};
-static EVP_CIPHER *sf_ciphers[3];
+static const size_t sf_key_lens[SF_ALGORITHMS] = {16, 32, 32};
+static EVP_CIPHER *sf_ciphers[SF_ALGORITHMS];
 
 /* Strategy x event counters, shared by every thread, updated atomically. */
-static uint64_t sf_stats[3][4];
+static uint64_t sf_stats[SF_STRATEGIES][SF_EVENTS];
 
 /*
  * A thread's cached context for one algorithm. Holders live in thread-local
@@ -68,13 +52,12 @@ typedef struct {
 } sf_aead;
 
 /* Output of small one-shot calls, so Python can copy it straight into a bytes object. */
-#define SF_SCRATCH_LEN 8192
 static __thread unsigned char sf_scratch[SF_SCRATCH_LEN];
 static __thread int sf_scratch_rc;
 
 static int sf_strategy = SF_LAZY;
 static pthread_key_t sf_tls_key;
-static __thread sf_aead *sf_tls[3];
+static __thread sf_aead *sf_tls[SF_ALGORITHMS];
 
 static void sf_count(int strategy, int event)
 {
@@ -98,7 +81,7 @@ static void sf_drop_ctx(sf_aead *a)
 static void sf_thread_exit(void *unused)
 {
     (void)unused;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < SF_ALGORITHMS; i++) {
         if (sf_tls[i] == NULL)
             continue;
         sf_drop_ctx(sf_tls[i]);
@@ -115,7 +98,7 @@ int sf_init(void)
         return SF_OK;
     if (pthread_key_create(&sf_tls_key, sf_thread_exit) != 0)
         return SF_ERR_ARG;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < SF_ALGORITHMS; i++) {
         sf_ciphers[i] = EVP_CIPHER_fetch(NULL, sf_cipher_names[i], NULL);
         if (sf_ciphers[i] == NULL)
             return SF_ERR_OPENSSL;
@@ -126,9 +109,9 @@ int sf_init(void)
 
 void sf_stats_read(uint64_t *out)
 {
-    for (int s = 0; s < 3; s++)
-        for (int e = 0; e < 4; e++)
-            out[s * 4 + e] = __atomic_load_n(&sf_stats[s][e], __ATOMIC_RELAXED);
+    for (int s = 0; s < SF_STRATEGIES; s++)
+        for (int e = 0; e < SF_EVENTS; e++)
+            out[s * SF_EVENTS + e] = __atomic_load_n(&sf_stats[s][e], __ATOMIC_RELAXED);
 }
 
 void sf_set_strategy(int strategy) { __atomic_store_n(&sf_strategy, strategy, __ATOMIC_RELAXED); }

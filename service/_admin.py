@@ -13,7 +13,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query
 from pydantic import BaseModel, ConfigDict, Field
 
-from engine import Algorithm
+from sealflow.engine import Algorithm
 
 from ._deps import AdminDep, LogDep, ServicesDep
 from ._errors import ApiError

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import sys
 
-from engine import Algorithm
+from sealflow.engine import Algorithm
 
 from ._keystore import KeyExists
 from ._masterkey import create_master_key_file, read_secret

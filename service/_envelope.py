@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from engine import Algorithm
+from sealflow.engine import Algorithm
 
 from ._keystore import valid_name
 

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Protocol
 
-from engine import Algorithm
+from sealflow.engine import Algorithm
 
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 

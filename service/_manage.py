@@ -13,7 +13,7 @@ import sys
 import time
 from typing import Any
 
-from engine import Algorithm
+from sealflow.engine import Algorithm
 
 from ._keystore import KeyInfo, KeyStore, TokenInfo
 from ._startup import open_store

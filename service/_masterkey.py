@@ -6,7 +6,7 @@ import base64
 import os
 from pathlib import Path
 
-import engine
+from sealflow import engine
 
 from ._keystore import KeyStoreUnavailable
 

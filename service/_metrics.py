@@ -16,7 +16,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, multiprocess
 from prometheus_client.registry import REGISTRY
 
-import engine
+from sealflow import engine
 
 REQUESTS = Counter(
     "sealflow_requests", "HTTP requests by route, method and status", ["route", "method", "status"]

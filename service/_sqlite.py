@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from engine import Algorithm
+from sealflow.engine import Algorithm
 
 from ._keystore import (
     InvalidRequest,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-import engine
+from sealflow import engine
 
 from . import _metrics
 from ._budget import MemoryBudget

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-import engine
+from sealflow import engine
 
 from ._budget import MemoryBudget
 from ._keystore import KeyStore

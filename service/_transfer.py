@@ -23,8 +23,8 @@ from typing import Any
 
 from starlette.types import Receive, Scope, Send
 
-import engine
-from engine import NONCE_LEN, TAG_LEN, ChunkedDecryptor, ChunkedEncryptor
+from sealflow import engine
+from sealflow.engine import NONCE_LEN, TAG_LEN, ChunkedDecryptor, ChunkedEncryptor
 
 from . import _auth, _errors, _metrics
 from ._body import Body, Disconnected, Reply

@@ -10,7 +10,7 @@ from typing import Any
 
 import pydantic
 
-import engine
+from sealflow import engine
 
 from . import _client, _logging, _manage
 from ._keystore import KeyStoreError
@@ -70,7 +70,7 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     uvicorn.run(
-        "service.app:create_app",
+        "sealflow.service.app:create_app",
         factory=True,
         host=settings.host,
         port=settings.port,

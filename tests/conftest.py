@@ -4,7 +4,7 @@ from collections.abc import Iterator
 
 import pytest
 
-import engine
+from sealflow import engine
 
 PROVIDERS = sorted(engine.PROVIDERS)
 STRATEGIES = list(engine.ContextStrategy)

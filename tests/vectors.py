@@ -1,11 +1,10 @@
-"""Loaders for the test vectors: Wycheproof and C2SP files in ../shared/vectors, NIST GCM and
-RFC 8439 (ChaCha20-Poly1305) files in the cryptography_vectors package."""
+"""Loaders for the test vectors: Wycheproof and C2SP files in tests/data (see its README), NIST
+GCM and RFC 8439 (ChaCha20-Poly1305) files in the cryptography_vectors package."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -14,18 +13,11 @@ from typing import Any
 
 import cryptography_vectors
 
-# ../shared/vectors beside the repository (CI lays shared/ next to the clone); overridable.
-VECTORS = Path(
-    os.environ.get("SEALFLOW_VECTORS", Path(__file__).resolve().parents[2] / "shared" / "vectors")
-)
-WYCHEPROOF = VECTORS / "wycheproof"
+WYCHEPROOF = Path(__file__).resolve().parent / "data" / "wycheproof"
 
 
 def wycheproof(name: str) -> dict[str, Any]:
-    path = WYCHEPROOF / name
-    if not path.is_file():
-        raise FileNotFoundError(f"test vectors missing: {path} (set SEALFLOW_VECTORS)")
-    data: dict[str, Any] = json.loads(path.read_text())
+    data: dict[str, Any] = json.loads((WYCHEPROOF / name).read_text())
     return data
 
 

@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-import engine
-from engine import AEAD, Algorithm, DecryptionError
+from sealflow import engine
+from sealflow.engine import AEAD, Algorithm, DecryptionError
 
 ALGS = list(Algorithm)
 

@@ -3,10 +3,12 @@ context strategy."""
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 
-import engine
-from tests.vectors import AeadCase, nist_gcm, rfc8439, wycheproof_aead
+from sealflow import engine
+from tests.vectors import WYCHEPROOF, AeadCase, nist_gcm, rfc8439, wycheproof_aead
 
 AES_BY_KEY_LEN = {16: engine.Algorithm.AES_128_GCM, 32: engine.Algorithm.AES_256_GCM}
 CHACHA = engine.Algorithm.CHACHA20_POLY1305
@@ -94,3 +96,28 @@ def test_rfc8439_chacha20_poly1305(impl: object) -> None:
     assert rfc
     assert rfc[0].tag.hex() == "1ae10b594f09e26a7e902ecbd0600691"
     run_all(cases)
+
+
+# The copied Wycheproof files, as published at commit dac1dd4 (tests/data/README.md).
+PUBLISHED_SHA256 = {
+    "aes_gcm_test.json": "985e5ecc172e181eaf49e89508b9470dcf478002eb7e8559c707eb42dc97dfe7",
+    "chacha20_poly1305_test.json": (
+        "fe61d25f90e1bde4461d00eafe61049e5f29bd999f36b766df9cda90906ad53d"
+    ),
+    "c2sp_chunked_encryption_aes_128_gcm_test.json": (
+        "2e0a512c47bfae6efd0b59644ab72f3dd7e80e4f74d6642c2c10427a02b095db"
+    ),
+    "c2sp_chunked_encryption_aes_256_gcm_test.json": (
+        "0f8e35568d59649fb55fb0e5602dc678dc8910d6822beef4945aee0b5994ef05"
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED_SHA256))
+def test_vector_files_are_unmodified_copies(name: str) -> None:
+    digest = hashlib.sha256((WYCHEPROOF / name).read_bytes()).hexdigest()
+    assert digest == PUBLISHED_SHA256[name]
+
+
+def test_vector_files_ship_with_their_licence() -> None:
+    assert "Apache License" in (WYCHEPROOF / "LICENSE").read_text()

@@ -7,7 +7,7 @@ import tracemalloc
 
 import pytest
 
-from engine import AEADBuffer, BufferPool, DecryptionError
+from sealflow.engine import AEADBuffer, BufferPool, DecryptionError
 
 
 def test_size_hint_preallocates_exactly_and_never_grows() -> None:

@@ -20,8 +20,8 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDFExpand
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import engine
-from engine import Algorithm, ChunkedDecryptor, ChunkedEncryptor, DecryptionError
+from sealflow import engine
+from sealflow.engine import Algorithm, ChunkedDecryptor, ChunkedEncryptor, DecryptionError
 from tests.vectors import ChunkedCase, c2sp_chunked
 
 CHUNK, SEALED = 16384, 16400

@@ -9,8 +9,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-import engine
-from engine import AEAD, ContextStrategy, _native
+from sealflow import engine
+from sealflow.engine import AEAD, ContextStrategy, _native
 
 
 def native(strategy: str) -> dict[str, int]:

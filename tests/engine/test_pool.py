@@ -8,8 +8,8 @@ import threading
 
 import pytest
 
-import engine
-from engine import CryptoPool
+from sealflow import engine
+from sealflow.engine import CryptoPool
 
 
 def test_small_jobs_run_inline_and_large_ones_on_workers() -> None:

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from engine import Algorithm
+from sealflow.engine import Algorithm
 
 from . import duplex as _duplex
 

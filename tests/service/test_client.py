@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 import pytest
 import uvicorn
 
-from service import _client
+from sealflow.service import _client
 
 TOKEN = "tok-3f1c9a-not-a-real-token"  # noqa: S105 (a test token)
 XOR = bytes(b ^ 0x5A for b in range(256))

@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from engine import Algorithm
-from service._envelope import MAX_PREFIX_LEN, MalformedEnvelope, Mode, Prefix, parse, prefix_length
+from sealflow.engine import Algorithm
+from sealflow.service._envelope import (
+    MAX_PREFIX_LEN,
+    MalformedEnvelope,
+    Mode,
+    Prefix,
+    parse,
+    prefix_length,
+)
 
 
 @pytest.mark.parametrize("alg", list(Algorithm))

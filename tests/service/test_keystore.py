@@ -16,16 +16,16 @@ from pathlib import Path
 
 import pytest
 
-from engine import Algorithm
-from service._keystore import (
+from sealflow.engine import Algorithm
+from sealflow.service._keystore import (
     InvalidRequest,
     KeyExists,
     KeyNotFound,
     KeyStoreUnavailable,
     TokenNotFound,
 )
-from service._masterkey import KeyWrapper, create_master_key_file, load_master_key
-from service._sqlite import SQLiteKeyStore
+from sealflow.service._masterkey import KeyWrapper, create_master_key_file, load_master_key
+from sealflow.service._sqlite import SQLiteKeyStore
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -306,7 +306,7 @@ def run_together(script: str, *args: str, processes: int = 2) -> None:
 CHILD = """
 import sys
 from pathlib import Path
-from service._sqlite import SQLiteKeyStore
+from sealflow.service._sqlite import SQLiteKeyStore
 
 print("ready", flush=True)
 sys.stdin.readline()

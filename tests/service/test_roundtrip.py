@@ -10,8 +10,8 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-import engine
-from engine import Algorithm
+from sealflow import engine
+from sealflow.engine import Algorithm
 
 from .conftest import KEYS, Server, exported_key
 from .oracle import open_envelope, split

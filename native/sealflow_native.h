@@ -1,16 +1,44 @@
-"""cffi build script (API, out-of-line mode) for sealflow's native AEAD helpers.
+/*
+ * The functions and constants sealflow_native.c exports to Python.
+ *
+ * This file is also the cffi cdef (native/ffi/build.py reads it, minus the
+ * preprocessor guard), so every constant here is visible to Python as
+ * lib.NAME and is never written down twice. Keep it to what cffi's cdef
+ * parser accepts: plain prototypes and integer #defines.
+ */
+#ifndef SEALFLOW_NATIVE_H
+#define SEALFLOW_NATIVE_H
 
-Used by setup.py's ``cffi_modules``; it is not installed. The C source is
-``sealflow_native.c`` beside this file.
-"""
+#define SF_MIN_OPENSSL_VERSION 0x300000D0
 
-from pathlib import Path
+#define SF_NONCE_LEN 12
+#define SF_TAG_LEN 16
+#define SF_CHUNK 16384
+#define SF_SCRATCH_LEN 8192
 
-from cffi import FFI
+/* Algorithms, by index: AES-128-GCM, AES-256-GCM, ChaCha20-Poly1305. */
+#define SF_ALGORITHMS 3
 
-HERE = Path(__file__).resolve().parent
+/* Return codes. */
+#define SF_OK 0
+#define SF_ERR_OPENSSL -1
+#define SF_ERR_AUTH -2
+#define SF_ERR_ARG -3
+#define SF_ERR_LIMIT -4
 
-CDEF = """
+/* Context strategies (Amazon Corretto Crypto Provider's names). */
+#define SF_LAZY 0
+#define SF_HYBRID 1
+#define SF_EAGER 2
+#define SF_STRATEGIES 3
+
+/* Context events, counted per strategy. */
+#define SF_EV_CREATED 0
+#define SF_EV_REKEYED 1
+#define SF_EV_REUSED 2
+#define SF_EV_FREED 3
+#define SF_EVENTS 4
+
 int sf_init(void);
 unsigned long sf_openssl_version_num(void);
 void sf_stats_read(uint64_t *out);
@@ -33,19 +61,4 @@ int sf_chunks_open(int alg, const char *key, const char *base_nonce, uint64_t co
                    const char *in, size_t inlen, int final, char *out);
 void sf_cleanse(char *buf, size_t len);
 
-unsigned long ERR_get_error(void);
-void ERR_error_string_n(unsigned long e, char *buf, size_t len);
-void ERR_clear_error(void);
-"""
-
-ffi = FFI()
-ffi.cdef(CDEF)
-ffi.set_source(
-    "native._sealflow_native",
-    (HERE / "sealflow_native.c").read_text(),
-    libraries=["crypto"],
-    extra_compile_args=["-O2", "-Wall", "-Wextra", "-Werror=implicit-function-declaration"],
-)
-
-if __name__ == "__main__":
-    ffi.compile(verbose=True)
+#endif
