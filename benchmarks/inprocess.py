@@ -24,9 +24,9 @@ from typing import Any
 
 
 async def run(requests: int, profile: bool) -> float:
-    from sealflow.service._bootstrap import prepare
-    from sealflow.service.app import create_app
     from sealflow.service.config import Settings
+    from sealflow.service.keystore import prepare
+    from sealflow.service.server.app import create_app
 
     settings = Settings()
     token = prepare(settings)

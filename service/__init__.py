@@ -1,4 +1,6 @@
-"""sealflow's HTTP service: FastAPI app, data path, keystore, auth, metrics, CLI.
+"""sealflow's service: the HTTP server, the keystore, the client and the CLI.
 
-``service.app:create_app`` is the ASGI factory; ``service.cli:main`` the console script.
+Layers (checked by import-linter, see pyproject.toml and docs/SERVICE.md):
+``cli`` -> ``server`` -> ``keystore`` -> ``envelope`` / ``config``; ``client`` stands alone.
+This package imports nothing itself, so ``sealflow keys ...`` loads no server module.
 """

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sealflow.engine import Algorithm
-from sealflow.service._envelope import (
+from sealflow.service.envelope import (
     MAX_PREFIX_LEN,
     MalformedEnvelope,
     Mode,

@@ -1,0 +1,64 @@
+"""``sealflow serve``: first-start provisioning, then uvicorn with the settings' values.
+
+The server is imported only when this command runs: the other commands load none of it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+
+from sealflow.service.config import Settings
+from sealflow.service.keystore import prepare
+
+from ._flags import add_settings
+
+
+def add_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    serve = commands.add_parser("serve", help="run the HTTP service (dev defaults with no flags)")
+    add_settings(serve, list(Settings.model_fields))
+    serve.set_defaults(func=_serve)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from sealflow.service.server import _logging
+
+    settings = Settings(**args.settings)
+    _logging.configure(settings.log_level)
+    token = prepare(settings)
+    if token is not None:
+        print(f"Root token: {token}", flush=True)
+    # The app factory reads its settings from the environment, in this
+    # process and in every worker process.
+    for name, value in args.settings.items():
+        os.environ[f"SEALFLOW_{name.upper()}"] = str(value)
+    if settings.workers > 1:
+        # Each worker writes its metrics here; /metrics sums them. Wiped at start
+        # so counters of earlier runs do not linger (prometheus_client's rule).
+        metrics_dir = settings.data_dir / "metrics"
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+        metrics_dir.mkdir(mode=0o700)
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
+
+    import uvicorn
+
+    uvicorn.run(
+        "sealflow.service.server.app:create_app",
+        factory=True,
+        host=settings.host,
+        port=settings.port,
+        workers=settings.workers,
+        http="httptools",
+        loop="uvloop",
+        log_config=None,
+        access_log=False,  # sealflow.access logs one structured line per request
+        timeout_graceful_shutdown=int(settings.shutdown_timeout) or None,
+        ssl_certfile=settings.tls_cert,
+        ssl_keyfile=settings.tls_key,
+        server_header=False,
+        # Client addresses are never used (not logged either): skip uvicorn's per-request
+        # X-Forwarded-For handling.
+        proxy_headers=False,
+    )
+    return 0

@@ -1,0 +1,47 @@
+"""The keystore: named, versioned keys wrapped under the master key, and bearer tokens.
+
+Nothing here knows about HTTP; the server, the CLI and the tests all use this package.
+"""
+
+from ._base import (
+    KeyInfo,
+    KeyStore,
+    KeyVersionInfo,
+    TokenInfo,
+    valid_scope,
+    valid_secret,
+)
+from ._masterkey import KeyWrapper, create_master_key_file, load_master_key, read_secret
+from ._provision import ROOT_SCOPES, open_store, prepare
+from ._sqlite import SQLiteKeyStore
+from .errors import (
+    InvalidRequest,
+    KeyExists,
+    KeyNotFound,
+    KeyStoreError,
+    KeyStoreUnavailable,
+    TokenNotFound,
+)
+
+__all__ = [
+    "ROOT_SCOPES",
+    "InvalidRequest",
+    "KeyExists",
+    "KeyInfo",
+    "KeyNotFound",
+    "KeyStore",
+    "KeyStoreError",
+    "KeyStoreUnavailable",
+    "KeyVersionInfo",
+    "KeyWrapper",
+    "SQLiteKeyStore",
+    "TokenInfo",
+    "TokenNotFound",
+    "create_master_key_file",
+    "load_master_key",
+    "open_store",
+    "prepare",
+    "read_secret",
+    "valid_scope",
+    "valid_secret",
+]

@@ -1,0 +1,106 @@
+"""The keystore interface: named, versioned keys and bearer tokens.
+
+The service only talks to a ``KeyStore``; ``SQLiteKeyStore`` (``_sqlite``) is
+the embedded implementation, and a PostgreSQL one can follow behind the same
+methods. Implementations must make every write one transaction (a key version
+once written is never lost, reused or changed) and must show writes made by
+other processes on the next call, without a restart. Any method may raise
+``KeyStoreUnavailable`` when the store itself fails (I/O error, lock held too long).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Protocol
+
+from sealflow.engine import Algorithm
+
+
+@dataclass(frozen=True, slots=True)
+class KeyVersionInfo:
+    version: int
+    created_at: float  # Unix time
+
+
+@dataclass(frozen=True, slots=True)
+class KeyInfo:
+    name: str
+    algorithm: Algorithm
+    exportable: bool
+    min_decryption_version: int
+    versions: tuple[KeyVersionInfo, ...]  # ascending, never empty
+
+    @property
+    def latest(self) -> int:
+        return self.versions[-1].version
+
+
+@dataclass(frozen=True, slots=True)
+class TokenInfo:
+    id: str  # public identifier for listing and revoking, not a secret
+    scopes: tuple[str, ...]
+    label: str
+    created_at: float
+    revoked: bool
+
+
+SCOPE_RE = re.compile(r"admin|(?:encrypt|decrypt):[a-z0-9._*?\[\]!-]{1,64}")
+
+
+SECRET_RE = re.compile(r"[A-Za-z0-9_-]{43,512}")
+
+
+def valid_secret(secret: str) -> bool:
+    """A token secret: URL-safe base64 of at least 32 bytes (43 characters)."""
+    return SECRET_RE.fullmatch(secret) is not None
+
+
+def valid_scope(scope: str) -> bool:
+    """``admin``, or ``encrypt:<glob>`` / ``decrypt:<glob>`` over key names (fnmatch syntax)."""
+    return SCOPE_RE.fullmatch(scope) is not None
+
+
+class KeyStore(Protocol):
+    def create_key(self, name: str, algorithm: Algorithm, exportable: bool = False) -> KeyInfo:
+        """Create a key with version 1 of fresh random material.
+
+        KeyExists if taken; InvalidRequest for an invalid name or a non-``Algorithm``.
+        """
+
+    def rotate_key(self, name: str) -> KeyInfo:
+        """Add version latest+1 of fresh random material. KeyNotFound if absent."""
+
+    def set_min_decryption_version(self, name: str, version: int) -> KeyInfo:
+        """InvalidRequest unless 1 <= version <= latest."""
+
+    def get_key(self, name: str) -> KeyInfo:
+        """KeyNotFound if absent."""
+
+    def list_keys(self) -> list[KeyInfo]:
+        """Sorted by name."""
+
+    def key_material(self, name: str, version: int) -> bytes:
+        """The unwrapped material of one version. KeyNotFound if name or version is absent."""
+
+    def create_token(
+        self, scopes: list[str], label: str = "", secret: str | None = None
+    ) -> tuple[TokenInfo, str]:
+        """A new token: its info and the secret, which is returned once and stored only hashed.
+
+        ``secret`` imports a token made elsewhere (a deployment secret) instead of drawing one;
+        it must be ``valid_secret``.
+
+        InvalidRequest unless there is at least one scope and every scope is ``valid_scope``.
+        """
+
+    def list_tokens(self) -> list[TokenInfo]:
+        """Sorted by creation time."""
+
+    def revoke_token(self, token_id: str) -> TokenInfo:
+        """Mark the token revoked (again is a no-op). TokenNotFound if absent."""
+
+    def find_token(self, secret: str) -> TokenInfo | None:
+        """The live (not revoked) token with this secret, or None; constant-time comparison."""
+
+    def close(self) -> None: ...

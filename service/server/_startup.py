@@ -1,0 +1,45 @@
+"""Bring the service up: keystore, engine settings, self-test, provider choice, pools."""
+
+from __future__ import annotations
+
+import logging
+
+from sealflow import engine
+from sealflow.service.config import Settings
+from sealflow.service.keystore import open_store
+
+from . import _metrics
+from ._budget import MemoryBudget
+from ._state import Services
+from ._watchdog import Watchdog
+
+log = logging.getLogger("sealflow")
+
+
+# The service sees other processes' keystore writes within this many seconds.
+SERVICE_STALENESS = 0.001
+
+
+def start_services(settings: Settings) -> Services:
+    engine.set_context_strategy(engine.ContextStrategy[settings.context_strategy.upper()])
+    engine.set_provider(None if settings.provider == "auto" else settings.provider)
+    engine.self_test()
+    choice = engine.provider_choice()
+    _metrics.publish_providers()
+    for alg, classes in choice.items():
+        log.info("provider", extra={"fields": {"algorithm": alg.value, **classes}})
+    store = open_store(settings, SERVICE_STALENESS)
+    crypto = engine.CryptoPool(threads=settings.crypto_threads or None)
+    log.info(
+        "ready",
+        extra={
+            "fields": {
+                "context_strategy": settings.context_strategy,
+                "crypto_threads": crypto.threads,
+                "keystore": str(settings.keystore_path),
+            }
+        },
+    )
+    watchdog = Watchdog(settings.receive_timeout)
+    budget = MemoryBudget(settings.max_buffered_bytes)
+    return Services(settings, store, crypto, engine.BufferPool(), watchdog, budget)

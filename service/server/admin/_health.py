@@ -1,0 +1,39 @@
+"""Liveness, readiness and the Prometheus endpoint."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.responses import Response
+
+from .. import _metrics
+from .._state import DRAINING
+
+router = APIRouter(tags=["operations"])
+
+
+@router.get("/healthz", summary="Liveness: the process serves HTTP")
+async def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get(
+    "/readyz",
+    summary="Readiness: keystore open and engine self-test passed; 503 while draining",
+    responses={503: {"description": "starting or draining"}},
+)
+async def readyz(request: Request) -> JSONResponse:
+    if DRAINING.is_set():
+        return JSONResponse({"status": "draining"}, status_code=503)
+    if getattr(request.app.state, "services", None) is None:
+        return JSONResponse({"status": "starting"}, status_code=503)
+    return JSONResponse({"status": "ready"})
+
+
+@router.get("/metrics", summary="Prometheus metrics (text format)", response_class=Response)
+async def metrics(request: Request) -> Response:
+    svc = getattr(request.app.state, "services", None)
+    if svc is not None:
+        _metrics.sync_engine(svc.crypto, svc.buffers, request.app.front.active)
+    return Response(generate_latest(_metrics.registry()), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,129 @@
+"""Admin routes: create, list, show, rotate, patch and export keys (scope ``admin``).
+
+Plain ``def`` routes: FastAPI runs them on its thread pool, so a keystore write
+(one SQLite transaction, fsynced) never blocks the event loop.
+"""
+
+from __future__ import annotations
+
+import base64
+from datetime import UTC, datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query
+from pydantic import BaseModel, ConfigDict, Field
+
+from sealflow.engine import Algorithm
+from sealflow.service.keystore import KeyInfo
+
+from ..errors import ApiError
+from ._deps import AdminDep, LogDep, ServicesDep
+
+router = APIRouter(prefix="/v1/keys", tags=["keys"])
+
+KeyName = Annotated[str, Path(max_length=64)]
+
+
+class KeyCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$", max_length=64)
+    algorithm: Algorithm = Algorithm.AES_256_GCM
+    exportable: bool = False
+
+
+class KeyPatch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    min_decryption_version: int = Field(ge=1)
+
+
+class VersionOut(BaseModel):
+    version: int
+    created_at: datetime
+
+
+class KeyOut(BaseModel):
+    name: str
+    algorithm: Algorithm
+    exportable: bool
+    latest: int
+    min_decryption_version: int
+    versions: list[VersionOut]
+
+    @classmethod
+    def of(cls, key: KeyInfo) -> KeyOut:
+        return cls(
+            name=key.name,
+            algorithm=key.algorithm,
+            exportable=key.exportable,
+            latest=key.latest,
+            min_decryption_version=key.min_decryption_version,
+            versions=[
+                VersionOut(version=v.version, created_at=datetime.fromtimestamp(v.created_at, UTC))
+                for v in key.versions
+            ],
+        )
+
+
+class KeyList(BaseModel):
+    keys: list[KeyOut]
+
+
+class KeyExport(BaseModel):
+    name: str
+    version: int
+    algorithm: Algorithm
+    key: str = Field(description="the key material, base64")
+
+
+@router.post("", status_code=201, summary="Create a key (version 1)")
+def create_key(body: KeyCreate, svc: ServicesDep, _: AdminDep, log: LogDep) -> KeyOut:
+    log.key = body.name
+    return KeyOut.of(svc.store.create_key(body.name, body.algorithm, body.exportable))
+
+
+@router.get("", summary="List keys (metadata only)")
+def list_keys(svc: ServicesDep, _: AdminDep) -> KeyList:
+    return KeyList(keys=[KeyOut.of(k) for k in svc.store.list_keys()])
+
+
+@router.get("/{name}", summary="Show a key (metadata only)")
+def show_key(name: KeyName, svc: ServicesDep, _: AdminDep, log: LogDep) -> KeyOut:
+    log.key = name
+    return KeyOut.of(svc.store.get_key(name))
+
+
+@router.post("/{name}/rotate", summary="Add a version; new encryptions use it")
+def rotate_key(name: KeyName, svc: ServicesDep, _: AdminDep, log: LogDep) -> KeyOut:
+    key = svc.store.rotate_key(name)
+    log.key, log.version = name, key.latest
+    return KeyOut.of(key)
+
+
+@router.patch("/{name}", summary="Retire old versions for decryption")
+def patch_key(name: KeyName, body: KeyPatch, svc: ServicesDep, _: AdminDep, log: LogDep) -> KeyOut:
+    log.key = name
+    return KeyOut.of(svc.store.set_min_decryption_version(name, body.min_decryption_version))
+
+
+@router.get("/{name}/export", summary="Export key material (exportable keys only)")
+def export_key(
+    name: KeyName,
+    svc: ServicesDep,
+    _: AdminDep,
+    log: LogDep,
+    version: Annotated[int | None, Query(ge=1)] = None,
+) -> KeyExport:
+    key = svc.store.get_key(name)
+    if not key.exportable:
+        raise ApiError(403, "not_exportable", f"key {name!r} was not created exportable")
+    version = key.latest if version is None else version
+    log.key, log.version = name, version
+    material = svc.store.key_material(name, version)
+    return KeyExport(
+        name=name,
+        version=version,
+        algorithm=key.algorithm,
+        key=base64.b64encode(material).decode(),
+    )

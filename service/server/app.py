@@ -1,0 +1,96 @@
+"""The ASGI application: ``uvicorn --factory sealflow.service.server.app:create_app``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import FastAPI
+from starlette.types import Receive, Scope, Send
+
+import sealflow
+from sealflow.service.config import Settings
+
+from . import _drain, _logging, _metrics, admin, data, errors
+from ._front import MAX_OTHER_BODY, Front
+from ._startup import start_services
+
+
+class SealflowApp(FastAPI):
+    """FastAPI for keys, probes, metrics and docs; every HTTP request enters through ``Front``,
+    which serves the data routes itself (see ``data``)."""
+
+    def __init__(self, settings: Settings, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.state.services = None
+        self.access_log = _logging.AccessLog()
+        self.front = Front(
+            super().__call__,
+            lambda: self.state.services,
+            settings.max_concurrent_requests,
+            self.access_log,
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            await self.front(scope, receive, send)
+        else:
+            await super().__call__(scope, receive, send)
+
+    def openapi(self) -> dict[str, Any]:
+        if self.openapi_schema is None:
+            schema = super().openapi()
+            schema["paths"] = {**data.OPENAPI_PATHS, **schema["paths"]}
+            self.openapi_schema = schema
+        return self.openapi_schema
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings()
+    _logging.configure(settings.log_level)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        svc = start_services(settings)
+        app.state.services = svc
+        _drain.install(settings.drain_seconds)
+        sync = asyncio.create_task(_sync_metrics(app))
+        try:
+            yield
+        finally:
+            app.state.services = None
+            sync.cancel()
+            assert isinstance(app, SealflowApp)
+            app.access_log.flush()
+            svc.crypto.close()
+            svc.store.close()
+            if "PROMETHEUS_MULTIPROC_DIR" in os.environ:
+                from prometheus_client import multiprocess
+
+                multiprocess.mark_process_dead(os.getpid())  # type: ignore[no-untyped-call]
+
+    app = SealflowApp(
+        settings,
+        # Front refuses larger bodies by Content-Length; this bounds chunked ones.
+        max_body_size=MAX_OTHER_BODY,
+        title="sealflow",
+        version=sealflow.__version__,
+        summary="Encrypt and decrypt streamed bodies under named, versioned keys.",
+        description="See docs/API.md for the envelope format and worked examples.",
+        lifespan=lifespan,
+    )
+    app.include_router(admin.keys_router)
+    app.include_router(admin.health_router)
+    errors.install(app)
+    return app
+
+
+async def _sync_metrics(app: FastAPI) -> None:
+    # In multiprocess mode each worker must publish its engine counters itself.
+    assert isinstance(app, SealflowApp)
+    while (svc := app.state.services) is not None:
+        _metrics.sync_engine(svc.crypto, svc.buffers, app.front.active)
+        await asyncio.sleep(2)

@@ -1,0 +1,9 @@
+"""The data routes: encrypt and decrypt raw bodies, served as plain ASGI in front of FastAPI.
+
+``_routes`` decides everything a request needs from its headers (token, scope, key, AAD, mode)
+and ``_transfer`` then only moves bytes between the network and the codecs.
+"""
+
+from ._routes import OPENAPI_PATHS, Route, match, serve
+
+__all__ = ["OPENAPI_PATHS", "Route", "match", "serve"]

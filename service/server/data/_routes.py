@@ -1,0 +1,205 @@
+"""The data path's routing: encrypt and decrypt raw bodies (SPEC section 4), as plain ASGI.
+
+These three routes carry nearly all of the traffic, and for small bodies the
+per-request cost is the whole cost: FastAPI's routing and dependency solving
+took ~6x the time of the cryptography and I/O together (docs/BENCHMARKS.md).
+So they are matched here, in front of FastAPI, with one pass over the headers;
+the token, scope, key and headers are checked before any of the body is read,
+then ``_transfer`` streams. Every decision about a request is made here, once: for
+``/v1/decrypt`` the key is named by the envelope, so the scope and key checks run when
+``_transfer`` has read its prefix (``_decrypt_key``). Their OpenAPI description is
+``OPENAPI_PATHS``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Any
+
+from starlette.types import Receive, Scope, Send
+
+from sealflow.service.envelope import Mode, Prefix
+from sealflow.service.keystore import KeyInfo, KeyNotFound, KeyStore, KeyStoreError, TokenInfo
+
+from .. import _auth, _metrics, errors
+from .._body import send_error
+from .._logging import AccessRecord
+from .._state import Services
+from ..errors import ApiError
+from ._transfer import Decrypt, Encrypt, Resolve
+
+MAX_AAD = 8192
+_KEYS = "/v1/keys/"
+_ENCRYPT, _DECRYPT = "/encrypt", "/decrypt"
+_MODES = {b"": Mode.STREAM, b"mode=stream": Mode.STREAM, b"mode=single": Mode.SINGLE}
+
+
+class Route:
+    """What the access log and metrics call a data route (scope["route"])."""
+
+    __slots__ = ("path",)
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+
+ENCRYPT_ROUTE = Route("/v1/keys/{name}/encrypt")
+DECRYPT_ROUTE = Route("/v1/keys/{name}/decrypt")
+DECRYPT_ANY_ROUTE = Route("/v1/decrypt")
+
+
+def match(scope: Scope) -> Route | None:
+    """The data route a POST request is for, if any (anything else goes to FastAPI)."""
+    if scope["method"] != "POST":
+        return None
+    path: str = scope["path"]
+    if path == "/v1/decrypt":
+        return DECRYPT_ANY_ROUTE
+    if path.startswith(_KEYS) and path.count("/") == 4:
+        if path.endswith(_ENCRYPT):
+            return ENCRYPT_ROUTE
+        if path.endswith(_DECRYPT):
+            return DECRYPT_ROUTE
+    return None
+
+
+async def serve(svc: Services, route: Route, scope: Scope, receive: Receive, send: Send) -> None:
+    scope["route"] = route
+    log: AccessRecord = scope["sealflow.log"]
+    try:
+        app = _prepare(svc, route, scope, log)
+    except (ApiError, KeyStoreError) as exc:
+        error = errors.api_error(exc)
+        log.error, log.status = error.code, error.status
+        # Refused from the headers: close rather than read what may be a large body.
+        await send_error(send, error, close=True)
+        return
+    await app(scope, receive, send)
+
+
+def _prepare(svc: Services, route: Route, scope: Scope, log: AccessRecord) -> Encrypt | Decrypt:
+    authorization = x_aad = length = None
+    for name, value in scope["headers"]:
+        if name == b"authorization":
+            authorization = value.decode("latin-1")
+        elif name == b"x-aad":
+            x_aad = value
+        elif name == b"content-length":
+            length = int(value)  # uvicorn has refused a malformed one
+    token = _auth.authenticate(svc.store, authorization)
+    aad = _aad(x_aad)
+    if route is DECRYPT_ANY_ROUTE:
+        return Decrypt(svc, log, aad, length, _decrypt_key(svc.store, token, None))
+    path: str = scope["path"]
+    name = path[len(_KEYS) : path.rindex("/")]
+    if route is DECRYPT_ROUTE:
+        _auth.require(token, "decrypt", name)
+        return Decrypt(svc, log, aad, length, _decrypt_key(svc.store, token, name))
+    _auth.require(token, "encrypt", name)
+    mode = _MODES.get(scope["query_string"])
+    if mode is None:
+        raise errors.bad_request("mode must be stream or single")
+    key, material = key_version(svc.store, name)
+    limit = svc.settings.max_single_bytes
+    if mode is Mode.SINGLE and length is not None and length > limit:
+        raise errors.too_large(limit)
+    log.key, log.version, log.mode = name, key.latest, mode.name.lower()
+    return Encrypt(svc, log, aad, length, key, material, mode)
+
+
+def key_version(store: KeyStore, name: str, version: int | None = None) -> tuple[KeyInfo, bytes]:
+    """A key and the material of one version (the latest by default), or 404 key_not_found."""
+    try:
+        key = store.get_key(name)
+    except KeyNotFound:
+        raise errors.key_not_found(name) from None
+    try:
+        return key, store.key_material(name, key.latest if version is None else version)
+    except KeyNotFound:
+        raise errors.key_not_found(name, version) from None
+
+
+def _decrypt_key(store: KeyStore, token: TokenInfo, route_key: str | None) -> Resolve:
+    """The rules for an envelope's prefix: scope (for /v1/decrypt), key, algorithm, version."""
+
+    def resolve(prefix: Prefix) -> bytes:
+        if route_key is None:
+            _auth.require(token, "decrypt", prefix.name)
+        elif prefix.name != route_key:
+            # The envelope names another key: it cannot authenticate under this one.
+            raise errors.decryption_failed()
+        key, material = key_version(store, prefix.name, prefix.version)
+        if prefix.algorithm is not key.algorithm:
+            raise errors.decryption_failed()
+        if prefix.version < key.min_decryption_version:
+            _metrics.DECRYPTION_FAILURES.labels("version_retired").inc()
+            raise errors.version_retired()
+        return material
+
+    return resolve
+
+
+def _aad(header: bytes | None) -> bytes:
+    if header is None:
+        return b""
+    try:
+        aad = base64.b64decode(header + b"=" * (-len(header) % 4), validate=True)
+    except (binascii.Error, ValueError):
+        raise errors.bad_request("X-AAD is not valid base64") from None
+    if len(aad) > MAX_AAD:
+        raise errors.bad_request(f"X-AAD exceeds {MAX_AAD} bytes")
+    return aad
+
+
+_RAW = {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}
+_ERROR = {
+    "content": {"application/json": {"example": {"error": {"code": "...", "message": "..."}}}}
+}
+_RESPONSES = {
+    "200": {"content": _RAW, "description": "the envelope or the plaintext, streamed"},
+    "400": {"description": "decryption_failed, malformed_envelope or bad_request", **_ERROR},
+    "401": {"description": "missing or invalid token", **_ERROR},
+    "403": {"description": "scope missing, or version_retired", **_ERROR},
+    "404": {"description": "key_not_found", **_ERROR},
+    "408": {"description": "body not received in time", **_ERROR},
+    "413": {"description": "single-shot body over the limit", **_ERROR},
+    "503": {"description": "too many concurrent requests", **_ERROR},
+}
+_NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
+_AAD = {
+    "name": "X-AAD",
+    "in": "header",
+    "required": False,
+    "description": "additional authenticated data, base64, at most 8 KiB decoded",
+    "schema": {"type": "string"},
+}
+_MODE = {
+    "name": "mode",
+    "in": "query",
+    "required": False,
+    "schema": {"type": "string", "enum": ["stream", "single"], "default": "stream"},
+}
+
+
+def _operation(summary: str, parameters: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "post": {
+            "tags": ["data"],
+            "summary": summary,
+            "parameters": parameters,
+            "requestBody": {"required": True, "content": _RAW},
+            "responses": _RESPONSES,
+            "security": [{"HTTPBearer": []}],
+        }
+    }
+
+
+# The data routes in the OpenAPI document (they are served here, not by FastAPI).
+OPENAPI_PATHS = {
+    ENCRYPT_ROUTE.path: _operation(
+        "Seal a body under the key's latest version", [_NAME, _MODE, _AAD]
+    ),
+    DECRYPT_ROUTE.path: _operation("Open an envelope sealed under this key", [_NAME, _AAD]),
+    DECRYPT_ANY_ROUTE.path: _operation("Open an envelope under the key its prefix names", [_AAD]),
+}

@@ -1,0 +1,312 @@
+"""The data path: seal or open a request body as it arrives and stream the result.
+
+Both are ASGI apps for one request, built by ``_routes`` after authentication and
+the key lookup, so nothing of the body has been read when they start. They move bytes
+only: the decisions (scope, key, version) are the routes', including the one that waits for
+the envelope prefix (``Resolve``).
+
+Stream mode collects incoming pieces into batches of about ``BATCH`` bytes and
+hands each batch to the crypto pool (a worker thread when it is large) while
+the event loop receives the next one; the output of batch k is sent while batch
+k+1 is sealed (batches run one after the other: the codec is stateful). Memory
+per request is a couple of batches, whatever the body size. Single-shot mode
+fills one pooled ``AEADBuffer`` (preallocated from Content-Length) and seals or
+opens it in place.
+
+Decryption sends nothing before the first authenticated bytes. If a later chunk
+fails, the response is left unfinished and the server closes the connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable
+
+from starlette.types import Receive, Scope, Send
+
+from sealflow import engine
+from sealflow.engine import NONCE_LEN, TAG_LEN, ChunkedDecryptor, ChunkedEncryptor
+from sealflow.service.envelope import (
+    MalformedEnvelope,
+    Mode,
+    Prefix,
+    bound_data,
+    parse,
+    prefix_length,
+)
+from sealflow.service.keystore import KeyInfo, KeyStoreError
+
+from .. import _metrics, errors
+from .._body import Body, Disconnected, Reply
+from .._budget import Hold
+from .._logging import AccessRecord
+from .._state import Services
+from .._watchdog import stalled
+from ..errors import ApiError
+
+BATCH = 256 * 1024
+# The most finalize() can write: a short last chunk, its tag, and the header if still unsent.
+_CHUNKED_TAIL = engine.CHUNK_LEN + engine.sealed_size(0)
+
+Chunked = ChunkedEncryptor | ChunkedDecryptor
+
+
+def _run_batch(
+    codec: Chunked, head: bytes, pieces: list[bytes], size: int, final: bool
+) -> bytearray:
+    """Process a batch in one go (on a worker thread when large): head || output."""
+    out = bytearray(len(head) + codec.update_size(size) + (_CHUNKED_TAIL if final else 0))
+    out[: len(head)] = head
+    o = len(head)
+    with memoryview(out) as view:
+        for piece in pieces:
+            o += codec.update_into(piece, view[o:])
+        if final:
+            o += codec.finalize_into(view[o:])
+    del out[o:]
+    return out
+
+
+# Given the parsed prefix of an envelope, the key material to open it with (or an ApiError).
+Resolve = Callable[[Prefix], bytes]
+
+
+class _Transfer:
+    """Shared plumbing of encrypt and decrypt: body, reply, errors, accounting."""
+
+    operation: str
+
+    def __init__(self, svc: Services, log: AccessRecord, aad: bytes, length: int | None) -> None:
+        self.svc = svc
+        self.log = log
+        self.aad = aad
+        self.length = length
+        self.algorithm = "unknown"
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        watchdog = self.svc.watchdog
+        watch = watchdog.watch()
+        body, reply = Body(receive, watch), Reply(send, self.log, watch)
+        try:
+            try:
+                await self.transfer(body, reply)
+            except asyncio.CancelledError as exc:
+                if not stalled(exc):
+                    raise
+                watch.task.uncancel()
+                raise errors.timeout() from None
+        except (ApiError, engine.DecryptionError, KeyStoreError) as exc:
+            error = errors.api_error(exc)
+            self.log.error = error.code
+            if error.code == "decryption_failed":
+                _metrics.DECRYPTION_FAILURES.labels("authentication").inc()
+            # An authenticated client that sent a bad envelope gets its answer on a
+            # connection that stays open; one that is too large, too slow or refused for
+            # lack of memory does not (the rest of its body is not worth reading).
+            close = not body.done and error.status in (408, 413, 503)
+            if not await reply.fail(error, close):
+                _metrics.STREAM_ABORTS.labels(self.operation).inc()
+                self.log.aborted = True
+        except Disconnected:
+            self.log.error = "client_disconnected"
+        finally:
+            watchdog.release(watch)
+            self.log.bytes_in, self.log.bytes_out = body.received, reply.sent
+            _metrics.count_bytes(self.algorithm, self.operation, body.received, reply.sent)
+
+    async def transfer(self, body: Body, reply: Reply) -> None:
+        raise NotImplementedError
+
+    async def pipeline(
+        self,
+        body: Body,
+        reply: Reply,
+        codec: Chunked,
+        head: bytes,
+        pieces: list[bytes],
+    ) -> None:
+        """Batches through the codec, overlapping receive, crypto and send."""
+        crypto = self.svc.crypto
+        size = sum(map(len, pieces))
+        pending: bytearray | asyncio.Task[bytearray] | None = None
+        try:
+            while True:
+                piece = await body.read()
+                if piece is not None:
+                    pieces.append(piece)
+                    size += len(piece)
+                    if size < BATCH:
+                        continue
+                final = piece is None
+                # The codec is stateful: batch k must be done before batch k+1 starts.
+                ready = None if pending is None else await _done(pending)
+                args = (codec, head, pieces, size, final)
+                if size < crypto.inline_below:
+                    pending = _run_batch(*args)
+                else:
+                    pending = asyncio.ensure_future(crypto.run(size, _run_batch, *args))
+                head, pieces, size = b"", [], 0
+                if ready is not None:
+                    await reply.write(ready)  # while the worker runs batch k+1
+                if final:
+                    break
+            await reply.write(await _done(pending), more=False)
+            pending = None
+        finally:
+            if isinstance(pending, asyncio.Task):
+                # Never leave a worker running on this request's codec behind.
+                pending.cancel()
+                await asyncio.gather(pending, return_exceptions=True)
+
+
+async def _done(job: bytearray | asyncio.Task[bytearray]) -> bytearray:
+    return job if isinstance(job, bytearray) else await job
+
+
+class Encrypt(_Transfer):
+    operation = "encrypt"
+
+    def __init__(
+        self,
+        svc: Services,
+        log: AccessRecord,
+        aad: bytes,
+        length: int | None,
+        key: KeyInfo,
+        material: bytes,
+        mode: Mode,
+    ) -> None:
+        super().__init__(svc, log, aad, length)
+        self.prefix = Prefix(mode, key.algorithm, key.latest, key.name).encode()
+        self.material = material
+        self.mode = mode
+        self.algorithm = key.algorithm.value
+
+    async def transfer(self, body: Body, reply: Reply) -> None:
+        alg, prefix = self.algorithm, self.prefix
+        if self.mode is Mode.STREAM:
+            if self.length is not None:
+                reply.length = len(prefix) + engine.sealed_size(self.length)
+            codec = ChunkedEncryptor(alg, self.material, bound_data(prefix, self.aad))
+            await self.pipeline(body, reply, codec, prefix, [])
+            return
+        limit = self.svc.settings.max_single_bytes
+        start = len(prefix) + NONCE_LEN
+        hint = None if self.length is None else start + self.length + TAG_LEN
+        with self.svc.budget.hold() as hold:
+            # The body and the copy of the result: twice its size, until the reply is sent.
+            hold.take(2 * (hint or start))
+            buf = self.svc.buffers.acquire(hint)
+            try:
+                nonce = os.urandom(NONCE_LEN)
+                buf.feed(prefix)
+                buf.feed(nonce)
+                while (piece := await body.read()) is not None:
+                    if len(buf) - start + len(piece) > limit:
+                        raise errors.too_large(limit)
+                    if hint is None:
+                        hold.take(2 * len(piece))
+                    buf.feed(piece)
+                aad = bound_data(prefix, self.aad)
+                await self.svc.crypto.run(len(buf), buf.seal, alg, self.material, nonce, aad, start)
+                # A copy: the server may still hold the bytes after send() returns,
+                # and the pooled buffer is wiped and reused right away.
+                sealed = bytes(buf.view())
+            finally:
+                buf.release()
+            reply.length = len(sealed)
+            await reply.write(sealed, more=False)
+
+
+class Decrypt(_Transfer):
+    operation = "decrypt"
+
+    def __init__(
+        self,
+        svc: Services,
+        log: AccessRecord,
+        aad: bytes,
+        length: int | None,
+        resolve: Resolve,
+    ) -> None:
+        super().__init__(svc, log, aad, length)
+        self.resolve = resolve
+
+    async def transfer(self, body: Body, reply: Reply) -> None:
+        prefix, raw, rest = await self._read_prefix(body)
+        material = self._check(prefix)
+        remaining = None if self.length is None else self.length - len(raw)
+        if prefix.mode is Mode.STREAM:
+            if remaining is not None:
+                # Truncated or extended bodies fail here, before anything is read.
+                reply.length = engine.opened_size(remaining)
+            codec = ChunkedDecryptor(prefix.algorithm, material, bound_data(raw, self.aad))
+            await self.pipeline(body, reply, codec, b"", [rest] if rest else [])
+            return
+        with self.svc.budget.hold() as hold:
+            plaintext = await self._open_single(body, hold, prefix, raw, material, rest, remaining)
+            reply.length = len(plaintext)
+            await reply.write(plaintext, more=False)
+
+    async def _read_prefix(self, body: Body) -> tuple[Prefix, bytes, bytes]:
+        """The envelope prefix, parsed and as bytes, and whatever arrived after it."""
+        head = b""
+        try:
+            while True:
+                piece = await body.read()
+                if piece is None:
+                    raise errors.malformed_envelope("truncated envelope prefix")
+                head = head + piece if head else piece
+                n = prefix_length(head)
+                if n is not None and len(head) >= n:
+                    return parse(head[:n]), head[:n], head[n:]
+        except MalformedEnvelope as exc:
+            _metrics.DECRYPTION_FAILURES.labels("malformed_envelope").inc()
+            raise errors.malformed_envelope(str(exc)) from None
+
+    def _check(self, prefix: Prefix) -> bytes:
+        self.log.key, self.log.version = prefix.name, prefix.version
+        self.log.mode = prefix.mode.name.lower()
+        self.algorithm = prefix.algorithm.value
+        return self.resolve(prefix)
+
+    async def _open_single(
+        self,
+        body: Body,
+        hold: Hold,
+        prefix: Prefix,
+        raw: bytes,
+        material: bytes,
+        rest: bytes,
+        remaining: int | None,
+    ) -> bytes:
+        limit = self.svc.settings.max_single_bytes + NONCE_LEN + TAG_LEN
+        if remaining is not None and remaining > limit:
+            raise errors.too_large(self.svc.settings.max_single_bytes)
+        hold.take(2 * (remaining or len(rest)))
+        buf = self.svc.buffers.acquire(remaining)
+        try:
+            buf.feed(rest)
+            while (piece := await body.read()) is not None:
+                if len(buf) + len(piece) > limit:
+                    raise errors.too_large(self.svc.settings.max_single_bytes)
+                if remaining is None:
+                    hold.take(2 * len(piece))
+                buf.feed(piece)
+            if len(buf) < NONCE_LEN + TAG_LEN:
+                raise errors.decryption_failed()
+            nonce = bytes(buf.view()[:NONCE_LEN])
+            opened = await self.svc.crypto.run(
+                len(buf),
+                buf.open,
+                prefix.algorithm,
+                material,
+                nonce,
+                bound_data(raw, self.aad),
+                NONCE_LEN,
+            )
+            with opened:
+                return bytes(opened)
+        finally:
+            buf.release()

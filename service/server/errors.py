@@ -1,0 +1,151 @@
+"""HTTP errors: one exception type, ``ApiError``, and the one place that turns any exception
+into it (``api_error``) and into a response ``{"error": {"code", "message"}}``.
+
+The data routes (plain ASGI) and FastAPI's routes both go through ``api_error``, so a keystore
+failure, a refused token or a bad envelope reads the same wherever it happens. Messages are
+fixed strings or name only public things (key names, limits); they never carry key material,
+tokens or request data.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import Response
+from starlette.exceptions import HTTPException
+
+from sealflow.engine import DecryptionError
+from sealflow.service.keystore import (
+    InvalidRequest,
+    KeyExists,
+    KeyNotFound,
+    KeyStoreError,
+    TokenNotFound,
+)
+
+log = logging.getLogger("sealflow")
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+
+    def body(self) -> bytes:
+        return json.dumps({"error": {"code": self.code, "message": self.message}}).encode()
+
+    def response(self) -> Response:
+        return Response(self.body(), status_code=self.status, media_type="application/json")
+
+
+def decryption_failed() -> ApiError:
+    # One code and message for every authentication failure, whatever its cause.
+    return ApiError(400, "decryption_failed", "decryption failed")
+
+
+def malformed_envelope(why: str) -> ApiError:
+    return ApiError(400, "malformed_envelope", why)
+
+
+def bad_request(message: str) -> ApiError:
+    return ApiError(400, "bad_request", message)
+
+
+def unauthorized() -> ApiError:
+    return ApiError(401, "unauthorized", "a valid bearer token is required")
+
+
+def forbidden(scope: str) -> ApiError:
+    return ApiError(403, "forbidden", f"the token lacks the scope {scope}")
+
+
+def version_retired() -> ApiError:
+    return ApiError(403, "version_retired", "the key version is below min_decryption_version")
+
+
+def key_not_found(name: str, version: int | None = None) -> ApiError:
+    if version is None:
+        return ApiError(404, "key_not_found", f"no key named {name!r}")
+    return ApiError(404, "key_not_found", f"key {name!r} has no version {version}")
+
+
+def timeout() -> ApiError:
+    return ApiError(408, "request_timeout", "the request body was not received in time")
+
+
+def too_large(limit: int) -> ApiError:
+    return ApiError(413, "too_large", f"the body exceeds the limit of {limit} bytes")
+
+
+def headers_too_large(limit: int) -> ApiError:
+    return ApiError(431, "headers_too_large", f"request headers exceed {limit} bytes")
+
+
+def overloaded() -> ApiError:
+    return ApiError(503, "overloaded", "too many concurrent requests; retry later")
+
+
+def keystore_unavailable() -> ApiError:
+    return ApiError(503, "keystore_unavailable", "the keystore is unavailable")
+
+
+_STORE_ERRORS: dict[type[KeyStoreError], tuple[int, str]] = {
+    KeyNotFound: (404, "key_not_found"),
+    TokenNotFound: (404, "token_not_found"),
+    KeyExists: (409, "key_exists"),
+    InvalidRequest: (400, "bad_request"),
+}
+_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}
+
+
+def api_error(exc: Exception) -> ApiError:
+    """The HTTP error for any exception a request can end with (500 for the unexpected)."""
+    if isinstance(exc, ApiError):
+        return exc
+    if isinstance(exc, DecryptionError):
+        return decryption_failed()
+    if isinstance(exc, KeyStoreError):
+        known = _STORE_ERRORS.get(type(exc))
+        if known is not None:
+            return ApiError(*known, str(exc))
+        # Unavailable or corrupt: the details (paths, causes) are for the operator's log only.
+        log.error("keystore unavailable: %s", exc)
+        return keystore_unavailable()
+    if isinstance(exc, RequestValidationError):
+        where = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
+        return bad_request(where or "invalid request")
+    if isinstance(exc, HTTPException):
+        code = _HTTP_CODES.get(exc.status_code, "http_error")
+        return ApiError(exc.status_code, code, str(exc.detail))
+    log.error("unexpected error", exc_info=exc)
+    return ApiError(500, "internal_error", "internal error")
+
+
+def _body_unread(request: Request) -> bool:
+    """Whether the request may have a body that was not read (or only in part)."""
+    headers = request.headers
+    return "transfer-encoding" in headers or headers.get("content-length", "0") != "0"
+
+
+async def _handle(request: Request, exc: Exception) -> Response:
+    error = api_error(exc)
+    response = error.response()
+    if isinstance(exc, HTTPException) and exc.headers:
+        response.headers.update(exc.headers)
+    # Refused before its body was read (an ApiError from a route's checks, or 413 from
+    # FastAPI's body limit by Content-Length): close rather than read what may be large.
+    if (isinstance(exc, ApiError) or error.status == 413) and _body_unread(request):
+        response.headers["connection"] = "close"
+    return response
+
+
+def install(app: FastAPI) -> None:
+    """Every error FastAPI's routes raise leaves through ``api_error``."""
+    for exc_type in (ApiError, KeyStoreError, DecryptionError, RequestValidationError):
+        app.add_exception_handler(exc_type, _handle)
+    app.add_exception_handler(HTTPException, _handle)

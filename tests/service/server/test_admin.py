@@ -1,0 +1,108 @@
+"""Admin routes, rotation while requests are in flight, and cross-process visibility."""
+
+from __future__ import annotations
+
+import base64
+import concurrent.futures
+import json
+import os
+
+import httpx
+
+from tests.service.conftest import Server
+from tests.service.oracle import split
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{os.urandom(4).hex()}"
+
+
+def test_create_show_list_rotate_patch(client: httpx.Client) -> None:
+    name = unique("adm")
+    r = client.post("/v1/keys", json={"name": name, "algorithm": "chacha20-poly1305"})
+    assert r.status_code == 201
+    key = r.json()
+    assert (key["name"], key["algorithm"]) == (name, "chacha20-poly1305")
+    assert (key["latest"], key["min_decryption_version"], key["exportable"]) == (1, 1, False)
+    assert [v["version"] for v in key["versions"]] == [1]
+    assert "key" not in key
+    assert "material" not in json.dumps(key)
+
+    assert client.post("/v1/keys", json={"name": name}).status_code == 409
+    assert client.post(f"/v1/keys/{name}/rotate").json()["latest"] == 2
+    shown = client.get(f"/v1/keys/{name}").json()
+    assert [v["version"] for v in shown["versions"]] == [1, 2]
+    assert name in [k["name"] for k in client.get("/v1/keys").json()["keys"]]
+    assert client.patch(f"/v1/keys/{name}", json={"min_decryption_version": 2}).status_code == 200
+    assert client.patch(f"/v1/keys/{name}", json={"min_decryption_version": 0}).status_code == 400
+
+
+def test_bad_admin_requests(client: httpx.Client) -> None:
+    for body in (
+        {"name": "Bad Name"},
+        {"name": ""},
+        {"name": "a" * 65},
+        {"name": "ok", "algorithm": "aes-192-gcm"},
+        {"name": "ok", "extra": 1},
+    ):
+        r = client.post("/v1/keys", json=body)
+        assert r.status_code == 400, body
+        assert r.json()["error"]["code"] == "bad_request"
+    assert client.get("/v1/keys/nope").status_code == 404
+    assert client.post("/v1/keys/nope/rotate").json()["error"]["code"] == "key_not_found"
+
+
+def test_export_only_for_exportable_keys(client: httpx.Client) -> None:
+    name = unique("exp")
+    client.post("/v1/keys", json={"name": name}).raise_for_status()
+    r = client.get(f"/v1/keys/{name}/export")
+    assert (r.status_code, r.json()["error"]["code"]) == (403, "not_exportable")
+    name = unique("exp")
+    client.post("/v1/keys", json={"name": name, "exportable": True}).raise_for_status()
+    client.post(f"/v1/keys/{name}/rotate").raise_for_status()
+    one = base64.b64decode(client.get(f"/v1/keys/{name}/export?version=1").json()["key"])
+    two = base64.b64decode(client.get(f"/v1/keys/{name}/export").json()["key"])
+    assert len(one) == len(two) == 32
+    assert one != two
+    assert client.get(f"/v1/keys/{name}/export?version=3").status_code == 404
+
+
+def test_rotation_while_requests_are_in_flight(server: Server, client: httpx.Client) -> None:
+    name = unique("rot")
+    client.post("/v1/keys", json={"name": name}).raise_for_status()
+    data = os.urandom(3000)
+
+    def seal(i: int) -> bytes:
+        with server.client() as c:
+            if i % 10 == 0:
+                c.post(f"/v1/keys/{name}/rotate").raise_for_status()
+            mode = "single" if i % 2 else "stream"
+            r = c.post(f"/v1/keys/{name}/encrypt", params={"mode": mode}, content=data)
+            r.raise_for_status()
+            return r.content
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        envelopes = list(pool.map(seal, range(80)))
+    versions = {int.from_bytes(split(e)[0][6:10], "big") for e in envelopes}
+    assert len(versions) > 1
+    latest = client.get(f"/v1/keys/{name}").json()["latest"]
+    assert latest == 9
+    assert max(versions) <= latest
+    for envelope in envelopes:
+        assert client.post("/v1/decrypt", content=envelope).content == data
+
+
+def test_rotation_by_another_process_is_seen_without_restart(
+    server: Server, client: httpx.Client
+) -> None:
+    name = unique("xproc")
+    done = server.cli("keys", "create", name, "--algorithm", "aes-128-gcm")
+    assert done.returncode == 0, done.stderr
+    first = client.post(f"/v1/keys/{name}/encrypt", content=b"x").content
+    assert split(first)[0][5] == 1  # aes-128-gcm
+    assert json.loads(server.cli("keys", "rotate", name).stdout)["latest"] == 2
+    second = client.post(f"/v1/keys/{name}/encrypt", content=b"y").content
+    assert int.from_bytes(split(second)[0][6:10], "big") == 2
+    assert client.post("/v1/decrypt", content=first).content == b"x"
+    shown = json.loads(server.cli("keys", "show", name).stdout)
+    assert [v["version"] for v in shown["versions"]] == [1, 2]

@@ -1,0 +1,90 @@
+"""Server memory stays bounded for stream bodies of any size (a bound on memory, not a timing)."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from tests.service.conftest import Server
+
+MiB = 1 << 20
+SIZE = 256 * MiB
+PIECE = 256 * 1024
+
+
+def random_pieces(seed: bytes, total: int) -> Iterator[bytes]:
+    """Deterministic pseudo-random pieces, generated on the fly (the test holds no 256 MiB)."""
+    block = hashlib.shake_256(seed).digest(PIECE)
+    for i in range(total // PIECE):
+        yield block[i % 97 :] + block[: i % 97]
+
+
+def file_pieces(path: Path) -> Iterator[bytes]:
+    with path.open("rb") as f:
+        while piece := f.read(PIECE):
+            yield piece
+
+
+class PeakRss:
+    """Samples the server's resident set size while a transfer runs."""
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.005):
+            self.peak = max(self.peak, self.server.status("VmRSS"))
+
+    def __enter__(self) -> PeakRss:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def test_256_mib_stream_encrypt_and_decrypt_keep_server_memory_bounded(
+    make_server: Callable[..., Server], tmp_path: Path
+) -> None:
+    srv = make_server()
+    envelope_path = tmp_path / "envelope"
+    # Warm up: first requests load code and fill pools; growth is measured after them.
+    for _ in range(3):
+        with srv.post("/v1/keys/default/encrypt", random_pieces(b"w", 8 * MiB)) as r:
+            warm = r.read()
+        with srv.post("/v1/decrypt", iter([warm])) as r:
+            assert r.status == 200
+            r.read()
+    baseline, hwm_before = srv.status("VmRSS"), srv.status("VmHWM")
+
+    expected = hashlib.sha256()
+    for piece in random_pieces(b"big", SIZE):
+        expected.update(piece)
+    with (
+        PeakRss(srv) as encrypting,
+        srv.post("/v1/keys/default/encrypt", random_pieces(b"big", SIZE), SIZE) as r,
+        envelope_path.open("wb") as out,
+    ):
+        assert r.status == 200
+        for piece in r.pieces():
+            out.write(piece)
+    size = envelope_path.stat().st_size
+    got, n = hashlib.sha256(), 0
+    with PeakRss(srv) as decrypting, srv.post("/v1/decrypt", file_pieces(envelope_path), size) as r:
+        assert r.status == 200
+        for piece in r.pieces():
+            got.update(piece)
+            n += len(piece)
+    assert n == SIZE
+    assert got.digest() == expected.digest()
+    growth = max(encrypting.peak, decrypting.peak) - baseline
+    assert growth < 64 * MiB, f"resident memory grew by {growth / MiB:.1f} MiB"
+    # The kernel's own high-water mark catches a peak between two samples.
+    hwm_growth = srv.status("VmHWM") - max(hwm_before, baseline)
+    assert hwm_growth < 64 * MiB, f"peak resident memory grew by {hwm_growth / MiB:.1f} MiB"
