@@ -30,13 +30,13 @@ class Settings(BaseSettings):
         description="base64 of 32 bytes; prefer the variable (a flag shows in ps)",
     )
     master_key_file: Path | None = Field(
-        None, description="file holding the base64 master key (default: <data_dir>/master.key)"
+        None, description="file holding the base64 master key (default: master.key in the data dir)"
     )
     root_token: SecretStr | None = Field(
         None,
         description="the root token to install on a new keystore instead of printing a new one",
     )
-    root_token_file: Path | None = Field(None, description="a file holding root_token (a secret)")
+    root_token_file: Path | None = Field(None, description="a file holding the root token")
     max_single_bytes: int = Field(64 * MiB, ge=0, description="largest single-shot body")
     max_buffered_bytes: int = Field(
         1024 * MiB,
@@ -63,7 +63,9 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _tls_pair(self) -> Settings:
         if (self.tls_cert is None) != (self.tls_key is None):
-            raise ValueError("tls_cert and tls_key must be given together")
+            raise ValueError(
+                "--tls-cert and --tls-key (SEALFLOW_TLS_CERT, SEALFLOW_TLS_KEY) go together"
+            )
         return self
 
     @property

@@ -1,21 +1,26 @@
-"""The ``sealflow`` console script: serve, keys, tokens, encrypt, decrypt, selftest."""
+"""The `sealflow` console script: serve, keys, tokens, encrypt, decrypt, selftest."""
 
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
-from typing import Any
 
 import pydantic
 
 from sealflow import engine
+from sealflow.service.config import Settings
 from sealflow.service.keystore import KeyStoreError
 
 from . import _manage, _serve, _transfer
-from ._flags import PREFIX, add_settings
+from ._flags import PREFIX, add_settings, settings_error
 
 
-def _selftest(_: argparse.Namespace) -> int:
+def _selftest(args: argparse.Namespace) -> int:
+    settings = Settings(**args.settings)
+    engine.set_context_strategy(settings.context_strategy)
+    engine.set_provider(None if settings.provider == "auto" else settings.provider)
     engine.self_test()
     print("self-test passed")
     print(f"context strategy: {engine.get_context_strategy().name.lower()}")
@@ -26,32 +31,42 @@ def _selftest(_: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="sealflow", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="sealflow",
+        description="sealflow: encrypt and decrypt streamed bodies under named, versioned keys "
+        "that never leave the service.",
+        epilog="Every setting is a flag and a SEALFLOW_* variable; `sealflow serve --help` "
+        "lists them.",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     _serve.add_command(commands)
     store_flags = argparse.ArgumentParser(add_help=False)
     add_settings(store_flags, ["data_dir", "master_key_file"])
     _manage.add_commands(commands, store_flags)
     _transfer.add_client_commands(commands)
-    commands.add_parser(
+    selftest = commands.add_parser(
         "selftest", help="run the engine self-test and show the provider choice"
-    ).set_defaults(func=_selftest)
+    )
+    add_settings(selftest, ["context_strategy", "provider"])
+    selftest.set_defaults(func=_selftest)
     args = parser.parse_args(argv)
     args.settings = {k[len(PREFIX) :]: v for k, v in vars(args).items() if k.startswith(PREFIX)}
     try:
         code: int = args.func(args)
+        sys.stdout.flush()  # here, so a closed pipe is reported below and not at exit
     except pydantic.ValidationError as exc:
-        print(f"sealflow: invalid settings: {_first_error(exc)}", file=sys.stderr)
+        print(f"sealflow: invalid setting {settings_error(exc)}", file=sys.stderr)
         return 2
     except KeyStoreError as exc:
         print(f"sealflow: {exc}", file=sys.stderr)
         return 1
+    except BrokenPipeError:
+        # `sealflow keys list | head -1`: the reader left, which is not an error to report.
+        # Point stdout at /dev/null so the interpreter's own flush at exit stays quiet.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
     return code
-
-
-def _first_error(exc: pydantic.ValidationError) -> Any:
-    errors = exc.errors()
-    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in errors)
 
 
 if __name__ == "__main__":

@@ -102,6 +102,8 @@ async def send_error(send: Send, error: ApiError, close: bool) -> None:
         (b"content-type", b"application/json"),
         (b"content-length", b"%d" % len(body)),
     ]
+    for name, value in error.headers.items():
+        headers.append((name.lower().encode("latin-1"), value.encode("latin-1")))
     if close:
         headers.append((b"connection", b"close"))
     await send({"type": "http.response.start", "status": error.status, "headers": headers})

@@ -44,6 +44,12 @@ class SealflowApp(FastAPI):
         if self.openapi_schema is None:
             schema = super().openapi()
             schema["paths"] = {**data.OPENAPI_PATHS, **schema["paths"]}
+            # Request validation errors leave as 400 bad_request (errors.api_error), never 422.
+            for operations in schema["paths"].values():
+                for operation in operations.values():
+                    operation.get("responses", {}).pop("422", None)
+            for unused in ("HTTPValidationError", "ValidationError"):
+                schema.get("components", {}).get("schemas", {}).pop(unused, None)
             self.openapi_schema = schema
         return self.openapi_schema
 
@@ -81,9 +87,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         summary="Encrypt and decrypt streamed bodies under named, versioned keys.",
         description="See docs/API.md for the envelope format and worked examples.",
         lifespan=lifespan,
+        docs_url=None,  # admin.install_docs serves /docs and /redoc without a CDN
+        redoc_url=None,
     )
     app.include_router(admin.keys_router)
     app.include_router(admin.health_router)
+    admin.install_docs(app)
     errors.install(app)
     return app
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -30,17 +31,25 @@ log = logging.getLogger("sealflow")
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, code: str, message: str) -> None:
+    def __init__(
+        self, status: int, code: str, message: str, headers: dict[str, str] | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
+        self.headers = headers or {}  # e.g. Allow for 405, WWW-Authenticate for 401
 
     def body(self) -> bytes:
         return json.dumps({"error": {"code": self.code, "message": self.message}}).encode()
 
     def response(self) -> Response:
-        return Response(self.body(), status_code=self.status, media_type="application/json")
+        return Response(
+            self.body(),
+            status_code=self.status,
+            headers=self.headers,
+            media_type="application/json",
+        )
 
 
 def decryption_failed() -> ApiError:
@@ -57,7 +66,14 @@ def bad_request(message: str) -> ApiError:
 
 
 def unauthorized() -> ApiError:
-    return ApiError(401, "unauthorized", "a valid bearer token is required")
+    # RFC 6750 section 3: a 401 names the scheme the client should use.
+    return ApiError(
+        401, "unauthorized", "a valid bearer token is required", {"WWW-Authenticate": "Bearer"}
+    )
+
+
+def method_not_allowed(allowed: str) -> ApiError:
+    return ApiError(405, "method_not_allowed", "Method Not Allowed", {"Allow": allowed})
 
 
 def forbidden(scope: str) -> ApiError:
@@ -121,7 +137,7 @@ def api_error(exc: Exception) -> ApiError:
         return bad_request(where or "invalid request")
     if isinstance(exc, HTTPException):
         code = _HTTP_CODES.get(exc.status_code, "http_error")
-        return ApiError(exc.status_code, code, str(exc.detail))
+        return ApiError(exc.status_code, code, str(exc.detail), dict(exc.headers or {}))
     log.error("unexpected error", exc_info=exc)
     return ApiError(500, "internal_error", "internal error")
 
@@ -132,11 +148,40 @@ def _body_unread(request: Request) -> bool:
     return "transfer-encoding" in headers or headers.get("content-length", "0") != "0"
 
 
+def _allowed_methods(request: Request) -> str:
+    """Every method the API serves at this path, from the OpenAPI document.
+
+    Starlette's own Allow names the methods of the first route that matched the path only
+    (``GET /v1/keys`` and ``POST /v1/keys`` are two routes).
+    """
+    methods: set[str] = set()
+    for template, operations in request.app.openapi()["paths"].items():
+        if re.fullmatch(re.sub(r"\{[^}]+\}", "[^/]+", template), request.url.path):
+            methods |= {method.upper() for method in operations}
+    return ", ".join(sorted(methods))
+
+
+def _body_not_json(request: Request, exc: Exception) -> bool:
+    """A body FastAPI did not read as JSON because it was declared as something else."""
+    if not isinstance(exc, RequestValidationError):
+        return False
+    declared = request.headers.get("content-type", "application/json").split(";")[0].strip()
+    is_json = declared == "application/json" or declared.endswith("+json")
+    return not is_json and any(e["loc"][:1] == ("body",) for e in exc.errors())
+
+
 async def _handle(request: Request, exc: Exception) -> Response:
+    if _body_not_json(request, exc):
+        # `curl -d` sends a form: say what is wrong rather than that the fields are missing.
+        exc = ApiError(
+            415,
+            "unsupported_media_type",
+            "the body must be JSON, sent with Content-Type: application/json",
+        )
     error = api_error(exc)
+    if error.status == 405:
+        error.headers["Allow"] = _allowed_methods(request)
     response = error.response()
-    if isinstance(exc, HTTPException) and exc.headers:
-        response.headers.update(exc.headers)
     # Refused before its body was read (an ApiError from a route's checks, or 413 from
     # FastAPI's body limit by Content-Length): close rather than read what may be large.
     if (isinstance(exc, ApiError) or error.status == 413) and _body_unread(request):

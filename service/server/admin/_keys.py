@@ -19,7 +19,34 @@ from sealflow.service.keystore import KeyInfo
 from ..errors import ApiError
 from ._deps import AdminDep, LogDep, ServicesDep
 
-router = APIRouter(prefix="/v1/keys", tags=["keys"])
+
+class ErrorBody(BaseModel):
+    code: str
+    message: str
+
+
+class ErrorOut(BaseModel):
+    error: ErrorBody
+
+
+def _error(what: str) -> dict[str, object]:
+    return {"model": ErrorOut, "description": what}
+
+
+# What these routes answer besides success (never 422: validation errors are 400).
+_ERRORS: dict[int | str, dict[str, object]] = {
+    400: _error("bad_request: the body or a parameter is invalid"),
+    401: _error("unauthorized: no valid bearer token"),
+    403: _error("forbidden (the token lacks admin) or not_exportable"),
+    404: _error("key_not_found"),
+    409: _error("key_exists"),
+    413: _error("too_large: the body exceeds 64 KiB"),
+    415: _error("unsupported_media_type: a body declared as something other than JSON"),
+    503: _error("keystore_unavailable"),
+}
+# strict_content_type=False: a JSON body without a Content-Type is read as JSON (as Vault does);
+# one declared as something else gets errors.api_error's message about the content type.
+router = APIRouter(prefix="/v1/keys", tags=["keys"], responses=_ERRORS, strict_content_type=False)
 
 KeyName = Annotated[str, Path(max_length=64)]
 

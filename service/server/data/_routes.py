@@ -50,9 +50,7 @@ DECRYPT_ANY_ROUTE = Route("/v1/decrypt")
 
 
 def match(scope: Scope) -> Route | None:
-    """The data route a POST request is for, if any (anything else goes to FastAPI)."""
-    if scope["method"] != "POST":
-        return None
+    """The data route a request's path is for, if any (anything else goes to FastAPI)."""
     path: str = scope["path"]
     if path == "/v1/decrypt":
         return DECRYPT_ANY_ROUTE
@@ -68,6 +66,8 @@ async def serve(svc: Services, route: Route, scope: Scope, receive: Receive, sen
     scope["route"] = route
     log: AccessRecord = scope["sealflow.log"]
     try:
+        if scope["method"] != "POST":
+            raise errors.method_not_allowed("POST")
         app = _prepare(svc, route, scope, log)
     except (ApiError, KeyStoreError) as exc:
         error = errors.api_error(exc)
@@ -164,7 +164,8 @@ _RESPONSES = {
     "404": {"description": "key_not_found", **_ERROR},
     "408": {"description": "body not received in time", **_ERROR},
     "413": {"description": "single-shot body over the limit", **_ERROR},
-    "503": {"description": "too many concurrent requests", **_ERROR},
+    "405": {"description": "method_not_allowed: only POST", **_ERROR},
+    "503": {"description": "overloaded, or keystore_unavailable", **_ERROR},
 }
 _NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
 _AAD = {

@@ -8,6 +8,7 @@ import json
 import os
 
 import httpx
+import pytest
 
 from tests.service.conftest import Server
 from tests.service.oracle import split
@@ -106,3 +107,27 @@ def test_rotation_by_another_process_is_seen_without_restart(
     assert client.post("/v1/decrypt", content=first).content == b"x"
     shown = json.loads(server.cli("keys", "show", name).stdout)
     assert [v["version"] for v in shown["versions"]] == [1, 2]
+
+
+def test_an_admin_body_without_a_content_type_is_read_as_json(server: Server) -> None:
+    name = unique("noct")
+    with server.client() as c:
+        r = c.post("/v1/keys", content=json.dumps({"name": name}).encode())
+        assert "content-type" not in r.request.headers
+        assert r.status_code == 201, r.text
+        assert r.json()["name"] == name
+
+
+@pytest.mark.parametrize("content_type", ["application/x-www-form-urlencoded", "text/plain"])
+def test_an_admin_body_of_another_content_type_is_refused_saying_so(
+    server: Server, content_type: str
+) -> None:
+    with server.client() as c:
+        r = c.post(
+            "/v1/keys",
+            content=json.dumps({"name": unique("ct")}).encode(),
+            headers={"content-type": content_type},
+        )
+    assert r.status_code == 415
+    assert r.json()["error"]["code"] == "unsupported_media_type"
+    assert "Content-Type: application/json" in r.json()["error"]["message"]

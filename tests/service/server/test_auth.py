@@ -37,6 +37,8 @@ def test_missing_or_malformed_token_is_401(server: Server, authorization: str | 
             r = c.post(path, content=b"data", headers=headers)
             assert r.status_code == 401
             assert code(r) == "unauthorized"
+            # RFC 6750: the scheme to use, on data routes and admin routes alike.
+            assert r.headers["www-authenticate"] == "Bearer"
 
 
 def test_prefix_or_extension_of_a_valid_token_is_401(server: Server) -> None:

@@ -1,0 +1,99 @@
+"""What a person sees of the command itself: help, bad settings, pipes, what it loads."""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.service.cli.test_cli import run
+
+
+@pytest.mark.parametrize(
+    ("command", "env"),
+    [
+        (["selftest"], {"SEALFLOW_PROVIDER": "bogus"}),
+        (["selftest"], {"SEALFLOW_CONTEXT_STRATEGY": "bogus"}),
+        (["serve"], {"SEALFLOW_CONTEXT_STRATEGY": "bogus"}),
+        (["serve"], {"SEALFLOW_PORT": "eighty"}),
+        (["serve", "--tls-cert", "cert.pem"], {}),
+        (["keys", "list"], {"SEALFLOW_PROVIDER": "bogus"}),
+        (["tokens", "list", "--data-dir", ""], {"SEALFLOW_MAX_SINGLE_BYTES": "-1"}),
+    ],
+)
+def test_a_bad_setting_is_one_line_and_exit_2_like_a_bad_flag(
+    tmp_path: Path, command: list[str], env: dict[str, str]
+) -> None:
+    done = run(*command, cwd=tmp_path, **env)
+    stderr = done.stderr.decode()
+    assert done.returncode == 2, stderr
+    assert stderr.startswith("sealflow: invalid setting --"), stderr
+    assert len(stderr.strip().splitlines()) == 1, stderr
+    assert "Traceback" not in stderr
+    assert not (tmp_path / ".sealflow").exists()  # refused before anything was created
+    # As argparse does for a bad flag value:
+    bad_flag = run("serve", "--context-strategy", "bogus", cwd=tmp_path)
+    assert bad_flag.returncode == 2
+
+
+def test_help_works_whatever_the_environment_says() -> None:
+    done = run("--help", SEALFLOW_PROVIDER="bogus", SEALFLOW_CONTEXT_STRATEGY="bogus")
+    assert done.returncode == 0
+    assert done.stderr == b""
+
+
+@pytest.mark.parametrize("command", [[], ["serve"], ["keys", "create"], ["selftest"]])
+def test_help_reads_as_words(command: list[str]) -> None:
+    text = run(*command, "--help").stdout.decode()
+    assert "usage: sealflow" in text
+    assert "``" not in text  # no reStructuredText
+    assert "default None" not in text
+    # Flags and variables, never pydantic field names (data_dir, TLS_CERT, ...).
+    words = set(re.findall(r"[A-Za-z][A-Za-z0-9_]*", text))
+    fields = {w for w in words if "_" in w and not w.startswith("SEALFLOW_")}
+    assert fields == set(), fields
+
+
+def test_a_closed_pipe_ends_quietly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SEALFLOW_MASTER_KEY", base64.b64encode(os.urandom(32)).decode())
+    # `sealflow keys rotate k | head -0`: the reader is gone before the command writes.
+    assert run("keys", "create", "k", "--data-dir", str(tmp_path)).returncode == 0
+    read, write = os.pipe()
+    os.close(read)
+    proc = subprocess.run(  # noqa: S603
+        [sys.executable, "-m", "sealflow", "keys", "rotate", "k", "--data-dir", str(tmp_path)],
+        stdout=write,
+        stderr=subprocess.PIPE,
+        timeout=120,
+        check=False,
+    )
+    os.close(write)
+    assert proc.stderr == b""
+    assert proc.returncode == 141  # 128 + SIGPIPE, as a shell reports a tool killed by it
+    # The rotation itself happened: the pipe only lost its output.
+    shown = run("keys", "show", "k", "--data-dir", str(tmp_path)).stdout.decode()
+    assert '"latest": 2' in shown
+
+
+def test_keys_tokens_encrypt_decrypt_load_no_server_module(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SEALFLOW_MASTER_KEY", base64.b64encode(os.urandom(32)).decode())
+    code = (
+        "import sys\n"
+        "from sealflow.service.cli import main\n"
+        f"main(['keys', 'create', 'k', '--data-dir', {str(tmp_path)!r}])\n"
+        f"main(['tokens', 'list', '--data-dir', {str(tmp_path)!r}])\n"
+        "loaded = [m for m in sys.modules if m.split('.')[0] in ('uvicorn', 'fastapi')"
+        " or m.startswith('sealflow.service.server')]\n"
+        "print(loaded)\n"
+    )
+    done = subprocess.run(  # noqa: S603
+        [sys.executable, "-c", code], capture_output=True, timeout=120, check=True
+    )
+    assert done.stdout.decode().strip().splitlines()[-1] == "[]"
