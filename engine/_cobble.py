@@ -2,10 +2,11 @@
 
 Cobblestone-128/-256 are exactly C2SP chunked encryption with AES-GCM, and the
 wheel's OpenSSL has VAES AES-GCM. Where the calibration picks the cryptography
-provider for AES chunks, one ``update_into`` per batch replaces a Python loop of
-one ``encrypt_into`` per 16 KiB chunk (measured 0.77x of Cobblestone at 1 MiB
-before). Same sizes and the same guarantees as the native framing: only
-authenticated plaintext comes out, and after a failure every call fails again.
+provider for AES chunks, ``_chunked``'s table picks these codecs: one
+``update_into`` per batch replaces a Python loop of one ``encrypt_into`` per
+16 KiB chunk (measured 0.77x of Cobblestone at 1 MiB before). Same interface and
+sizes as the framing codecs in ``_framing``; ``_chunked`` validates arguments and
+keeps the finished/failed state for both.
 """
 
 from __future__ import annotations
@@ -19,7 +20,15 @@ from cryptography.cobblestone import (
 from cryptography.exceptions import AlreadyFinalized, InvalidTag
 
 from ._errors import DecryptionError
-from ._types import CHUNK_LEN, HEADER_LEN, SEALED_CHUNK_LEN, TAG_LEN, Algorithm, BytesLike
+from ._types import (
+    CHUNK_LEN,
+    HEADER_LEN,
+    SEALED_CHUNK_LEN,
+    TAG_LEN,
+    Algorithm,
+    AlgorithmSpec,
+    BytesLike,
+)
 
 _ENCRYPTORS: dict[Algorithm, type[Cobblestone128Encryptor] | type[Cobblestone256Encryptor]] = {
     Algorithm.AES_128_GCM: Cobblestone128Encryptor,
@@ -38,8 +47,10 @@ def covers(alg: Algorithm) -> bool:
 class CobbleSealer:
     """The state of one chunked encryption: how many input bytes wait for a full chunk."""
 
-    def __init__(self, alg: Algorithm, key: bytes, context: bytes) -> None:
-        self._impl = _ENCRYPTORS[alg](key, context)
+    # provider goes unused: Cobblestone brings its own loop and the wheel's OpenSSL. It is
+    # taken so that every codec in _chunked's table is built with the same arguments.
+    def __init__(self, provider: object, spec: AlgorithmSpec, key: bytes, context: bytes) -> None:
+        self._impl = _ENCRYPTORS[spec.algorithm](key, context)
         self._held = 0
         self._header = HEADER_LEN  # written by the first call
 
@@ -64,8 +75,8 @@ class CobbleSealer:
 class CobbleOpener:
     """The state of one chunked decryption; fails for good after the first failure."""
 
-    def __init__(self, alg: Algorithm, key: bytes, context: bytes) -> None:
-        self._impl = _DECRYPTORS[alg](key, context)
+    def __init__(self, provider: object, spec: AlgorithmSpec, key: bytes, context: bytes) -> None:
+        self._impl = _DECRYPTORS[spec.algorithm](key, context)
         self._seen = 0  # bytes given, header included
 
     def _body(self, extra: int = 0) -> int:

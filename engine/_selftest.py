@@ -13,9 +13,9 @@ from __future__ import annotations
 import hashlib
 import hmac
 
-from ._chunked import derive
 from ._cobble import CobbleOpener, CobbleSealer, covers
 from ._errors import DecryptionError, SelfTestError
+from ._framing import derive
 from ._providers import PROVIDERS, Provider
 from ._types import HEADER_LEN, SALT_LEN, TAG_LEN, Algorithm
 
@@ -135,19 +135,20 @@ def _cobblestone(alg: Algorithm) -> None:
     """The same known answer through cryptography.cobblestone, which seals AES streams
     when the cryptography provider does chunks; and a round trip (its salt is random)."""
     key, context, sealed, digest = _CHUNKED[alg]
-    opener = CobbleOpener(alg, key, context)
+    pyca, spec = PROVIDERS["cryptography"], alg.spec
+    opener = CobbleOpener(pyca, spec, key, context)
     opened = bytearray(opener.update_size(len(sealed)))
     n = opener.update_into(sealed, opened)
     final = bytearray(opener.finalize_size())
     opened[n:] = final[: opener.finalize_into(final)]
     if hashlib.sha512(opened).digest() != digest:
         raise SelfTestError(f"self-test failed: cobblestone {alg.value}: chunked open known answer")
-    sealer = CobbleSealer(alg, key, context)
+    sealer = CobbleSealer(pyca, spec, key, context)
     out = bytearray(sealer.update_size(len(opened)))
     n = sealer.update_into(opened, out)
     tail = bytearray(sealer.finalize_size())
     resealed = bytes(out[:n]) + bytes(tail[: sealer.finalize_into(tail)])
-    check = CobbleOpener(alg, key, context)
+    check = CobbleOpener(pyca, spec, key, context)
     back = bytearray(len(opened))
     m = check.update_into(resealed, back)
     m += check.finalize_into(memoryview(back)[m:])

@@ -22,6 +22,8 @@ from hypothesis import strategies as st
 
 from sealflow import engine
 from sealflow.engine import Algorithm, ChunkedDecryptor, ChunkedEncryptor, DecryptionError
+from sealflow.engine._cobble import CobbleOpener, CobbleSealer
+from sealflow.engine._framing import FramingOpener, FramingSealer
 from tests.vectors import ChunkedCase, c2sp_chunked
 
 CHUNK, SEALED = 16384, 16400
@@ -236,12 +238,50 @@ def test_counter_limit_is_enforced() -> None:
     engine.set_provider("native")
     try:
         enc = ChunkedEncryptor(Algorithm.AES_128_GCM, bytes(16), b"")
+        enc2 = ChunkedEncryptor(Algorithm.AES_128_GCM, bytes(16), b"")
     finally:
         engine.set_provider(None)
-    enc._counter = (1 << 38) - 1  # as if 2**38 - 1 chunks had been sealed
+    codec, codec2 = enc._codec, enc2._codec
+    assert isinstance(codec, FramingSealer)
+    assert isinstance(codec2, FramingSealer)
+    codec._counter = (1 << 38) - 1  # as if 2**38 - 1 chunks had been sealed
     assert len(enc.update(bytes(CHUNK))) == 56 + SEALED  # chunk number 2**38 - 1 is the last
     with pytest.raises(ValueError, match="counter limit"):
         enc.finalize()
-    enc2 = ChunkedEncryptor(Algorithm.AES_128_GCM, bytes(16), b"")
-    enc2._counter = (1 << 38) - 1
+    codec2._counter = (1 << 38) - 1
     assert len(enc2.finalize()) == 56 + 16  # the last allowed chunk number still seals
+
+
+@pytest.mark.parametrize("alg", list(Algorithm))
+def test_the_codec_table_picks_cobblestone_for_aes_under_cryptography_else_framing(
+    impl: tuple[str, engine.ContextStrategy], alg: Algorithm
+) -> None:
+    provider = impl[0]
+    key = os.urandom(alg.spec.key_len)
+    enc, dec = ChunkedEncryptor(alg, key, b"ctx"), ChunkedDecryptor(alg, key, b"ctx")
+    # The public classes are what callers get: the codec is a part, not a subclass.
+    assert type(enc) is ChunkedEncryptor
+    assert type(dec) is ChunkedDecryptor
+    if provider == "cryptography" and alg in COBBLESTONE:
+        assert type(enc._codec) is CobbleSealer
+        assert type(dec._codec) is CobbleOpener
+    else:
+        assert type(enc._codec) is FramingSealer
+        assert type(dec._codec) is FramingOpener
+        # The framing loop calls the chunk functions of the provider that was forced.
+        assert enc._codec._provider is engine.PROVIDERS[provider]
+        assert dec._codec._provider is engine.PROVIDERS[provider]
+
+
+@pytest.mark.parametrize("alg", list(Algorithm))
+def test_the_codec_follows_the_calibrated_chunks_provider(alg: Algorithm) -> None:
+    engine.set_provider(None)
+    chosen = engine.provider_choice()[alg]["chunks"]
+    key = os.urandom(alg.spec.key_len)
+    enc, dec = ChunkedEncryptor(alg, key), ChunkedDecryptor(alg, key)
+    assert type(enc) is ChunkedEncryptor
+    assert type(dec) is ChunkedDecryptor
+    if chosen == "cryptography" and alg in COBBLESTONE:
+        assert (type(enc._codec), type(dec._codec)) == (CobbleSealer, CobbleOpener)
+    else:
+        assert (type(enc._codec), type(dec._codec)) == (FramingSealer, FramingOpener)
