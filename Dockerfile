@@ -9,10 +9,12 @@ RUN apt-get update \
     && apt-get install -y --no-install-recommends gcc libc6-dev libssl-dev \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-COPY pyproject.toml setup.py README.md ./
+COPY pyproject.toml setup.py MANIFEST.in README.md ./
 COPY native native
 COPY engine engine
 COPY service service
+# The top-level package and its symlinks to the three folders above (see pyproject.toml).
+COPY src src
 # The cffi extension is compiled here, against the image's own OpenSSL headers.
 RUN python -m venv /opt/sealflow \
     && /opt/sealflow/bin/pip install --no-cache-dir . \

@@ -23,11 +23,14 @@ def listed_modules(doc: str, heading: str) -> set[str]:
     raise AssertionError(f"no module map under {heading!r} in {doc}")
 
 
-def tree(folder: str, suffixes: tuple[str, ...] = (".py",)) -> set[str]:
+def tree(folder: str) -> set[str]:
+    """The sources of a folder, build scripts (native/ffi) and generated files aside."""
     return {
         str(p.relative_to(ROOT))
         for p in (ROOT / folder).rglob("*")
-        if p.suffix in suffixes and "__pycache__" not in p.parts
+        if p.suffix in (".py", ".c", ".h")
+        and not {"__pycache__", "ffi"} & set(p.parts)
+        and not p.name.startswith("_sealflow_native")
     }
 
 
@@ -35,6 +38,7 @@ def tree(folder: str, suffixes: tuple[str, ...] = (".py",)) -> set[str]:
     ("doc", "heading", "folders"),
     [
         ("SERVICE.md", "## Modules", ["service"]),
+        ("ENGINE.md", "## Layers", ["engine", "native"]),
     ],
 )
 def test_module_map_matches_the_tree(doc: str, heading: str, folders: list[str]) -> None:

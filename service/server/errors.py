@@ -162,10 +162,10 @@ def _allowed_methods(request: Request) -> str:
 
 
 def _body_not_json(request: Request, exc: Exception) -> bool:
-    """A body FastAPI did not read as JSON because it was declared as something else."""
+    """A body FastAPI did not read as JSON because it was not declared as JSON."""
     if not isinstance(exc, RequestValidationError):
         return False
-    declared = request.headers.get("content-type", "application/json").split(";")[0].strip()
+    declared = request.headers.get("content-type", "").split(";")[0].strip()
     is_json = declared == "application/json" or declared.endswith("+json")
     return not is_json and any(e["loc"][:1] == ("body",) for e in exc.errors())
 

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_serializer
 
 from sealflow.engine import Algorithm
 from sealflow.service.keystore import KeyInfo
@@ -41,12 +41,12 @@ _ERRORS: dict[int | str, dict[str, object]] = {
     404: _error("key_not_found"),
     409: _error("key_exists"),
     413: _error("too_large: the body exceeds 64 KiB"),
-    415: _error("unsupported_media_type: a body declared as something other than JSON"),
+    415: _error("unsupported_media_type: a body not declared as JSON"),
     503: _error("keystore_unavailable"),
 }
-# strict_content_type=False: a JSON body without a Content-Type is read as JSON (as Vault does);
-# one declared as something else gets errors.api_error's message about the content type.
-router = APIRouter(prefix="/v1/keys", tags=["keys"], responses=_ERRORS, strict_content_type=False)
+# FastAPI reads a body as JSON only when it is declared so (and then before the token check);
+# any other body is refused with 415 (errors._body_not_json), after the token check.
+router = APIRouter(prefix="/v1/keys", tags=["keys"], responses=_ERRORS)
 
 KeyName = Annotated[str, Path(max_length=64)]
 
@@ -68,6 +68,11 @@ class KeyPatch(BaseModel):
 class VersionOut(BaseModel):
     version: int
     created_at: datetime
+
+    @field_serializer("created_at")
+    def _utc_microseconds(self, value: datetime) -> str:
+        # Always six fractional digits (pydantic drops a zero fraction): one fixed format.
+        return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class KeyOut(BaseModel):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 from collections.abc import Callable
 
@@ -89,3 +90,18 @@ def test_openapi_lists_the_statuses_routes_return_and_never_422(client: httpx.Cl
                 assert {"400", "401", "403", "404", "413"} <= statuses, (method, path)
             if path.startswith("/v1/keys") and not path.endswith(("/encrypt", "/decrypt")):
                 assert "409" in statuses, (method, path)
+
+
+def test_which_refusals_close_the_connection(server: Server) -> None:
+    # docs/API.md lists these; the data routes close on any header-decided refusal, the admin
+    # routes only when there is a body left unread.
+    with httpx.Client(base_url=server.url, headers={"authorization": "Bearer wrong"}) as c:
+        assert c.get("/v1/keys").headers.get("connection") != "close"
+        assert c.post("/v1/keys", json={"name": "x"}).headers["connection"] == "close"
+        assert c.post("/v1/keys/default/encrypt", content=b"x").headers["connection"] == "close"
+        assert c.get("/v1/decrypt").headers["connection"] == "close"
+
+
+def test_created_at_always_has_microseconds(client: httpx.Client) -> None:
+    for version in client.get("/v1/keys/default").json()["versions"]:
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", version["created_at"])
