@@ -53,7 +53,7 @@ class RoundTrip(FastHttpUser):
             catch_response=True,
         ) as sealed:
             if sealed.status_code != 200:
-                sealed.failure(f"encrypt: HTTP {sealed.status_code}: {sealed.text[:200]}")
+                sealed.failure(f"encrypt: HTTP {sealed.status_code}: {(sealed.text or '')[:200]}")
                 return
             envelope = sealed.content
             if envelope is None or envelope[:4] != b"SFL1":
@@ -64,7 +64,7 @@ class RoundTrip(FastHttpUser):
             catch_response=True,
         ) as opened:  # fmt: skip
             if opened.status_code != 200:
-                opened.failure(f"decrypt: HTTP {opened.status_code}: {opened.text[:200]}")
+                opened.failure(f"decrypt: HTTP {opened.status_code}: {(opened.text or '')[:200]}")
             elif opened.content != data:
                 got = len(opened.content or b"")
                 opened.failure(f"decrypt: plaintext differs ({got} bytes, {size} sent)")
