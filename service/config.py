@@ -44,6 +44,23 @@ class Settings(BaseSettings):
         description="memory all single-shot requests of a process may hold at once (then 503)",
     )
     max_concurrent_requests: int = Field(256, ge=1, description="data requests beyond get 503")
+    max_concurrent_per_token: int = Field(
+        0,
+        ge=0,
+        description="requests one token may have in flight (429 beyond); 0: half of "
+        "--max-concurrent-requests",
+    )
+    max_header_bytes: int = Field(
+        16 * 1024,
+        ge=1024,
+        description="bytes of request line and headers a request may send (431 beyond)",
+    )
+    header_timeout: float = Field(
+        10.0, gt=0, description="seconds a client has to send a request's line and headers"
+    )
+    keepalive_timeout: float = Field(
+        5.0, gt=0, description="seconds an idle connection stays open between requests"
+    )
     receive_timeout: float = Field(
         30.0,
         gt=0,

@@ -27,6 +27,7 @@ _NAMED = {
     "port": "PORT",
     "max_single_bytes": "BYTES",
     "max_buffered_bytes": "BYTES",
+    "max_header_bytes": "BYTES",
 }
 
 

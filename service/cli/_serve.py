@@ -49,7 +49,9 @@ def _serve(args: argparse.Namespace) -> int:
         host=settings.host,
         port=settings.port,
         workers=settings.workers,
-        http="httptools",
+        # httptools with limits on a request's head (server/_protocol.py).
+        http="sealflow.service.server._protocol:GuardedHttpToolsProtocol",
+        timeout_keep_alive=settings.keepalive_timeout,  # type: ignore[arg-type]
         loop="uvloop",
         log_config=None,
         access_log=False,  # sealflow.access logs one structured line per request

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from starlette.types import Receive, Send
+from starlette.types import Receive, Scope, Send
 
 from ._logging import AccessRecord
 from ._watchdog import Watch
@@ -87,6 +87,14 @@ class Reply:
         self._log.status = error.status
         await send_error(self._send, error, close)
         return True
+
+
+def has_body(scope: Scope) -> bool:
+    """Whether the request announced a body (Content-Length above 0, or chunked)."""
+    for name, value in scope["headers"]:
+        if name == b"transfer-encoding" or (name == b"content-length" and value != b"0"):
+            return True
+    return False
 
 
 async def send_error(send: Send, error: ApiError, close: bool) -> None:

@@ -1,30 +1,42 @@
-"""The front door of every HTTP request: concurrency limit, dispatch, log line and metrics.
+"""The front door of every HTTP request: refusals from the head, authentication, concurrency
+limits, dispatch, the log line and metrics.
 
-One ASGI layer instead of a middleware per concern: for a small request each
-layer (a coroutine, often a wrapped ``send``) is a measurable share of the cost.
-Data routes go to ``data`` as plain ASGI and record their own status; the rest
-goes to FastAPI through a ``send`` wrapper that notes the status.
+One ASGI layer instead of a middleware per concern: for a small request each layer (a
+coroutine, often a wrapped ``send``) is a measurable share of the cost. Data routes go to
+``data`` as plain ASGI and record their own status; the rest goes to FastAPI through a ``send``
+wrapper that notes the status.
+
+Fairness: a request to ``/v1/`` is authenticated here, from its headers, before it may take a
+concurrency slot or have a byte of its body read, so an unauthenticated client never holds a
+slot. An authenticated token holds at most ``max_concurrent_per_token`` slots (429 beyond), so
+one tenant cannot take all of them either. Bodies of FastAPI's routes are read under the same
+receive deadline as the data routes'.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from . import _metrics, data, errors
-from ._body import send_error
+from sealflow.service.config import Settings
+from sealflow.service.keystore import KeyStoreError, TokenInfo
+
+from . import _auth, _metrics, data, errors
+from ._body import has_body, send_error
 from ._logging import AccessLog, AccessRecord
 from ._state import Services
+from ._watchdog import Watch, stalled
 
-# The parser (httptools) accepts headers of any size; requests beyond this get 431.
-MAX_HEADER_BYTES = 16 * 1024
 # Bodies of the routes FastAPI serves (admin JSON of a few hundred bytes); the data routes
 # stream and have their own limits. Chunked bodies are bounded by FastAPI's max_body_size.
 MAX_OTHER_BODY = 64 * 1024
 # Operational routes are not counted against the limit: probes must get through.
 _UNLIMITED = frozenset(("/healthz", "/readyz", "/metrics"))
+_API = "/v1/"
+_ADMIN = "/v1/keys"
 
 
 class Front:
@@ -32,44 +44,114 @@ class Front:
         self,
         app: ASGIApp,
         services: Callable[[], Services | None],
-        limit: int,
+        settings: Settings,
         access: AccessLog,
     ) -> None:
         self.app = app
         self.services = services
-        self.limit = limit
+        self.limit = settings.max_concurrent_requests
+        self.per_token = settings.max_concurrent_per_token or max(1, self.limit // 2)
+        self.max_header_bytes = settings.max_header_bytes
         self.access = access
         self.active = 0  # requests in flight, probes aside; also the in-flight gauge
+        self.by_token: dict[str, int] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()
         log = AccessRecord()
         scope["sealflow.log"] = log
-        limited = scope["path"] not in _UNLIMITED
+        svc = self.services()
         route = data.match(scope)
-        refusal = None
-        if limited and self.active >= self.limit:
-            refusal = errors.overloaded()
-        elif sum(len(name) + len(value) for name, value in scope["headers"]) > MAX_HEADER_BYTES:
-            refusal = errors.headers_too_large(MAX_HEADER_BYTES)
-        elif route is None and _content_length(scope) > MAX_OTHER_BODY:
-            # FastAPI reads a route's JSON body before its dependencies check the token.
-            refusal = errors.too_large(MAX_OTHER_BODY)
-        if refusal is not None:
-            log.status = refusal.status
-            await send_error(send, refusal, close=True)
+        try:
+            token = self._admit(scope, svc, route)
+        except (errors.ApiError, KeyStoreError) as exc:
+            refusal = errors.api_error(exc)
+            log.status, log.error = refusal.status, refusal.code
+            # Refused from the head: close rather than read what may be a large body.
+            await send_error(send, refusal, close=has_body(scope))
             self._record(scope, log, started)
             return
+        limited = scope["path"] not in _UNLIMITED
         self.active += limited
+        if token is not None:
+            self.by_token[token.id] = self.by_token.get(token.id, 0) + 1
         try:
-            svc = self.services()
-            if route is not None and svc is not None:
-                await data.serve(svc, route, scope, receive, send)
+            if route is not None and svc is not None and token is not None:
+                await data.serve(svc, route, token, scope, receive, send)
+            elif svc is not None and limited:
+                await self._fastapi_watched(svc, scope, receive, send, log)
             else:
                 await self.app(scope, receive, _noting_status(send, log))
         finally:
             self.active -= limited
+            if token is not None:
+                left = self.by_token[token.id] - 1
+                if left:
+                    self.by_token[token.id] = left
+                else:
+                    del self.by_token[token.id]
             self._record(scope, log, started)
+
+    def _admit(
+        self, scope: Scope, svc: Services | None, route: data.Route | None
+    ) -> TokenInfo | None:
+        """Everything decided from the head, in one pass over the headers; the token if any."""
+        authorization: str | None = None
+        length = size = 0
+        for name, value in scope["headers"]:
+            size += len(name) + len(value)
+            if name == b"authorization":
+                if authorization is not None:
+                    raise errors.bad_request("more than one Authorization header")
+                authorization = value.decode("latin-1")
+            elif name == b"content-length":
+                length = int(value)  # the parser has refused a malformed one
+        if size > self.max_header_bytes:
+            raise errors.headers_too_large(self.max_header_bytes)
+        raw_path: bytes = scope.get("raw_path") or b""
+        if b"%2f" in raw_path.lower():
+            # Routing happens on the decoded path: an encoded slash would let a request
+            # slip past an ACL that a proxy applies to the raw one.
+            raise errors.bad_request("encoded slashes (%2F) are not allowed in the path")
+        path: str = scope["path"]
+        if svc is None or not path.startswith(_API):
+            token = None
+        else:
+            token = _auth.authenticate(svc.store, authorization)
+            if route is None and path.startswith(_ADMIN):
+                _auth.require_admin(token)
+        if route is None and length > MAX_OTHER_BODY:
+            # Beyond the size of any admin body: refused unread.
+            raise errors.too_large(MAX_OTHER_BODY)
+        if path not in _UNLIMITED and self.active >= self.limit:
+            raise errors.overloaded()
+        if token is not None and self.by_token.get(token.id, 0) >= self.per_token:
+            _metrics.AUTH_FAILURES.labels("token_limit").inc()
+            raise errors.too_many_for_token(self.per_token)
+        scope["sealflow.token"] = token
+        return token
+
+    async def _fastapi_watched(
+        self, svc: Services, scope: Scope, receive: Receive, send: Send, log: AccessRecord
+    ) -> None:
+        """FastAPI's routes, their body reads under the receive deadline like the data routes'."""
+        watch = svc.watchdog.watch()
+        try:
+            await self.app(scope, _watched(receive, watch), _noting_status(send, log))
+        except asyncio.CancelledError as exc:
+            if not stalled(exc):
+                raise
+            watch.task.uncancel()
+            if log.status:  # the response had started: drop the connection
+                abort = scope.get("sealflow.abort")
+                if abort is not None:
+                    abort()
+                return
+            error = errors.timeout()
+            log.status, log.error = error.status, error.code
+            await send_error(send, error, close=True)
+        finally:
+            svc.watchdog.release(watch)
 
     def _record(self, scope: Scope, log: AccessRecord, started: float) -> None:
         elapsed = time.perf_counter() - started
@@ -80,11 +162,15 @@ class Front:
         self.access.write(log)
 
 
-def _content_length(scope: Scope) -> int:
-    for name, value in scope["headers"]:
-        if name == b"content-length":
-            return int(value)  # the parser has refused a malformed one
-    return 0
+def _watched(receive: Receive, watch: Watch) -> Receive:
+    async def receiving() -> Message:
+        message = await receive()
+        watch.touch()
+        watch.received += len(message.get("body", b""))
+        watch.receiving = message.get("more_body", False)
+        return message
+
+    return receiving
 
 
 def _noting_status(send: Send, log: AccessRecord) -> Send:

@@ -47,6 +47,11 @@ AUTH_FAILURES = Counter(
     "Refused requests by reason",
     ["reason"],  # missing, malformed, invalid, forbidden
 )
+CONNECTIONS_REFUSED = Counter(
+    "sealflow_connections_refused",
+    "Connections closed by the server before a request reached the app, by reason",
+    ["reason"],  # headers_too_large, uri_too_long, request_timeout (head), idle
+)
 IN_FLIGHT = Gauge(
     "sealflow_requests_in_flight",
     "Requests being served (not counting probes and scrapes)",

@@ -14,7 +14,7 @@ from starlette.types import Receive, Scope, Send
 import sealflow
 from sealflow.service.config import Settings
 
-from . import _drain, _logging, _metrics, admin, data, errors
+from . import _drain, _logging, _metrics, _protocol, admin, data, errors
 from ._front import MAX_OTHER_BODY, Front
 from ._startup import start_services
 
@@ -30,7 +30,7 @@ class SealflowApp(FastAPI):
         self.front = Front(
             super().__call__,
             lambda: self.state.services,
-            settings.max_concurrent_requests,
+            settings,
             self.access_log,
         )
 
@@ -57,6 +57,9 @@ class SealflowApp(FastAPI):
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     _logging.configure(settings.log_level)
+    # The connection-level limits, for the protocol uvicorn builds per connection.
+    _protocol.LIMITS.head_limit = settings.max_header_bytes
+    _protocol.LIMITS.head_timeout = settings.header_timeout
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

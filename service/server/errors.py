@@ -102,6 +102,15 @@ def headers_too_large(limit: int) -> ApiError:
     return ApiError(431, "headers_too_large", f"request headers exceed {limit} bytes")
 
 
+def too_many_for_token(limit: int) -> ApiError:
+    return ApiError(
+        429,
+        "too_many_requests",
+        f"this token has {limit} requests in flight already; retry later",
+        {"Retry-After": "1"},
+    )
+
+
 def overloaded() -> ApiError:
     return ApiError(503, "overloaded", "too many concurrent requests; retry later")
 

@@ -23,7 +23,7 @@ from sealflow.service.envelope import Mode, Prefix
 from sealflow.service.keystore import KeyInfo, KeyNotFound, KeyStore, KeyStoreError, TokenInfo
 
 from .. import _auth, _metrics, errors
-from .._body import send_error
+from .._body import has_body, send_error
 from .._logging import AccessRecord
 from .._state import Services
 from ..errors import ApiError
@@ -62,32 +62,36 @@ def match(scope: Scope) -> Route | None:
     return None
 
 
-async def serve(svc: Services, route: Route, scope: Scope, receive: Receive, send: Send) -> None:
+async def serve(
+    svc: Services, route: Route, token: TokenInfo, scope: Scope, receive: Receive, send: Send
+) -> None:
+    """Serve a data request whose token the front door has authenticated."""
     scope["route"] = route
     log: AccessRecord = scope["sealflow.log"]
     try:
         if scope["method"] != "POST":
             raise errors.method_not_allowed("POST")
-        app = _prepare(svc, route, scope, log)
+        app = _prepare(svc, route, token, scope, log)
     except (ApiError, KeyStoreError) as exc:
         error = errors.api_error(exc)
         log.error, log.status = error.code, error.status
         # Refused from the headers: close rather than read what may be a large body.
-        await send_error(send, error, close=True)
+        await send_error(send, error, close=has_body(scope))
         return
     await app(scope, receive, send)
 
 
-def _prepare(svc: Services, route: Route, scope: Scope, log: AccessRecord) -> Encrypt | Decrypt:
-    authorization = x_aad = length = None
+def _prepare(
+    svc: Services, route: Route, token: TokenInfo, scope: Scope, log: AccessRecord
+) -> Encrypt | Decrypt:
+    x_aad = length = None
     for name, value in scope["headers"]:
-        if name == b"authorization":
-            authorization = value.decode("latin-1")
-        elif name == b"x-aad":
+        if name == b"x-aad":
+            if x_aad is not None:
+                raise errors.bad_request("more than one X-AAD header")
             x_aad = value
         elif name == b"content-length":
             length = int(value)  # uvicorn has refused a malformed one
-    token = _auth.authenticate(svc.store, authorization)
     aad = _aad(x_aad)
     if route is DECRYPT_ANY_ROUTE:
         return Decrypt(svc, log, aad, length, _decrypt_key(svc.store, token, None))

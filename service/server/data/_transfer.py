@@ -108,6 +108,11 @@ class _Transfer:
             if not await reply.fail(error, close):
                 _metrics.STREAM_ABORTS.labels(self.operation).inc()
                 self.log.aborted = True
+                abort = scope.get("sealflow.abort")
+                if error.status == 408 and abort is not None:
+                    # The client stopped reading: closing would wait for it to take what is
+                    # queued (never), holding the connection and its buffers. Drop it now.
+                    abort()
         except Disconnected:
             self.log.error = "client_disconnected"
         finally:

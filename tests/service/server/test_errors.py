@@ -93,13 +93,14 @@ def test_openapi_lists_the_statuses_routes_return_and_never_422(client: httpx.Cl
 
 
 def test_which_refusals_close_the_connection(server: Server) -> None:
-    # docs/API.md lists these; the data routes close on any header-decided refusal, the admin
-    # routes only when there is a body left unread.
+    # docs/API.md: a refusal decided from the head closes the connection when a body was
+    # announced (it is left unread), and keeps it otherwise.
     with httpx.Client(base_url=server.url, headers={"authorization": "Bearer wrong"}) as c:
         assert c.get("/v1/keys").headers.get("connection") != "close"
         assert c.post("/v1/keys", json={"name": "x"}).headers["connection"] == "close"
         assert c.post("/v1/keys/default/encrypt", content=b"x").headers["connection"] == "close"
-        assert c.get("/v1/decrypt").headers["connection"] == "close"
+        assert c.get("/v1/decrypt").headers.get("connection") != "close"
+        assert c.post("/v1/decrypt", content=b"").headers.get("connection") != "close"
 
 
 def test_created_at_always_has_microseconds(client: httpx.Client) -> None:

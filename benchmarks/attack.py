@@ -1,0 +1,211 @@
+"""A legitimate client's latency while hostile clients attack the front door.
+
+    python -m benchmarks.attack            (about 60 s; pins cores 0 and 1 with taskset)
+
+``sealflow serve`` runs pinned to core 0. On core 1 one process sends 1 KiB encrypts over a
+keep-alive connection, one after another, and records each latency, while another process runs
+the attack. Each scenario reports the legitimate client's p50 and p99, how many of its requests
+failed, and the server's RSS growth:
+
+- none: no attack (the baseline);
+- header flood: 32 connections at a time, each sending endless 100-byte header lines;
+- slow heads: 256 connections, each sending one byte of a head every half second;
+- unauthenticated slots: 256 connections sending an admin request's head and one byte of its
+  body, then nothing (the issue's slot-exhaustion attack).
+
+The issue asks for p99 under 100 ms and RSS growth under 64 MiB under the first and last;
+the tests check the behaviour (every legitimate request succeeds, memory bounded), this
+measures the latency.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import multiprocessing
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from .http import free_port, wait_ready
+
+SERVER_CORE, LOAD_CORE = "0", "1"
+SECONDS = float(os.environ.get("SEALFLOW_BENCH_ATTACK_SECONDS", "10"))
+MiB = 1 << 20
+
+
+def pin(core: str) -> None:
+    os.sched_setaffinity(0, {int(core)})
+
+
+def header_flood(port: int, stop: multiprocessing.synchronize.Event) -> None:
+    pin(LOAD_CORE)
+    line = b"X-Flood: " + b"f" * 90 + b"\r\n"
+    while not stop.is_set():
+        socks = []
+        for _ in range(32):
+            with contextlib.suppress(OSError):
+                s = socket.create_connection(("127.0.0.1", port), timeout=2)
+                s.sendall(b"POST /v1/keys/default/encrypt HTTP/1.1\r\nHost: x\r\n")
+                socks.append(s)
+        for _ in range(400):  # 40 KiB each, well past the limit
+            for s in socks:
+                with contextlib.suppress(OSError):
+                    s.send(line)
+        for s in socks:
+            s.close()
+
+
+def slow_heads(port: int, stop: multiprocessing.synchronize.Event) -> None:
+    pin(LOAD_CORE)
+    socks: list[socket.socket] = []
+    while not stop.is_set():
+        while len(socks) < 256:
+            try:
+                s = socket.create_connection(("127.0.0.1", port), timeout=2)
+                s.sendall(b"GET /healthz HTTP/1.1\r\nX-Slow: ")
+                socks.append(s)
+            except OSError:
+                break
+        for s in list(socks):
+            try:
+                s.send(b"s")
+            except OSError:
+                socks.remove(s)
+                s.close()
+        time.sleep(0.5)
+
+
+def unauthenticated_slots(port: int, stop: multiprocessing.synchronize.Event) -> None:
+    pin(LOAD_CORE)
+    head = (
+        b"POST /v1/keys HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: 60000\r\n\r\n{"
+    )
+    socks: list[socket.socket] = []
+    while not stop.is_set():
+        socks = [s for s in socks if s.fileno() != -1]
+        while len(socks) < 256:
+            try:
+                s = socket.create_connection(("127.0.0.1", port), timeout=2)
+                s.sendall(head)
+                socks.append(s)
+            except OSError:
+                break
+        time.sleep(0.2)
+        # Refused ones are closed by the server: reconnect them.
+        for s in socks:
+            s.setblocking(False)
+            try:
+                if s.recv(65536) == b"":
+                    s.close()
+            except BlockingIOError:
+                pass
+            except OSError:
+                s.close()
+
+
+def legitimate(port: int, token: str, seconds: float, out: multiprocessing.Queue[object]) -> None:
+    pin(LOAD_CORE)
+    body = os.urandom(1024)
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/octet-stream"}
+    latencies: list[float] = []
+    failures = 0
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        start = time.perf_counter()
+        try:
+            conn.request("POST", "/v1/keys/default/encrypt?mode=single", body, headers)
+            response = conn.getresponse()
+            response.read()
+            ok = response.status == 200
+        except (OSError, http.client.HTTPException):
+            ok = False
+            conn.close()
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        latencies.append(time.perf_counter() - start)
+        failures += not ok
+    out.put((latencies, failures))
+
+
+def rss(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise KeyError("VmRSS")
+
+
+@contextlib.contextmanager
+def server(workdir: Path) -> Iterator[tuple[int, str, subprocess.Popen[bytes]]]:
+    port = free_port()
+    out = workdir / "sealflow.out"
+    cmd = [
+        "taskset", "-c", SERVER_CORE, str(Path(sys.executable).with_name("sealflow")), "serve",
+        "--port", str(port), "--data-dir", str(workdir / "data"), "--log-level", "warning",
+    ]  # fmt: skip
+    with out.open("wb") as stdout:
+        proc = subprocess.Popen(cmd, stdout=stdout, stderr=subprocess.DEVNULL)
+    try:
+        wait_ready(f"http://127.0.0.1:{port}/readyz", proc)
+        token = out.read_text().split("Root token: ", 1)[1].split()[0]
+        yield port, token, proc
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+Attack = Callable[[int, "multiprocessing.synchronize.Event"], None]
+
+
+def scenario(name: str, attack: Attack | None) -> tuple[str, float, float, int, int, float]:
+    with tempfile.TemporaryDirectory() as tmp, server(Path(tmp)) as (port, token, proc):
+        before = rss(proc.pid)
+        stop = multiprocessing.Event()
+        attacker = None
+        if attack is not None:
+            attacker = multiprocessing.Process(target=attack, args=(port, stop), daemon=True)
+            attacker.start()
+            time.sleep(1)  # let the attack build up
+        results: multiprocessing.Queue[object] = multiprocessing.Queue()
+        client = multiprocessing.Process(target=legitimate, args=(port, token, SECONDS, results))
+        client.start()
+        got = results.get()
+        assert isinstance(got, tuple)
+        latencies: list[float] = got[0]
+        failures: int = got[1]
+        client.join()
+        peak = rss(proc.pid) - before
+        stop.set()
+        if attacker is not None:
+            attacker.join(10)
+            attacker.kill()
+    ms = sorted(x * 1000 for x in latencies)
+    p99 = ms[min(len(ms) - 1, int(len(ms) * 0.99))]
+    return name, statistics.median(ms), p99, len(ms), failures, peak / MiB
+
+
+def main() -> None:
+    rows = [
+        scenario("none", None),
+        scenario("header flood", header_flood),
+        scenario("slow heads", slow_heads),
+        scenario("unauthenticated slots", unauthenticated_slots),
+    ]
+    print("# sealflow under attack\n")
+    print(f"server on core {SERVER_CORE}, client and attacker on core {LOAD_CORE}, ", end="")
+    print(f"{SECONDS:g} s per scenario; 1 KiB single-shot encrypts, one connection\n")
+    print("| attack | p50 ms | p99 ms | requests | failed | server RSS growth MiB |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, p50, p99, n, failed, growth in rows:
+        print(f"| {name} | {p50:.2f} | {p99:.2f} | {n:,} | {failed} | {growth:.1f} |")
+
+
+if __name__ == "__main__":
+    main()

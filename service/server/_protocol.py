@@ -1,0 +1,152 @@
+"""uvicorn's httptools protocol with bounds on a request's head (request line and headers).
+
+httptools buffers the URL and header lines without limit until the head is complete, and uvicorn
+times out only idle keep-alive connections: one client could grow the server's memory with an
+endless header, hold a core parsing it, or keep a connection that never finishes its head for
+ever. Here, per connection:
+
+- at most ``head_limit`` bytes may arrive before a head is complete (431, then close), and the
+  URL may be at most ``head_limit`` bytes (414, then close);
+- a head must be complete within ``head_timeout`` seconds of its first byte, and a new
+  connection must send one within that time (408 if part of one came, then close);
+- between requests uvicorn's own keep-alive timeout applies (``--keepalive-timeout``).
+
+The check is a counter in ``data_received`` while a head is being read, nothing once it is
+complete: the body and the response pay no cost (docs/BENCHMARKS.md measures it). The server's
+own refusals happen before the app sees a request, so they are counted in
+``sealflow_connections_refused_total`` rather than in the request metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from . import _metrics
+
+
+@dataclass(slots=True)
+class HeadLimits:
+    head_limit: int = 16 * 1024
+    head_timeout: float = 10.0
+
+
+# Set by the app factory in each process (create_app), before any connection is accepted.
+LIMITS = HeadLimits()
+# Seconds a refused connection may go on sending (discarded) before it is dropped.
+_LINGER = 2.0
+
+_REASONS = {
+    408: ("Request Timeout", "request_timeout", "the request head was not received in time"),
+    414: ("URI Too Long", "uri_too_long", "the request URL is too long"),
+    431: (
+        "Request Header Fields Too Large",
+        "headers_too_large",
+        "the request head is too large",
+    ),
+}
+
+
+def _refusal(status: int) -> bytes:
+    phrase, code, message = _REASONS[status]
+    body = json.dumps({"error": {"code": code, "message": message}}).encode()
+    head = (
+        f"HTTP/1.1 {status} {phrase}\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+    )
+    return head.encode("ascii") + body
+
+
+class GuardedHttpToolsProtocol(HttpToolsProtocol):
+    # Bytes of the head being read (None once it is complete, until the message ends).
+    _head: int | None
+    _head_timer: asyncio.TimerHandle | None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.url = b""  # uvicorn sets it when a message begins; the URL check reads it before
+        self._head = 0
+        self._head_timer = None
+        self._refused = False
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        # A connection that never sends a request is closed like one that never finishes it.
+        self._arm_head_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_head_timer()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        head = self._head
+        if head is None:  # body bytes: uvicorn's path, untouched
+            super().data_received(data)
+            return
+        if self._refused:
+            return  # discarded unread, while the refusal lingers
+        if self._head_timer is None:
+            self._arm_head_timer()
+        self._head = head + len(data)
+        super().data_received(data)
+        if self._head is None or self.transport.is_closing():
+            return
+        if len(self.url) > LIMITS.head_limit:
+            self._refuse(414)
+        elif self._head > LIMITS.head_limit:
+            self._refuse(431)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        # For the watchdog: a stalled reply must drop its connection at once, not wait for
+        # a client that does not read to take the bytes still queued (transport.close would).
+        self.scope["sealflow.abort"] = self.transport.abort  # type: ignore[typeddict-unknown-key]
+
+    def on_headers_complete(self) -> None:
+        self._head = None
+        self._cancel_head_timer()
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._head = 0  # a pipelined request may follow
+
+    def _arm_head_timer(self) -> None:
+        self._head_timer = self.loop.call_later(LIMITS.head_timeout, self._head_timed_out)
+
+    def _cancel_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if self.transport.is_closing():
+            return
+        if self.cycle is not None and not self.cycle.response_complete:
+            # A reply is still going out on this connection: the next head can wait for it.
+            self._arm_head_timer()
+        elif self._head:
+            self._refuse(408)
+        else:
+            _metrics.CONNECTIONS_REFUSED.labels("idle").inc()
+            self.transport.close()
+
+    def _refuse(self, status: int) -> None:
+        _metrics.CONNECTIONS_REFUSED.labels(_REASONS[status][1]).inc()
+        self._cancel_head_timer()
+        self._refused = True
+        transport = self.transport
+        transport.write(_refusal(status))
+        if transport.can_write_eof():
+            # Lingering close: closing with the client's bytes still arriving would reset the
+            # connection, and the reset can destroy the answer before the client reads it. So
+            # half-close, discard what still comes (nothing is parsed or kept), then drop it.
+            transport.write_eof()
+            self.loop.call_later(_LINGER, transport.abort)
+        else:  # TLS has no half-close
+            transport.close()
