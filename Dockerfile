@@ -9,15 +9,21 @@ RUN apt-get update \
     && apt-get install -y --no-install-recommends gcc libc6-dev libssl-dev \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
+# The locked dependencies and build requirements, checked against their hashes (docs/DEPLOY.md,
+# "Dependencies"); before the sources, so this layer is rebuilt only when a lock changes.
+COPY requirements requirements
+RUN python -m venv /opt/sealflow \
+    && /opt/sealflow/bin/pip install --no-cache-dir --require-hashes \
+        -r requirements/build.txt -r requirements/runtime.txt
 COPY pyproject.toml setup.py MANIFEST.in README.md ./
 COPY native native
 COPY engine engine
 COPY service service
 # The top-level package and its symlinks to the three folders above (see pyproject.toml).
 COPY src src
-# The cffi extension is compiled here, against the image's own OpenSSL headers.
-RUN python -m venv /opt/sealflow \
-    && /opt/sealflow/bin/pip install --no-cache-dir . \
+# The cffi extension is compiled here, against the image's own OpenSSL headers, with the locked
+# setuptools and cffi: build isolation would fetch unpinned ones without checking a hash.
+RUN /opt/sealflow/bin/pip install --no-cache-dir --no-deps --no-build-isolation . \
     && /opt/sealflow/bin/sealflow selftest
 
 FROM python:${PYTHON}-slim-trixie
