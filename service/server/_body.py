@@ -89,6 +89,16 @@ class Reply:
         return True
 
 
+async def refuse(error: ApiError, scope: Scope, send: Send, log: AccessRecord) -> None:
+    """Answer a request refused from its head, leaving its body (if any) unread.
+
+    Callers pass the error straight from their ``except`` clause: a local holding it would
+    hold its traceback, whose frames hold the caller's, a cycle per refused request.
+    """
+    log.status, log.error = error.status, error.code
+    await send_error(send, error, close=has_body(scope))
+
+
 def has_body(scope: Scope) -> bool:
     """Whether the request announced a body (Content-Length above 0, or chunked)."""
     for name, value in scope["headers"]:

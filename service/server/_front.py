@@ -25,7 +25,7 @@ from sealflow.service.config import Settings
 from sealflow.service.keystore import KeyStoreError, TokenInfo
 
 from . import _auth, _metrics, data, errors
-from ._body import has_body, send_error
+from ._body import refuse, send_error
 from ._logging import AccessLog, AccessRecord
 from ._state import Services
 from ._watchdog import Watch, stalled
@@ -65,10 +65,9 @@ class Front:
         try:
             token = self._admit(scope, svc, route)
         except (errors.ApiError, KeyStoreError) as exc:
-            refusal = errors.api_error(exc)
-            log.status, log.error = refusal.status, refusal.code
-            # Refused from the head: close rather than read what may be a large body.
-            await send_error(send, refusal, close=has_body(scope))
+            # Answered from a helper, so that no local of this frame holds the exception (its
+            # traceback holds this frame: a cycle per refused request, left to the collector).
+            await refuse(errors.api_error(exc), scope, send, log)
             self._record(scope, log, started)
             return
         limited = scope["path"] not in _UNLIMITED

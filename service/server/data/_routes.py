@@ -23,7 +23,7 @@ from sealflow.service.envelope import Mode, Prefix
 from sealflow.service.keystore import KeyInfo, KeyNotFound, KeyStore, KeyStoreError, TokenInfo
 
 from .. import _auth, _metrics, errors
-from .._body import has_body, send_error
+from .._body import refuse
 from .._logging import AccessRecord
 from .._state import Services
 from ..errors import ApiError
@@ -73,10 +73,7 @@ async def serve(
             raise errors.method_not_allowed("POST")
         app = _prepare(svc, route, token, scope, log)
     except (ApiError, KeyStoreError) as exc:
-        error = errors.api_error(exc)
-        log.error, log.status = error.code, error.status
-        # Refused from the headers: close rather than read what may be a large body.
-        await send_error(send, error, close=has_body(scope))
+        await refuse(errors.api_error(exc), scope, send, log)
         return
     await app(scope, receive, send)
 

@@ -218,3 +218,29 @@ def test_duplicate_authorization_or_aad_is_refused(server: Server, header: str) 
         r = c.post("/v1/keys/default/encrypt", content=b"x", headers=headers)
     assert r.status_code == 400
     assert "more than one" in r.json()["error"]["message"]
+
+
+def test_declared_but_unsent_bodies_do_not_take_the_memory_budget(
+    make_server: MakeServer,
+) -> None:
+    # Eight requests declare 64 MiB single-shot bodies and send nothing: a declared length buys
+    # only a first reserve of the budget (and of memory) until its bytes come.
+    srv = make_server(max_buffered_bytes=256 * MiB, max_concurrent_per_token=16)
+    rss_before = srv.status("VmRSS")
+    head = (
+        f"POST /v1/keys/default/encrypt?mode=single HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+        f"{srv.token}\r\nContent-Length: {64 * MiB}\r\n\r\nx"
+    ).encode()
+    stalled = [socket.create_connection(("127.0.0.1", srv.port), timeout=20) for _ in range(8)]
+    try:
+        for sock in stalled:
+            sock.sendall(head)
+        time.sleep(0.5)  # let every one of them reach the server and reserve what it may
+        with srv.client() as c:
+            for _ in range(5):
+                r = c.post("/v1/keys/default/encrypt?mode=single", content=b"z" * MiB)
+                assert r.status_code == 200, r.text
+        assert srv.status("VmRSS") - rss_before < 64 * MiB
+    finally:
+        for sock in stalled:
+            sock.close()

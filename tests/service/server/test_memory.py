@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import socket
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -88,3 +90,41 @@ def test_256_mib_stream_encrypt_and_decrypt_keep_server_memory_bounded(
     # The kernel's own high-water mark catches a peak between two samples.
     hwm_growth = srv.status("VmHWM") - max(hwm_before, baseline)
     assert hwm_growth < 64 * MiB, f"peak resident memory grew by {hwm_growth / MiB:.1f} MiB"
+
+
+def test_memory_comes_back_after_200_stalled_streams(tmp_path: Path) -> None:
+    # Clients that upload 32 MiB stream encrypts and never read the reply: each is ended by
+    # the watchdog and its connection dropped. What they held must be freed when they end,
+    # not when a garbage collection happens to run (a reference cycle through the error's
+    # traceback kept about 1 MiB each).
+    from tests.service.conftest import start_server
+
+    srv = start_server(tmp_path / "data", receive_timeout=1)
+    size = 32 * MiB
+    head = (
+        f"POST /v1/keys/default/encrypt HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+        f"{srv.token}\r\nContent-Length: {size}\r\n\r\n"
+    ).encode()
+
+    def stall() -> None:
+        with (
+            socket.create_connection(("127.0.0.1", srv.port), timeout=30) as sock,
+            contextlib.suppress(OSError),  # until the server drops the connection
+        ):
+            sock.sendall(head)
+            for _ in range(size // 65536):
+                sock.sendall(bytes(65536))
+
+    try:
+        start = srv.status("VmRSS")
+        for _ in range(20):
+            clients = [threading.Thread(target=stall) for _ in range(10)]
+            for client in clients:
+                client.start()
+            for client in clients:
+                client.join()
+        assert srv.status("VmRSS") - start < 32 * MiB
+        with srv.client() as c:
+            assert c.post("/v1/keys/default/encrypt", content=b"still fine").status_code == 200
+    finally:
+        srv.stop()
