@@ -15,7 +15,7 @@ from typing import Any
 
 from sealflow.engine import Algorithm
 from sealflow.service.config import Settings
-from sealflow.service.keystore import KeyInfo, KeyStore, TokenInfo, open_store
+from sealflow.service.keystore import KeyInfo, KeyStore, TokenInfo, export_material, open_store
 
 
 def _key_json(key: KeyInfo) -> dict[str, Any]:
@@ -59,11 +59,7 @@ def _keys(args: argparse.Namespace, store: KeyStore) -> None:
     elif args.action == "rotate":
         _print(_key_json(store.rotate_key(args.name)))
     elif args.action == "export":
-        key = store.get_key(args.name)
-        if not key.exportable:
-            raise SystemExit(f"sealflow: key {args.name!r} was not created exportable")
-        version = args.version or key.latest
-        material = store.key_material(args.name, version)
+        key, version, material = export_material(store, args.name, args.version)
         _print({"name": key.name, "version": version, "key": base64.b64encode(material).decode()})
 
 

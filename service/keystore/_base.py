@@ -6,6 +6,11 @@ methods. Implementations must make every write one transaction (a key version
 once written is never lost, reused or changed) and must show writes made by
 other processes on the next call, without a restart. Any method may raise
 ``KeyStoreUnavailable`` when the store itself fails (I/O error, lock held too long).
+
+Implementations authenticate what they store with ``_integrity`` (wrapping AAD, row MACs)
+and check every row they load: a key whose row fails is ``KeyStoreCorrupt`` for every call
+that names it and is left out of ``list_keys``; a token whose row fails is not found and is
+left out of ``list_tokens``. Either is logged once.
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from sealflow.engine import Algorithm
+
+from .errors import NotExportable, VersionRetired
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,8 +78,14 @@ class KeyStore(Protocol):
     def rotate_key(self, name: str) -> KeyInfo:
         """Add version latest+1 of fresh random material. KeyNotFound if absent."""
 
-    def set_min_decryption_version(self, name: str, version: int) -> KeyInfo:
-        """InvalidRequest unless 1 <= version <= latest."""
+    def set_min_decryption_version(
+        self, name: str, version: int, allow_lowering: bool = False
+    ) -> KeyInfo:
+        """InvalidRequest unless 1 <= version <= latest, and unless ``allow_lowering`` when
+        ``version`` is below the current value (that makes retired versions usable again).
+
+        A lowering is logged (warning: key name, old and new value).
+        """
 
     def get_key(self, name: str) -> KeyInfo:
         """KeyNotFound if absent."""
@@ -81,7 +94,10 @@ class KeyStore(Protocol):
         """Sorted by name."""
 
     def key_material(self, name: str, version: int) -> bytes:
-        """The unwrapped material of one version. KeyNotFound if name or version is absent."""
+        """The unwrapped material of one version. KeyNotFound if name or version is absent.
+
+        Whatever ``min_decryption_version`` says: that rule is the caller's (decrypt, export).
+        """
 
     def create_token(
         self, scopes: list[str], label: str = "", secret: str | None = None
@@ -104,3 +120,23 @@ class KeyStore(Protocol):
         """The live (not revoked) token with this secret, or None; constant-time comparison."""
 
     def close(self) -> None: ...
+
+
+def export_material(
+    store: KeyStore, name: str, version: int | None = None
+) -> tuple[KeyInfo, int, bytes]:
+    """The key, the version (latest by default) and its material, for export.
+
+    NotExportable unless the key was created exportable; VersionRetired for a version below
+    ``min_decryption_version`` (retired for decryption, so not handed out either).
+    """
+    key = store.get_key(name)
+    if not key.exportable:
+        raise NotExportable(f"key {name!r} was not created exportable")
+    version = key.latest if version is None else version
+    if version < key.min_decryption_version:
+        raise VersionRetired(
+            f"key {name!r} version {version} is below min_decryption_version"
+            f" {key.min_decryption_version}"
+        )
+    return key, version, store.key_material(name, version)

@@ -8,13 +8,10 @@ from pathlib import Path
 
 from sealflow import engine
 
-from .errors import KeyStoreUnavailable
+from .errors import KeyStoreCorrupt, KeyStoreUnavailable
 
 MASTER_KEY_LEN = 32
 _ALG = engine.Algorithm.AES_256_GCM
-_AAD_PREFIX = b"sealflow-key-v1\x00"
-# Version 0 and a name no key can have: the check blob can never pass for key material.
-_CHECK_NAME, _CHECK_VALUE = "!check", b"sealflow master key check"
 
 
 def load_master_key(env_value: str | None, key_file: Path | None) -> bytes:
@@ -73,7 +70,7 @@ def create_master_key_file(path: Path) -> bytes:
 
 
 class KeyWrapper:
-    """AES-256-GCM under the master key; the AAD binds each blob to its key name and version."""
+    """AES-256-GCM under the master key; the AAD (from ``_integrity``) says what a blob is."""
 
     __slots__ = ("_key",)
 
@@ -82,30 +79,19 @@ class KeyWrapper:
             raise ValueError(f"the master key must be {MASTER_KEY_LEN} bytes")
         self._key = bytes(master_key)
 
-    def wrap(self, name: str, version: int, material: bytes) -> bytes:
+    def wrap(self, aad: bytes, material: bytes) -> bytes:
         nonce = os.urandom(engine.NONCE_LEN)
-        return nonce + engine.seal(_ALG, self._key, nonce, _aad(name, version), material)
+        return nonce + engine.seal(_ALG, self._key, nonce, aad, material)
 
-    def unwrap(self, name: str, version: int, blob: bytes) -> bytes:
-        nonce, sealed = blob[: engine.NONCE_LEN], blob[engine.NONCE_LEN :]
+    def unwrap(self, aad: bytes, blob: object) -> bytes:
+        """The material, or KeyStoreCorrupt (``blob`` is whatever the store held)."""
         try:
-            return engine.open(_ALG, self._key, nonce, _aad(name, version), sealed)
+            if not isinstance(blob, bytes):
+                raise ValueError("not a blob")
+            nonce, sealed = blob[: engine.NONCE_LEN], blob[engine.NONCE_LEN :]
+            return engine.open(_ALG, self._key, nonce, aad, sealed)
         except (engine.DecryptionError, ValueError):
             # ValueError: a blob too short to hold a nonce and tag is corruption too.
-            raise KeyStoreUnavailable(
+            raise KeyStoreCorrupt(
                 "cannot unwrap key material: wrong master key or corrupt keystore"
             ) from None
-
-    def check_blob(self) -> bytes:
-        """A wrap of a fixed value, stored with a keystore so a wrong master key fails at open."""
-        return self.wrap(_CHECK_NAME, 0, _CHECK_VALUE)
-
-    def opens(self, check_blob: bytes) -> bool:
-        try:
-            return self.unwrap(_CHECK_NAME, 0, check_blob) == _CHECK_VALUE
-        except KeyStoreUnavailable:
-            return False
-
-
-def _aad(name: str, version: int) -> bytes:
-    return _AAD_PREFIX + name.encode() + b"\x00" + version.to_bytes(4, "big")

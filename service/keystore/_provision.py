@@ -3,15 +3,20 @@
 
 from __future__ import annotations
 
-import contextlib
+import logging
+import os
+import stat
 import sys
+from contextlib import closing
+from pathlib import Path
 
 from sealflow.engine import Algorithm
 from sealflow.service.config import Settings
 
 from ._masterkey import create_master_key_file, load_master_key, read_secret
 from ._sqlite import SQLiteKeyStore
-from .errors import KeyExists
+
+log = logging.getLogger("sealflow.keystore")
 
 ROOT_SCOPES = ["admin", "encrypt:*", "decrypt:*"]
 
@@ -21,9 +26,12 @@ def open_store(settings: Settings, max_staleness: float = 0.0) -> SQLiteKeyStore
 
     ``max_staleness``: how many seconds old a cached read may be (0: check on every call).
     """
+    return SQLiteKeyStore(settings.keystore_path, _master_key(settings), max_staleness)
+
+
+def _master_key(settings: Settings) -> bytes:
     env = settings.master_key.get_secret_value() if settings.master_key else None
-    master = load_master_key(env, None if env else settings.master_key_path)
-    return SQLiteKeyStore(settings.keystore_path, master, max_staleness)
+    return load_master_key(env, None if env else settings.master_key_path)
 
 
 def _given_root_token(settings: Settings) -> str | None:
@@ -36,19 +44,23 @@ def _given_root_token(settings: Settings) -> str | None:
 
 
 def prepare(settings: Settings) -> str | None:
-    """Make the data dir usable; return a new root token (to print) if the keystore had none.
+    """Make the data dir usable; return the root token (to print) if this start made the keystore.
 
-    A root token given in the settings is installed instead, and not returned.
+    A keystore is created only where there is no file, and created whole: with key
+    ``default`` and the root token in it, or not at all. A root token given in the settings
+    is installed instead, and not returned. A file that is there is never replaced, so
+    emptying or deleting rows of a keystore cannot make a start hand out a new root token.
 
     Raises KeyStoreUnavailable (with a message saying what is wrong) if the
     keystore or the master key cannot be used.
     """
     settings.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path = settings.keystore_path
     if (
         settings.master_key is None
         and not settings.master_key_path.exists()
         # A keystore without its master key is an error to report, not a new start.
-        and not settings.keystore_path.exists()
+        and not os.path.lexists(path)
     ):
         create_master_key_file(settings.master_key_path)
         print(
@@ -57,18 +69,47 @@ def prepare(settings: Settings) -> str | None:
             "SEALFLOW_MASTER_KEY or SEALFLOW_MASTER_KEY_FILE from a secret store.",
             file=sys.stderr,
         )
-    store = open_store(settings)
-    try:
-        # A store without tokens is a new one (or one nobody could use): give it a
-        # key to try and the one token that can create the others.
-        if store.list_tokens():
-            return None
-        if not any(key.name == "default" for key in store.list_keys()):
-            # Replicas starting together on a new shared volume race here: one wins.
-            with contextlib.suppress(KeyExists):
-                store.create_key("default", Algorithm.AES_256_GCM)
+    _warn_if_open(settings)
+    master = _master_key(settings)
+    issued: list[str] = []
+    if not os.path.lexists(path):
         given = _given_root_token(settings)
-        _, secret = store.create_token(ROOT_SCOPES, label="root", secret=given)
-        return None if given else secret
-    finally:
-        store.close()
+
+        def provision(store: SQLiteKeyStore) -> None:
+            store.create_key("default", Algorithm.AES_256_GCM)
+            issued.append(store.create_token(ROOT_SCOPES, label="root", secret=given)[1])
+
+        # False: replicas starting together on a new shared volume raced, and another won.
+        if not SQLiteKeyStore.create_new(path, master, provision) or given:
+            issued.clear()
+    with closing(SQLiteKeyStore(path, master)) as store:  # checks it (and upgrades schema 1)
+        if all(token.revoked for token in store.list_tokens()):
+            log.warning(
+                "keystore %s has no usable token; create one with"
+                " `sealflow tokens create --scope admin`",
+                path,
+            )
+    return issued[0] if issued else None
+
+
+def _warn_if_open(settings: Settings) -> None:
+    """One warning per secret place that group or others may open."""
+    places: list[tuple[str, Path, int]] = [("data directory", settings.data_dir, 0o700)]
+    env = settings.master_key.get_secret_value() if settings.master_key else None
+    if not env or not env.strip():
+        places.append(("master key file", settings.master_key_path, 0o600))
+    for what, path, private in places:
+        try:
+            mode = stat.S_IMODE(path.stat().st_mode)
+        except OSError:
+            continue  # a missing or unreadable file is reported when it is read
+        if mode & 0o077:
+            log.warning(
+                "%s %s is open to group or others (mode %04o); chmod %o %s",
+                what,
+                path,
+                mode,
+                private,
+                path,
+                extra={"fields": {"path": str(path), "mode": f"{mode:04o}"}},
+            )

@@ -1,104 +1,115 @@
-"""The embedded keystore: one SQLite file in WAL mode, shared safely by several processes."""
+"""The embedded keystore: one SQLite file in WAL mode, shared safely by several processes.
+
+The file itself (creation, checks at open, the upgrade from schema 1) is ``_sqlite_file``'s;
+what the master key vouches for in each row is ``_integrity``'s.
+"""
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import hmac
 import itertools
+import logging
 import os
 import secrets
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
 
 from sealflow.engine import Algorithm
 from sealflow.service.envelope import valid_name
 
+from . import _sqlite_file
 from ._base import KeyInfo, KeyVersionInfo, TokenInfo, valid_scope, valid_secret
+from ._integrity import KEY_ROW, TOKEN_ROW, Integrity, refuse
 from ._masterkey import KeyWrapper
 from .errors import (
     InvalidRequest,
     KeyExists,
     KeyNotFound,
+    KeyStoreCorrupt,
     KeyStoreUnavailable,
     TokenNotFound,
 )
 
-SCHEMA_VERSION = 1
-_MAX_VERSION = 0xFFFFFFFF  # four bytes in the envelope and in the wrapping AAD
-_SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value BLOB NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS keys (name TEXT PRIMARY KEY, algorithm TEXT NOT NULL,"
-    " exportable INTEGER NOT NULL, min_decryption_version INTEGER NOT NULL,"
-    " created_at REAL NOT NULL)",
-    # Append-only: rows are never updated or deleted, and the primary key refuses reuse.
-    "CREATE TABLE IF NOT EXISTS key_versions (name TEXT NOT NULL, version INTEGER NOT NULL,"
-    " wrapped BLOB NOT NULL, created_at REAL NOT NULL, PRIMARY KEY (name, version))",
-    "CREATE TABLE IF NOT EXISTS tokens (id TEXT PRIMARY KEY, digest BLOB NOT NULL UNIQUE,"
-    " scopes TEXT NOT NULL, label TEXT NOT NULL, created_at REAL NOT NULL, revoked_at REAL)",
-)
+log = logging.getLogger("sealflow.keystore")
+
+_MAX_VERSION = 0xFFFFFFFF  # four bytes in the envelope
+# The row's columns in KEY_ROW.columns order, its MAC, then one version per result row.
 _KEYS_SQL = (
-    "SELECT k.name, k.algorithm, k.exportable, k.min_decryption_version, v.version, v.created_at"
-    " FROM keys k JOIN key_versions v ON v.name = k.name"
+    "SELECT k.name, k.algorithm, k.exportable, k.min_decryption_version, k.created_at, k.mac,"
+    " v.version, v.created_at FROM keys k JOIN key_versions v ON v.name = k.name"
 )
-_TOKENS_SQL = "SELECT id, digest, scopes, label, created_at, revoked_at FROM tokens"
+_KEY_ROW_SQL = (
+    "SELECT name, algorithm, exportable, min_decryption_version, created_at FROM keys"
+    " WHERE name = ?"
+)
+# TOKEN_ROW.columns order, then the MAC.
+_TOKENS_SQL = "SELECT id, digest, scopes, label, created_at, revoked_at, mac FROM tokens"
 
 
 class SQLiteKeyStore:
     """A ``KeyStore`` whose reads come from memory, refreshed when another connection commits.
 
     ``PRAGMA data_version`` changes whenever another connection (in this process or another)
-    has committed, so one cheap pragma per call keeps the cache exact. Unwrapped material is
-    kept across refreshes: a key version is immutable once written.
+    has committed, so one cheap pragma per call keeps the cache exact. Every row is checked
+    against its MAC when it is read into the cache; unwrapped material is kept across
+    refreshes (a key version is immutable once written), behind its key's checked row.
 
     ``max_staleness`` (seconds) skips the pragma when the last one is more recent: at
     thousands of requests a second one pragma (~4 us) per request was a tenth of the cost
     of a small request, and a write from another process a millisecond late is invisible
     to anyone. The default, 0, checks on every call.
+
+    A missing file is created (``_sqlite_file.create``); an existing one must be a whole,
+    undamaged keystore, and one of schema 1 is upgraded in place.
     """
 
     def __init__(self, path: Path, master_key: bytes, max_staleness: float = 0.0) -> None:
         self._path = path
         self._max_staleness = max_staleness
         self._checked = -1.0
-        self._wrapper = KeyWrapper(master_key)
+        self._integrity = Integrity(master_key)
         # The service calls in from the event loop and from worker threads.
         self._lock = threading.Lock()
         self._data_version = -1
-        self._keys: dict[str, KeyInfo] | None = None
+        # None for a key whose row failed its check: known, and refused.
+        self._keys: dict[str, KeyInfo | None] | None = None
         self._tokens: dict[bytes, tuple[bytes, TokenInfo]] | None = None
         self._material: dict[tuple[str, int], bytes] = {}
+        if not os.path.lexists(path):
+            _sqlite_file.create(path, self._integrity)
         with self._locked():
-            _create_private(path)
             self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         try:
-            self._open()
+            with self._locked():
+                legacy = KeyWrapper(master_key)
+                _sqlite_file.open_file(self._conn, path, self._integrity, legacy)
         except BaseException:
             self._conn.close()
             raise
 
-    def _open(self) -> None:
-        with self._locked():
-            self._conn.execute("PRAGMA busy_timeout = 10000")
-            _enable_wal(self._conn)
-            # Writes are rare and a lost key version loses data: pay for an fsync per commit.
-            self._conn.execute("PRAGMA synchronous = FULL")
-        with self._transaction() as db:
-            for statement in _SCHEMA:
-                db.execute(statement)
-            meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
-            if not meta:
-                meta = {"schema_version": SCHEMA_VERSION, "check": self._wrapper.check_blob()}
-                db.executemany("INSERT INTO meta VALUES (?, ?)", meta.items())
-        if meta.get("schema_version") != SCHEMA_VERSION:
-            raise KeyStoreUnavailable(f"keystore {self._path} has an unknown schema version")
-        if not self._wrapper.opens(meta.get("check", b"")):
-            raise KeyStoreUnavailable(f"the master key does not open keystore {self._path}")
+    @classmethod
+    def create_new(
+        cls, path: Path, master_key: bytes, provision: Callable[[SQLiteKeyStore], None]
+    ) -> bool:
+        """Create the keystore with what ``provision`` writes into it, in one step.
+
+        False, with nothing written, if the file exists (another process may have just
+        created it).
+        """
+        if os.path.lexists(path):
+            return False
+
+        def fill(tmp: Path) -> None:
+            with closing(cls(tmp, master_key)) as store:
+                provision(store)
+
+        return _sqlite_file.create(path, Integrity(master_key), fill)
 
     def close(self) -> None:
         with self._lock:
@@ -113,79 +124,134 @@ class SQLiteKeyStore:
             raise InvalidRequest(f"invalid key name {name!r}")
         if not isinstance(algorithm, Algorithm):
             raise InvalidRequest(f"unknown algorithm {algorithm!r}")
-        row = (name, algorithm.value, exportable, time.time())
+        # As SQLite hands them back (exportable as 0 or 1), so the MAC verifies on reading.
+        row = (name, algorithm.value, int(exportable), 1, time.time())
         with self._transaction() as db:
             if db.execute("SELECT 1 FROM keys WHERE name = ?", (name,)).fetchone():
                 raise KeyExists(f"key {name!r} already exists")
-            db.execute("INSERT INTO keys VALUES (?, ?, ?, 1, ?)", row)
-            self._add_version(db, name, 1, algorithm)
-            return _query_keys(db, name)[name]
+            db.execute(
+                "INSERT INTO keys VALUES (?, ?, ?, ?, ?, ?)",
+                (*row, self._integrity.mac(KEY_ROW, row)),
+            )
+            self._add_version(db, name, 1, algorithm, exportable)
+            return self._locked_key(db, name)
 
     def rotate_key(self, name: str) -> KeyInfo:
         with self._transaction() as db:
             # Inside BEGIN IMMEDIATE no other writer can take the same next version.
             info = self._locked_key(db, name)
-            self._add_version(db, name, info.latest + 1, info.algorithm)
-            return _query_keys(db, name)[name]
+            self._add_version(db, name, info.latest + 1, info.algorithm, info.exportable)
+            return self._locked_key(db, name)
 
-    def set_min_decryption_version(self, name: str, version: int) -> KeyInfo:
+    def set_min_decryption_version(
+        self, name: str, version: int, allow_lowering: bool = False
+    ) -> KeyInfo:
         with self._transaction() as db:
-            info = self._locked_key(db, name)
+            info = self._locked_key(db, name)  # checked: a refused row is never re-signed
+            old = info.min_decryption_version
             if not 1 <= version <= info.latest:
                 raise InvalidRequest(
                     f"min_decryption_version must be between 1 and {info.latest}, not {version}"
                 )
-            db.execute("UPDATE keys SET min_decryption_version = ? WHERE name = ?", (version, name))
-            return _query_keys(db, name)[name]
+            if version < old and not allow_lowering:
+                raise InvalidRequest(
+                    f"lowering min_decryption_version of key {name!r} from {old} to {version}"
+                    " makes retired versions decryptable again; it must be asked for"
+                    " explicitly (allow_lowering)"
+                )
+            stored = db.execute(_KEY_ROW_SQL, (name,)).fetchone()
+            row = (*stored[:3], version, stored[4])
+            db.execute(
+                "UPDATE keys SET min_decryption_version = ?, mac = ? WHERE name = ?",
+                (version, self._integrity.mac(KEY_ROW, row), name),
+            )
+            info = self._locked_key(db, name)
+        if version < old:
+            log.warning(
+                "min_decryption_version of key %r lowered from %d to %d",
+                name,
+                old,
+                version,
+                extra={"fields": {"key": name, "old": old, "new": version}},
+            )
+        return info
 
     def get_key(self, name: str) -> KeyInfo:
         with self._locked():
-            info = self._key_cache().get(name)
-        if info is None:
-            raise KeyNotFound(f"key {name!r} not found")
-        return info
+            return _present(self._key_cache(), name)
 
     def list_keys(self) -> list[KeyInfo]:
         with self._locked():
-            return list(self._key_cache().values())
+            return [info for info in self._key_cache().values() if info is not None]
 
     def key_material(self, name: str, version: int) -> bytes:
         if not 1 <= version <= _MAX_VERSION:
             raise KeyNotFound(f"key {name!r} version {version} not found")
-        # No data_version check: a cached version cannot change, and a miss reads the file.
         with self._locked():
+            # The key's row is checked on every call; a cached version cannot change.
+            info = _present(self._key_cache(), name)
             material = self._material.get((name, version))
             if material is not None:
                 return material
             row = self._conn.execute(
-                "SELECT k.algorithm, v.wrapped FROM key_versions v JOIN keys k ON k.name = v.name"
-                " WHERE v.name = ? AND v.version = ?",
+                "SELECT wrapped FROM key_versions WHERE name = ? AND version = ?",
                 (name, version),
             ).fetchone()
             if row is None:
                 raise KeyNotFound(f"key {name!r} version {version} not found")
-            material = self._wrapper.unwrap(name, version, row[1])
-            if len(material) != Algorithm(row[0]).spec.key_len:
-                raise KeyStoreUnavailable(f"key {name!r} version {version} has the wrong length")
+            try:
+                material = self._integrity.unwrap(
+                    name, version, info.algorithm, info.exportable, row[0]
+                )
+            except KeyStoreCorrupt:
+                refuse(str(self._path), f"key {name!r} version {version}")
+                raise
             self._material[name, version] = material
             return material
 
-    def _add_version(self, db: sqlite3.Connection, name: str, version: int, alg: Algorithm) -> None:
-        wrapped = self._wrapper.wrap(name, version, os.urandom(alg.spec.key_len))
-        row = (name, version, wrapped, time.time())
-        db.execute("INSERT INTO key_versions VALUES (?, ?, ?, ?)", row)
+    def _add_version(
+        self, db: sqlite3.Connection, name: str, version: int, alg: Algorithm, exportable: bool
+    ) -> None:
+        material = os.urandom(alg.spec.key_len)
+        wrapped = self._integrity.wrap(name, version, alg, exportable, material)
+        db.execute(
+            "INSERT INTO key_versions VALUES (?, ?, ?, ?)", (name, version, wrapped, time.time())
+        )
 
     def _locked_key(self, db: sqlite3.Connection, name: str) -> KeyInfo:
-        info = _query_keys(db, name).get(name)
-        if info is None:
-            raise KeyNotFound(f"key {name!r} not found")
-        return info
+        return _present(self._query_keys(db, name), name)
 
-    def _key_cache(self) -> dict[str, KeyInfo]:
+    def _key_cache(self) -> dict[str, KeyInfo | None]:
         self._refresh()
         if self._keys is None:
-            self._keys = _query_keys(self._conn)
+            self._keys = self._query_keys(self._conn)
         return self._keys
+
+    def _query_keys(
+        self, db: sqlite3.Connection, name: str | None = None
+    ) -> dict[str, KeyInfo | None]:
+        # One statement, so the keys and their versions come from one consistent snapshot.
+        where, args = (" WHERE k.name = ?", (name,)) if name is not None else ("", ())
+        rows = db.execute(_KEYS_SQL + where + " ORDER BY k.name, v.version", args).fetchall()
+        return {
+            key_name: self._key_info(list(group))
+            for key_name, group in itertools.groupby(rows, key=lambda row: row[0])
+        }
+
+    def _key_info(self, rows: list[tuple[Any, ...]]) -> KeyInfo | None:
+        row, mac = rows[0][:5], rows[0][5]
+        if self._integrity.verify(KEY_ROW, row, mac):
+            name, algorithm, exportable, min_version, _ = row
+            if algorithm in _ALGORITHMS:
+                return KeyInfo(
+                    name=name,
+                    algorithm=Algorithm(algorithm),
+                    exportable=bool(exportable),
+                    min_decryption_version=min_version,
+                    versions=tuple(KeyVersionInfo(r[6], r[7]) for r in rows),
+                )
+        refuse(str(self._path), f"key {row[0]!r}")
+        return None
 
     # -- tokens
 
@@ -200,7 +266,10 @@ class SQLiteKeyStore:
         secret = secret if secret is not None else secrets.token_urlsafe(32)
         row = (token_id, _digest(secret), " ".join(scopes), label, time.time(), None)
         with self._transaction() as db:
-            db.execute("INSERT INTO tokens VALUES (?, ?, ?, ?, ?, ?)", row)
+            db.execute(
+                "INSERT INTO tokens VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (*row, self._integrity.mac(TOKEN_ROW, row)),
+            )
         return _token(row), secret
 
     def list_tokens(self) -> list[TokenInfo]:
@@ -209,13 +278,23 @@ class SQLiteKeyStore:
 
     def revoke_token(self, token_id: str) -> TokenInfo:
         with self._transaction() as db:
-            db.execute(
-                "UPDATE tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL",
-                (time.time(), token_id),
-            )
-            row = db.execute(_TOKENS_SQL + " WHERE id = ?", (token_id,)).fetchone()
-        if row is None:
-            raise TokenNotFound(f"token {token_id!r} not found")
+            stored = db.execute(_TOKENS_SQL + " WHERE id = ?", (token_id,)).fetchone()
+            if stored is None:
+                raise TokenNotFound(f"token {token_id!r} not found")
+            row, mac = stored[:6], stored[6]
+            if not self._integrity.verify(TOKEN_ROW, row, mac):
+                # Re-signing it would make whatever was written into it genuine.
+                refuse(str(self._path), f"token {token_id!r}")
+                raise KeyStoreCorrupt(
+                    f"token {token_id!r} fails its integrity check: it is refused already,"
+                    " and is left as it is"
+                )
+            if row[5] is None:
+                row = (*row[:5], time.time())
+                db.execute(
+                    "UPDATE tokens SET revoked_at = ?, mac = ? WHERE id = ?",
+                    (row[5], self._integrity.mac(TOKEN_ROW, row), token_id),
+                )
         return _token(row)
 
     def find_token(self, secret: str) -> TokenInfo | None:
@@ -232,9 +311,15 @@ class SQLiteKeyStore:
     def _token_cache(self) -> dict[bytes, tuple[bytes, TokenInfo]]:
         self._refresh()
         if self._tokens is None:
+            tokens = {}
             # Tokens are never deleted, so rowid order is creation order, clock or no clock.
-            rows = self._conn.execute(_TOKENS_SQL + " ORDER BY rowid").fetchall()
-            self._tokens = {row[1]: (row[1], _token(row)) for row in rows}
+            for stored in self._conn.execute(_TOKENS_SQL + " ORDER BY rowid").fetchall():
+                row, mac = stored[:6], stored[6]
+                if self._integrity.verify(TOKEN_ROW, row, mac):
+                    tokens[row[1]] = (row[1], _token(row))
+                else:
+                    refuse(str(self._path), f"token {row[0]!r}")
+            self._tokens = tokens
         return self._tokens
 
     # -- plumbing
@@ -274,35 +359,17 @@ class SQLiteKeyStore:
                 self._keys = self._tokens = None
 
 
-def _enable_wal(db: sqlite3.Connection) -> None:
-    # Turning a new file to WAL needs it to itself and SQLite does not wait for that (no busy
-    # handler), so processes opening a new keystore together retry; later opens are no-ops.
-    for attempt in range(200):
-        try:
-            db.execute("PRAGMA journal_mode = WAL")
-            return
-        except sqlite3.OperationalError as exc:
-            if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY or attempt == 199:
-                raise
-        time.sleep(0.05)
+_ALGORITHMS = {alg.value for alg in Algorithm}
 
 
-def _query_keys(db: sqlite3.Connection, name: str | None = None) -> dict[str, KeyInfo]:
-    # One statement, so the keys and their versions come from one consistent snapshot.
-    where, args = (" WHERE k.name = ?", (name,)) if name is not None else ("", ())
-    rows = db.execute(_KEYS_SQL + where + " ORDER BY k.name, v.version", args).fetchall()
-    keys = {}
-    for key_name, group in itertools.groupby(rows, key=lambda row: row[0]):
-        versions = list(group)
-        _, algorithm, exportable, min_version, _, _ = versions[0]
-        keys[key_name] = KeyInfo(
-            name=key_name,
-            algorithm=Algorithm(algorithm),
-            exportable=bool(exportable),
-            min_decryption_version=min_version,
-            versions=tuple(KeyVersionInfo(v[4], v[5]) for v in versions),
-        )
-    return keys
+def _present(keys: dict[str, KeyInfo | None], name: str) -> KeyInfo:
+    """The key, KeyNotFound, or KeyStoreCorrupt for a key whose row failed its check."""
+    if name not in keys:
+        raise KeyNotFound(f"key {name!r} not found")
+    info = keys[name]
+    if info is None:
+        raise KeyStoreCorrupt(f"key {name!r} fails its integrity check")
+    return info
 
 
 def _token(row: tuple[Any, ...]) -> TokenInfo:
@@ -312,10 +379,3 @@ def _token(row: tuple[Any, ...]) -> TokenInfo:
 
 def _digest(secret: str) -> bytes:
     return hashlib.sha256(secret.encode()).digest()
-
-
-def _create_private(path: Path) -> None:
-    """Create a missing database file as 0600 (SQLite gives -wal and -shm the same mode)."""
-    # Any other problem (a directory, no permission) is reported by sqlite3.connect.
-    with contextlib.suppress(OSError):
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))

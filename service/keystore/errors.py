@@ -23,5 +23,20 @@ class InvalidRequest(KeyStoreError):
     """A well-formed call the store refuses (e.g. min_decryption_version out of range)."""
 
 
+class NotExportable(KeyStoreError):
+    """Export of a key that was not created exportable."""
+
+
+class VersionRetired(KeyStoreError):
+    """Export of a version below the key's min_decryption_version."""
+
+
 class KeyStoreUnavailable(KeyStoreError):
     """The store is corrupt, unreadable, or the master key does not open it."""
+
+
+class KeyStoreCorrupt(KeyStoreUnavailable):
+    """A row or file fails its check: changed without the master key, or damaged.
+
+    A refused row is logged once per process by the store; callers need not log it again.
+    """

@@ -23,8 +23,11 @@ from sealflow.service.keystore import (
     InvalidRequest,
     KeyExists,
     KeyNotFound,
+    KeyStoreCorrupt,
     KeyStoreError,
+    NotExportable,
     TokenNotFound,
+    VersionRetired,
 )
 
 log = logging.getLogger("sealflow")
@@ -124,6 +127,8 @@ _STORE_ERRORS: dict[type[KeyStoreError], tuple[int, str]] = {
     TokenNotFound: (404, "token_not_found"),
     KeyExists: (409, "key_exists"),
     InvalidRequest: (400, "bad_request"),
+    NotExportable: (403, "not_exportable"),
+    VersionRetired: (403, "version_retired"),
 }
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}
 
@@ -139,7 +144,9 @@ def api_error(exc: Exception) -> ApiError:
         if known is not None:
             return ApiError(*known, str(exc))
         # Unavailable or corrupt: the details (paths, causes) are for the operator's log only.
-        log.error("keystore unavailable: %s", exc)
+        # A refused row was logged once by the keystore: not again on every request naming it.
+        if not isinstance(exc, KeyStoreCorrupt):
+            log.error("keystore unavailable: %s", exc)
         return keystore_unavailable()
     if isinstance(exc, RequestValidationError):
         where = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())

@@ -11,12 +11,11 @@ from datetime import UTC, datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
-from pydantic import BaseModel, ConfigDict, Field, field_serializer
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_serializer
 
 from sealflow.engine import Algorithm
-from sealflow.service.keystore import KeyInfo
+from sealflow.service.keystore import KeyInfo, export_material
 
-from ..errors import ApiError
 from ._deps import AdminDep, LogDep, ServicesDep
 
 
@@ -35,9 +34,9 @@ def _error(what: str) -> dict[str, object]:
 
 # What these routes answer besides success (never 422: validation errors are 400).
 _ERRORS: dict[int | str, dict[str, object]] = {
-    400: _error("bad_request: the body or a parameter is invalid"),
+    400: _error("bad_request: the body or a parameter is invalid, or a lowering not asked for"),
     401: _error("unauthorized: no valid bearer token"),
-    403: _error("forbidden (the token lacks admin) or not_exportable"),
+    403: _error("forbidden (the token lacks admin), not_exportable or version_retired"),
     404: _error("key_not_found"),
     409: _error("key_exists"),
     413: _error("too_large: the body exceeds 64 KiB"),
@@ -62,7 +61,11 @@ class KeyCreate(BaseModel):
 class KeyPatch(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    min_decryption_version: int = Field(ge=1)
+    # Strict: `true`, "2" and 2.0 are not versions.
+    min_decryption_version: StrictInt = Field(ge=1)
+    allow_lowering: StrictBool = Field(
+        False, description="must be true to lower min_decryption_version (retired versions return)"
+    )
 
 
 class VersionOut(BaseModel):
@@ -136,10 +139,16 @@ def rotate_key(name: KeyName, svc: ServicesDep, _: AdminDep, log: LogDep) -> Key
 @router.patch("/{name}", summary="Retire old versions for decryption")
 def patch_key(name: KeyName, body: KeyPatch, svc: ServicesDep, _: AdminDep, log: LogDep) -> KeyOut:
     log.key = name
-    return KeyOut.of(svc.store.set_min_decryption_version(name, body.min_decryption_version))
+    key = svc.store.set_min_decryption_version(
+        name, body.min_decryption_version, body.allow_lowering
+    )
+    return KeyOut.of(key)
 
 
-@router.get("/{name}/export", summary="Export key material (exportable keys only)")
+@router.get(
+    "/{name}/export",
+    summary="Export key material (exportable keys, versions not below min_decryption_version)",
+)
 def export_key(
     name: KeyName,
     svc: ServicesDep,
@@ -147,12 +156,9 @@ def export_key(
     log: LogDep,
     version: Annotated[int | None, Query(ge=1)] = None,
 ) -> KeyExport:
-    key = svc.store.get_key(name)
-    if not key.exportable:
-        raise ApiError(403, "not_exportable", f"key {name!r} was not created exportable")
-    version = key.latest if version is None else version
-    log.key, log.version = name, version
-    material = svc.store.key_material(name, version)
+    log.key, log.version = name, version  # as asked, should the export be refused
+    key, version, material = export_material(svc.store, name, version)
+    log.version = version
     return KeyExport(
         name=name,
         version=version,

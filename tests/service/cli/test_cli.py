@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
+import sqlite3
 import stat
 import subprocess
 from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
 
 import httpx
 import pytest
 
+from sealflow.service.keystore import create_master_key_file
 from tests.service.conftest import SEALFLOW, Server, start_server
+from tests.service.keystore.files import build_v1, corrupt_free_space
+from tests.service.oracle import open_envelope
 
 
 def run(*args: str, cwd: Path | None = None, **env: str) -> subprocess.CompletedProcess[bytes]:
@@ -60,6 +66,95 @@ def test_a_corrupt_keystore_stops_start_up_with_a_clear_message(tmp_path: Path) 
     assert done.returncode == 1
     assert b"keystore" in done.stderr
     assert b"Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("damage", ["emptied", "not a keystore", "fails quick_check"])
+def test_a_keystore_file_that_is_not_a_whole_keystore_stops_start_up_and_is_kept(
+    tmp_path: Path, damage: str
+) -> None:
+    data = tmp_path / "data"
+    start_server(data).stop()
+    keystore = data / "keystore.db"
+    if damage == "emptied":
+        keystore.write_bytes(b"")  # `: > keystore.db`, the master key still there
+        expected = "is an empty file"
+    elif damage == "not a keystore":
+        keystore.unlink()
+        with closing(sqlite3.connect(keystore)) as db, db:
+            db.execute("CREATE TABLE notes (body TEXT)")
+        expected = "is not a sealflow keystore"
+    else:
+        corrupt_free_space(keystore, "key_versions")
+        expected = "is damaged (SQLite quick_check:"
+    before = keystore.read_bytes()
+    done = run("serve", "--port", "0", SEALFLOW_DATA_DIR=str(data))
+    assert done.returncode == 1
+    (line,) = done.stderr.decode().splitlines()  # one line, no traceback
+    assert line.startswith("sealflow: ")
+    assert str(keystore) in line
+    assert expected in line
+    assert b"Root token" not in done.stdout
+    assert keystore.read_bytes() == before  # not replaced, not repaired
+    assert sorted(p.name for p in data.iterdir()) == ["keystore.db", "master.key"]
+
+
+def test_a_data_dir_of_schema_1_is_upgraded_at_start_and_keeps_its_keys_and_tokens(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "data"
+    data.mkdir(mode=0o700)
+    master = create_master_key_file(data / "master.key")
+    made = build_v1(data / "keystore.db", master)
+    srv = start_server(data)
+    try:
+        assert srv.token == ""  # an existing keystore: no new root token
+        with srv.client(made.secrets["root"]) as c:
+            for (name, version), material in made.materials.items():
+                r = c.get(f"/v1/keys/{name}/export", params={"version": version})
+                if name in ("export.me", "small"):
+                    assert base64.b64decode(r.json()["key"]) == material
+                else:
+                    assert r.json()["error"]["code"] == "not_exportable"
+            # The material of a key that cannot be exported is unchanged too.
+            envelope = c.post("/v1/keys/orders/encrypt", content=b"after the upgrade").content
+            assert open_envelope(made.materials["orders", 3], envelope) == b"after the upgrade"
+        with srv.client(made.secrets["gone"]) as c:
+            assert c.get("/v1/keys").status_code == 401  # still revoked
+    finally:
+        srv.stop()
+    (upgraded,) = [line for line in srv.log.read_text().splitlines() if "upgraded" in line]
+    assert "from schema 1 to 2: 7 key versions rewrapped" in upgraded
+
+
+def test_secrets_open_to_group_or_others_are_warned_about_at_start(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    start_server(data).stop()
+    data.chmod(0o750)
+    (data / "master.key").chmod(0o644)
+    srv = start_server(data)
+    srv.stop()
+    warned = [
+        json.loads(line)
+        for line in srv.log.read_text().splitlines()
+        if "is open to group or others" in line
+    ]
+    assert [(w["level"], w["path"], w["mode"]) for w in warned] == [
+        ("warning", str(data), "0750"),
+        ("warning", str(data / "master.key"), "0644"),
+    ]
+
+
+def test_keys_export_refuses_a_retired_version(server: Server) -> None:
+    name = "cli-" + os.urandom(3).hex()
+    assert server.cli("keys", "create", name, "--exportable").returncode == 0
+    assert server.cli("keys", "rotate", name).returncode == 0
+    with server.client() as c:
+        c.patch(f"/v1/keys/{name}", json={"min_decryption_version": 2}).raise_for_status()
+    done = server.cli("keys", "export", name, "--version", "1")
+    assert done.returncode == 1
+    assert b"below min_decryption_version 2" in done.stderr
+    assert done.stdout == b""
+    assert json.loads(server.cli("keys", "export", name).stdout)["version"] == 2
 
 
 def test_a_wrong_master_key_stops_start_up(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import logging
 import os
 import re
 import sqlite3
@@ -21,6 +22,7 @@ from sealflow.service.keystore import (
     InvalidRequest,
     KeyExists,
     KeyNotFound,
+    KeyStoreCorrupt,
     KeyStoreUnavailable,
     KeyWrapper,
     SQLiteKeyStore,
@@ -143,9 +145,35 @@ def test_min_decryption_version_accepts_one_to_latest(store: SQLiteKeyStore) -> 
     store.create_key("orders", Algorithm.AES_256_GCM)
     store.rotate_key("orders")
     store.rotate_key("orders")
-    for version in [3, 1, 2]:
+    for version in [1, 2, 2, 3]:
         assert store.set_min_decryption_version("orders", version).min_decryption_version == version
         assert store.get_key("orders").min_decryption_version == version
+
+
+def test_lowering_min_decryption_version_must_be_asked_for_and_is_logged(
+    store: SQLiteKeyStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    store.create_key("orders", Algorithm.AES_256_GCM)
+    store.rotate_key("orders")
+    store.rotate_key("orders")
+    store.set_min_decryption_version("orders", 3)
+    with caplog.at_level(logging.WARNING, logger="sealflow.keystore"):
+        with pytest.raises(InvalidRequest, match="allow_lowering"):
+            store.set_min_decryption_version("orders", 1)
+        assert store.get_key("orders").min_decryption_version == 3
+        assert caplog.records == []
+        lowered = store.set_min_decryption_version("orders", 1, allow_lowering=True)
+    assert lowered.min_decryption_version == store.get_key("orders").min_decryption_version == 1
+    (record,) = caplog.records
+    assert record.levelno == logging.WARNING
+    assert "'orders'" in record.getMessage()
+    assert record.fields == {"key": "orders", "old": 3, "new": 1}  # type: ignore[attr-defined]
+    # Raising it, or setting the same value, needs nothing and logs nothing.
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="sealflow.keystore"):
+        store.set_min_decryption_version("orders", 1)
+        store.set_min_decryption_version("orders", 2)
+    assert caplog.records == []
 
 
 @pytest.mark.parametrize("version", [0, -1, 4, 1000])
@@ -245,7 +273,7 @@ def test_tampered_wrapped_blob_makes_key_material_unavailable(
     sql = "UPDATE key_versions SET wrapped = ? WHERE name = 'orders' AND version = 1"
     raw_update(db_path, sql, (tamper(v1, v2),))
     with closing(SQLiteKeyStore(db_path, master_key)) as second:
-        with pytest.raises(KeyStoreUnavailable, match="cannot unwrap"):
+        with pytest.raises(KeyStoreCorrupt, match="'orders' version 1 fails its integrity check"):
             second.key_material("orders", 1)
         assert len(second.key_material("orders", 2)) == 32
 
@@ -494,22 +522,19 @@ def test_created_master_key_file_is_private_loadable_and_never_overwritten(
     assert key_file.read_bytes() == content
 
 
-def test_key_wrapper_binds_blobs_to_name_version_and_master_key() -> None:
+def test_key_wrapper_binds_blobs_to_the_aad_and_master_key() -> None:
     wrapper = KeyWrapper(os.urandom(32))
     material = os.urandom(32)
-    blob = wrapper.wrap("orders", 3, material)
+    blob = wrapper.wrap(b"orders 3", material)
     assert material not in blob
-    assert wrapper.wrap("orders", 3, material) != blob  # fresh nonce each time
-    assert wrapper.unwrap("orders", 3, blob) == material
-    for name, version, key_wrapper in [
-        ("orders", 2, wrapper),
-        ("orders2", 3, wrapper),
-        ("orders", 3, KeyWrapper(os.urandom(32))),
-    ]:
-        with pytest.raises(KeyStoreUnavailable, match="cannot unwrap"):
-            key_wrapper.unwrap(name, version, blob)
-    with pytest.raises(KeyStoreUnavailable):
-        wrapper.unwrap("orders", 3, blob[:20])
+    assert wrapper.wrap(b"orders 3", material) != blob  # fresh nonce each time
+    assert wrapper.unwrap(b"orders 3", blob) == material
+    for aad, key_wrapper in [(b"orders 2", wrapper), (b"orders 3", KeyWrapper(os.urandom(32)))]:
+        with pytest.raises(KeyStoreCorrupt, match="cannot unwrap"):
+            key_wrapper.unwrap(aad, blob)
+    for bad in [blob[:20], b"", "text", None]:
+        with pytest.raises(KeyStoreCorrupt):
+            wrapper.unwrap(b"orders 3", bad)
 
 
 def test_max_staleness_bounds_how_long_other_writes_may_go_unseen(

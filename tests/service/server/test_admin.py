@@ -120,3 +120,58 @@ def test_an_admin_body_not_declared_as_json_is_refused_saying_so(
     assert r.status_code == 415
     assert r.json()["error"]["code"] == "unsupported_media_type"
     assert "Content-Type: application/json" in r.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("value", [True, "2", 2.0, None, [2], {"v": 2}])
+def test_min_decryption_version_must_be_a_json_integer(client: httpx.Client, value: object) -> None:
+    name = unique("strict")
+    client.post("/v1/keys", json={"name": name}).raise_for_status()
+    client.post(f"/v1/keys/{name}/rotate").raise_for_status()
+    r = client.patch(f"/v1/keys/{name}", json={"min_decryption_version": value})
+    assert (r.status_code, r.json()["error"]["code"]) == (400, "bad_request")
+    assert client.get(f"/v1/keys/{name}").json()["min_decryption_version"] == 1
+    r = client.patch(
+        f"/v1/keys/{name}", json={"min_decryption_version": 1, "allow_lowering": "true"}
+    )
+    assert r.status_code == 400
+
+
+def test_export_refuses_versions_below_min_decryption_version(client: httpx.Client) -> None:
+    name = unique("retired")
+    client.post("/v1/keys", json={"name": name, "exportable": True}).raise_for_status()
+    client.post(f"/v1/keys/{name}/rotate").raise_for_status()
+    client.post(f"/v1/keys/{name}/rotate").raise_for_status()
+    client.patch(f"/v1/keys/{name}", json={"min_decryption_version": 2}).raise_for_status()
+    r = client.get(f"/v1/keys/{name}/export", params={"version": 1})
+    assert (r.status_code, r.json()["error"]["code"]) == (403, "version_retired")
+    assert "key" not in r.json()
+    assert client.get(f"/v1/keys/{name}/export", params={"version": 2}).json()["version"] == 2
+    assert client.get(f"/v1/keys/{name}/export").json()["version"] == 3
+
+
+def test_lowering_min_decryption_version_is_explicit_and_logged(
+    server: Server, client: httpx.Client
+) -> None:
+    name = unique("lower")
+    client.post("/v1/keys", json={"name": name}).raise_for_status()
+    client.post(f"/v1/keys/{name}/rotate").raise_for_status()
+    client.post(f"/v1/keys/{name}/rotate").raise_for_status()
+    client.patch(f"/v1/keys/{name}", json={"min_decryption_version": 3}).raise_for_status()
+    for body in (
+        {"min_decryption_version": 1},
+        {"min_decryption_version": 2, "allow_lowering": False},
+    ):
+        r = client.patch(f"/v1/keys/{name}", json=body)
+        assert (r.status_code, r.json()["error"]["code"]) == (400, "bad_request")
+        assert "allow_lowering" in r.json()["error"]["message"]
+    assert client.get(f"/v1/keys/{name}").json()["min_decryption_version"] == 3
+    r = client.patch(f"/v1/keys/{name}", json={"min_decryption_version": 1, "allow_lowering": True})
+    assert r.json()["min_decryption_version"] == 1
+    lowered = [
+        json.loads(line)
+        for line in server.log.read_text().splitlines()
+        if "lowered" in line and name in line
+    ]
+    assert len(lowered) == 1
+    assert lowered[0]["level"] == "warning"
+    assert (lowered[0]["key"], lowered[0]["old"], lowered[0]["new"]) == (name, 3, 1)

@@ -1,0 +1,165 @@
+"""What the master key vouches for in a keystore, for every implementation of the store.
+
+Whoever can write the store's file or database without holding the master key (a shared
+volume, a restored backup, a careless chmod) must not be able to change what it decides:
+
+- key material is wrapped (AES-256-GCM under the master key) with an AAD that binds the key's
+  name, the version, the algorithm and exportability: a relabelled key or a moved blob no
+  longer unwraps;
+- every other row that decides something, a key's row (algorithm, exportable,
+  min_decryption_version) and a token's row (digest, scopes, revocation), carries an
+  HMAC-SHA-256 over every one of its columns, under a key derived from the master key with
+  HKDF-SHA-256, one key per kind of row.
+
+A store computes ``mac`` when it writes a row and calls ``verify`` on every row it loads,
+before it parses a value of it; a row that fails is refused and ``refuse`` logs it once.
+Values are encoded as stored (type, length, bytes), so a column given another type fails too.
+A MAC cannot notice a row that was deleted, nor a whole row or file put back as it was
+earlier (docs/SERVICE.md, Keystore).
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import struct
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from sealflow.engine import Algorithm
+
+from ._masterkey import KeyWrapper
+from .errors import KeyStoreCorrupt
+
+log = logging.getLogger("sealflow.keystore")
+
+# Schema 1 had no MACs and bound only name and version in the wrapping AAD.
+SCHEMA_VERSION = 2
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """A kind of authenticated row: its name, and its columns in the order the MAC covers them."""
+
+    label: str
+    columns: tuple[str, ...]
+
+
+KEY_ROW = Row("key", ("name", "algorithm", "exportable", "min_decryption_version", "created_at"))
+TOKEN_ROW = Row("token", ("id", "digest", "scopes", "label", "created_at", "revoked_at"))
+
+
+def encode(label: str, values: Sequence[object]) -> bytes:
+    """The label, then every value as type, length and bytes: no two inputs encode alike."""
+    out = bytearray()
+    for value in (label, *values):
+        kind, data = _field(value)
+        out += kind + len(data).to_bytes(4, "big") + data
+    return bytes(out)
+
+
+def _field(value: object) -> tuple[bytes, bytes]:
+    # The types a database hands back. bool is an int, as SQLite stores it.
+    if value is None:
+        return b"N", b""
+    if isinstance(value, int):
+        return b"I", value.to_bytes(8, "big", signed=True)
+    if isinstance(value, float):
+        return b"F", struct.pack(">d", value)
+    if isinstance(value, str):
+        return b"S", value.encode()
+    if isinstance(value, bytes):
+        return b"B", value
+    raise TypeError(f"cannot authenticate a {type(value).__name__}")
+
+
+_MATERIAL_LABEL = "sealflow-keystore-material"
+_CHECK_AAD = encode("sealflow-keystore-check", [SCHEMA_VERSION])
+_CHECK_VALUE = b"sealflow master key check"
+
+
+def _derive(master_key: bytes, row: Row) -> bytes:
+    info = f"sealflow-keystore-v{SCHEMA_VERSION} MAC key for {row.label} rows".encode()
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(master_key)
+
+
+class Integrity:
+    """The master key's part in a store: wrapping material, MACs of rows, the check value."""
+
+    __slots__ = ("_mac_keys", "_wrapper")
+
+    def __init__(self, master_key: bytes) -> None:
+        self._wrapper = KeyWrapper(master_key)
+        self._mac_keys = {row: _derive(master_key, row) for row in (KEY_ROW, TOKEN_ROW)}
+
+    def wrap(
+        self, name: str, version: int, algorithm: Algorithm, exportable: bool, material: bytes
+    ) -> bytes:
+        return self._wrapper.wrap(_material_aad(name, version, algorithm, exportable), material)
+
+    def unwrap(
+        self, name: str, version: int, algorithm: Algorithm, exportable: bool, blob: object
+    ) -> bytes:
+        """The material, or KeyStoreCorrupt (the master key was checked when the store opened)."""
+        aad = _material_aad(name, version, algorithm, exportable)
+        try:
+            material = self._wrapper.unwrap(aad, blob)
+        except KeyStoreCorrupt:
+            raise KeyStoreCorrupt(
+                f"key {name!r} version {version} fails its integrity check"
+            ) from None
+        if len(material) != algorithm.spec.key_len:
+            raise KeyStoreCorrupt(f"key {name!r} version {version} has the wrong length")
+        return material
+
+    def mac(self, row: Row, values: Sequence[object]) -> bytes:
+        message = encode(f"sealflow-keystore-{row.label}-row", values)
+        return hmac.digest(self._mac_keys[row], message, "sha256")
+
+    def verify(self, row: Row, values: Sequence[object], mac: object) -> bool:
+        if not isinstance(mac, bytes) or len(values) != len(row.columns):
+            return False
+        try:
+            expected = self.mac(row, values)
+        except (TypeError, ValueError, OverflowError):
+            return False
+        return hmac.compare_digest(expected, mac)
+
+    def check_blob(self) -> bytes:
+        """Stored with a keystore, so a wrong master key fails at open; binds the schema version."""
+        return self._wrapper.wrap(_CHECK_AAD, _CHECK_VALUE)
+
+    def opens(self, check_blob: object) -> bool:
+        if not isinstance(check_blob, bytes):
+            return False
+        try:
+            return self._wrapper.unwrap(_CHECK_AAD, check_blob) == _CHECK_VALUE
+        except KeyStoreCorrupt:
+            return False
+
+
+def _material_aad(name: str, version: int, algorithm: Algorithm, exportable: bool) -> bytes:
+    return encode(_MATERIAL_LABEL, [name, version, algorithm.value, int(exportable)])
+
+
+_refused: set[tuple[str, str]] = set()
+_refused_lock = threading.Lock()
+
+
+def refuse(store: str, what: str) -> None:
+    """Log a row that failed its check, once per process: every refresh reads it again."""
+    with _refused_lock:
+        if (store, what) in _refused:
+            return
+        _refused.add((store, what))
+    log.error(
+        "keystore %s: %s fails its integrity check (changed without the master key, or"
+        " damaged); refused",
+        store,
+        what,
+        extra={"fields": {"keystore": store, "row": what}},
+    )
