@@ -2,6 +2,8 @@
 
 The schema check is Debian's `docker-compose config -q`, which validates against the Compose
 schema it ships (no Docker engine is needed, and no schema file from outside the repository).
+The proxy configurations in deploy/ are checked by Debian's haproxy and nginx as shipped here,
+and run with real traffic by tests/matrix.
 """
 
 from __future__ import annotations
@@ -57,19 +59,91 @@ def test_service_is_scalable_healthchecked_and_keeps_its_keystore() -> None:
     assert service["environment"]["SEALFLOW_MASTER_KEY_FILE"].startswith("/run/secrets/")
 
 
-def test_balancer_prometheus_and_load_profile_point_at_the_replicas() -> None:
+def config_lines(name: str) -> list[str]:
+    """The directives of a file in deploy/: comments and blank lines dropped, spaces squeezed."""
+    lines = (ROOT / "deploy" / name).read_text().splitlines()
+    return [" ".join(line.split("#")[0].split()) for line in lines if line.split("#")[0].strip()]
+
+
+def test_balancer_is_haproxy_with_the_shipped_config() -> None:
+    balancer = compose()["services"]["balancer"]
+    assert balancer["image"].startswith("haproxy:")
+    assert "./deploy/haproxy.cfg:/usr/local/etc/haproxy/haproxy.cfg:ro" in balancer["volumes"]
+    assert balancer["ports"] == ["8080:8080"]
+    assert balancer["depends_on"]["sealflow"]["condition"] == "service_healthy"
+
+
+def test_haproxy_balances_the_ready_replicas_with_bodies_streaming() -> None:
+    config = config_lines("haproxy.cfg")
+    assert "mode http" in config
+    # A replica is in the rotation while its /readyz says 200, so a draining one (503 from
+    # SIGTERM on) leaves at the next check, within its SEALFLOW_DRAIN_SECONDS.
+    assert "option httpchk GET /readyz" in config
+    assert "http-check expect status 200" in config
+    (default_server,) = [line.split() for line in config if line.startswith("default-server ")]
+    assert default_server[default_server.index("fall") + 1] == "1"
+    interval = int(default_server[default_server.index("inter") + 1].removesuffix("s"))
+    drain = int(compose()["services"]["sealflow"]["environment"]["SEALFLOW_DRAIN_SECONDS"])
+    assert interval < drain
+    # Every replica, through Docker's DNS, as they are scaled.
+    assert "nameserver docker 127.0.0.11:53" in config
+    (template,) = [line for line in config if line.startswith("server-template ")]
+    assert template.split()[1:4] == ["sealflow", "10", "sealflow:8080"]
+    assert {"check", "init-addr", "none"} <= set(template.split())
+    assert "resolvers docker" in template
+    # Full duplex, bodies never collected first, and stalls (not transfers) bounded.
+    assert not any("http-buffer-request" in line for line in config)
+    timeouts = {line.split()[1]: line.split()[2] for line in config if line.startswith("timeout ")}
+    assert timeouts["client"] == timeouts["server"] == "300s"
+
+
+def test_nginx_alternative_streams_request_bodies_and_never_asks_for_full_duplex() -> None:
+    config = config_lines("nginx.conf")
+    assert "proxy_request_buffering off;" in config  # plaintext bodies never go to disk
+    assert "proxy_buffering off;" in config
+    assert 'proxy_set_header Sealflow-Duplex "";' in config
+    assert "set $sealflow http://sealflow:8080;" in config
+    assert config[0].startswith("resolver 127.0.0.11 ")
+
+
+def test_prometheus_and_the_load_profile_point_at_the_replicas() -> None:
     services = compose()["services"]
-    assert services["balancer"]["depends_on"]["sealflow"]["condition"] == "service_healthy"
-    nginx = (ROOT / "deploy" / "nginx.conf").read_text()
-    assert "http://sealflow:8080" in nginx
-    assert "proxy_request_buffering off" in nginx
     prometheus = yaml.safe_load((ROOT / "deploy" / "prometheus.yml").read_text())
     (job,) = prometheus["scrape_configs"]
     assert job["dns_sd_configs"][0]["names"] == ["sealflow"]
+    assert job["dns_sd_configs"][0]["port"] == 8080
     for name in ("locust-master", "locust-worker"):
         assert services[name]["profiles"] == ["load"]
         assert "/mnt/locust/locustfile.py" in services[name]["command"]
     assert "http://balancer:8080" in services["locust-master"]["command"]
+
+
+def test_the_proxy_configurations_are_accepted_by_the_proxies(tmp_path: Path) -> None:
+    # Debian's haproxy and nginx check the files as shipped (tests/matrix runs them).
+    haproxy = shutil.which("haproxy", path="/usr/sbin:/usr/bin")
+    nginx = shutil.which("nginx", path="/usr/sbin:/usr/bin")
+    assert haproxy, "haproxy is missing: apt-get install haproxy (see .ci/run)"
+    assert nginx, "nginx is missing: apt-get install nginx (see .ci/run)"
+    checked = subprocess.run(  # noqa: S603
+        [haproxy, "-c", "-f", str(ROOT / "deploy" / "haproxy.cfg")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    # The main context of the nginx image around conf.d/, with its paths in tmp_path.
+    (tmp_path / "nginx.conf").write_text(
+        f"pid {tmp_path}/nginx.pid;\nevents {{}}\n"
+        f"http {{ client_body_temp_path {tmp_path}/body; proxy_temp_path {tmp_path}/proxy;\n"
+        f"include {ROOT / 'deploy' / 'nginx.conf'}; }}\n"
+    )
+    checked = subprocess.run(  # noqa: S603
+        [nginx, "-t", "-q", "-e", str(tmp_path / "error.log"), "-c", str(tmp_path / "nginx.conf")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert checked.returncode == 0, checked.stderr
 
 
 def test_dockerfile_runs_as_non_root_with_a_readiness_healthcheck() -> None:
