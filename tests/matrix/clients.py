@@ -6,7 +6,8 @@ subprocesses for curl and Node), so what the matrix finds is what they would fin
 arrives (the tests hold no second copy of a large body), and returns a ``Reply``:
 
 - a body the server cut off (a short ``Content-Length`` body, a chunked one without its last
-  chunk) is ``complete=False``, with the client's own error in ``error``;
+  chunk, a connection reset once the reply started) is ``complete=False``, with the client's
+  own error in ``error``;
 - anything else the client raises is raised: a stall ends in the client's timeout (``STALL``
   seconds without a byte moving), a refused connection in its connection error.
 
@@ -71,12 +72,12 @@ def _lower(headers: Mapping[str, str]) -> dict[str, str]:
 
 
 def _save(status: int, headers: Mapping[str, str], pieces: Iterator[bytes], dst: Path) -> Reply:
-    """Write the body to dst; a cut-off body (http.client's IncompleteRead) is a Reply too."""
+    """Write the body to dst; a cut-off body is a Reply too."""
     with dst.open("wb") as out:
         try:
             for piece in pieces:
                 out.write(piece)
-        except http.client.IncompleteRead as exc:
+        except (http.client.IncompleteRead, ConnectionResetError) as exc:
             return Reply(status, _lower(headers), False, repr(exc))
     return Reply(status, _lower(headers))
 
@@ -95,7 +96,7 @@ def _httpx_stream(
         try:
             for piece in r.iter_raw():
                 out.write(piece)
-        except httpx.RemoteProtocolError as exc:  # "peer closed connection without ..."
+        except (httpx.RemoteProtocolError, httpx.ReadError) as exc:  # closed early, or reset
             return Reply(r.status_code, _lower(r.headers), False, repr(exc))
         return Reply(r.status_code, _lower(r.headers))
 
@@ -122,7 +123,7 @@ async def _httpx_async(url: str, headers: Mapping[str, str], src: Path, dst: Pat
             try:
                 async for piece in r.aiter_raw():
                     out.write(piece)
-            except httpx.RemoteProtocolError as exc:
+            except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
                 return Reply(r.status_code, _lower(r.headers), False, repr(exc))
         return Reply(r.status_code, _lower(r.headers))
 
@@ -140,7 +141,7 @@ def _requests(data: bytes | IO[bytes], url: str, headers: Mapping[str, str], dst
             try:
                 for piece in r.iter_content(PIECE):
                     out.write(piece)
-            except requests.exceptions.ChunkedEncodingError as exc:  # also a short length
+            except requests.exceptions.ChunkedEncodingError as exc:  # also short, or reset
                 return Reply(r.status_code, _lower(r.headers), False, repr(exc))
         return Reply(r.status_code, _lower(r.headers))
 
@@ -192,6 +193,10 @@ def http_client(url: str, headers: Mapping[str, str], src: Path, dst: Path) -> R
 # is a half-duplex client, with a generator a full-duplex one.
 
 
+# Not ClientConnectionError: its ServerTimeoutError is a stall, not a cut.
+_AIOHTTP_CUT = (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)
+
+
 async def _aiohttp(
     data: IO[bytes] | AsyncIterator[bytes], url: str, headers: Mapping[str, str], dst: Path
 ) -> Reply:
@@ -204,7 +209,7 @@ async def _aiohttp(
             try:
                 async for piece in r.content.iter_chunked(PIECE):
                     out.write(piece)
-            except aiohttp.ClientPayloadError as exc:
+            except _AIOHTTP_CUT as exc:
                 return Reply(r.status, _lower(r.headers), False, repr(exc))
         return Reply(r.status, _lower(r.headers))
 
@@ -221,8 +226,9 @@ def aiohttp_generator(url: str, headers: Mapping[str, str], src: Path, dst: Path
 # curl and Node's fetch, in subprocesses.
 
 # curl's exit codes for a reply cut off after it started: 18 (partial file: a short body or a
-# chunked one without its end), 56 (receive failure: the connection was reset).
-_CURL_CUT = {18, 56}
+# chunked one without its end), 56 (receive failure: the connection was reset), 55 (send
+# failure: in full duplex the connection can break while the body is still going up).
+_CURL_CUT = {18, 55, 56}
 
 
 def curl(url: str, headers: Mapping[str, str], src: Path, dst: Path) -> Reply:
