@@ -67,6 +67,25 @@ class Settings(BaseSettings):
         description="seconds a body may stall, or a reply go unread (408, or the connection "
         "is closed once the reply started)",
     )
+    spool_memory_bytes: int = Field(
+        2 * MiB,
+        ge=0,
+        description="output a request-then-response answer holds in memory before it "
+        "spools to an encrypted temporary file",
+    )
+    spool_dir: Path | None = Field(
+        None, description="where spool files are made (default: the system temp directory)"
+    )
+    max_spool_bytes: int = Field(
+        4096 * MiB,
+        ge=0,
+        description="disk all spools of a process may use at once (507 beyond)",
+    )
+    max_spool_request_bytes: int = Field(
+        0,
+        ge=0,
+        description="spool one request may use (413 beyond); 0: --max-spool-bytes",
+    )
     shutdown_timeout: float = Field(30.0, ge=0, description="seconds to finish in-flight requests")
     drain_seconds: float = Field(
         0.0, ge=0, description="seconds /readyz answers 503 before the listener closes"

@@ -44,18 +44,20 @@ class Body:
 
 
 _OCTETS = (b"content-type", b"application/octet-stream")
+_DUPLEX = (b"sealflow-duplex", b"1")
 
 
 class Reply:
     """The response: started with the first bytes, so an error before them is still an error."""
 
-    __slots__ = ("_log", "_send", "_watch", "length", "sent", "started")
+    __slots__ = ("_log", "_send", "_watch", "duplex", "length", "sent", "started")
 
     def __init__(self, send: Send, log: AccessRecord, watch: Watch) -> None:
         self._send = send
         self._log = log
         self._watch = watch
         self.length: int | None = None
+        self.duplex = False  # answered while the body arrives: say so (Sealflow-Duplex: 1)
         self.started = False
         self.sent = 0
 
@@ -66,6 +68,9 @@ class Reply:
             headers = [_OCTETS]
             if self.length is not None:
                 headers.append((b"content-length", b"%d" % self.length))
+            if self.duplex:
+                headers.append(_DUPLEX)
+                self._log.duplex = True
             await self._send({"type": "http.response.start", "status": 200, "headers": headers})
             self.started = True
             self._log.status = 200

@@ -1,4 +1,4 @@
-"""A memory budget for single-shot bodies, across the requests of one process.
+"""Budgets across the requests of one process: memory for single-shot bodies, disk for spools.
 
 A single-shot request holds its whole body (and its result) in memory until it
 answers; ``max_single_bytes`` bounds one request, this bounds them together.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from types import TracebackType
 
-from . import errors
+from . import _metrics, errors
 
 
 class MemoryBudget:
@@ -50,3 +50,21 @@ class Hold:
     ) -> None:
         self._budget.used -= self.taken
         self.taken = 0
+
+
+class SpoolBudget:
+    """Disk bytes all spools of this process hold at once. Used from the event loop only."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+
+    def take(self, n: int) -> None:
+        if self.used + n > self.limit:
+            raise errors.spool_full()
+        self.used += n
+        _metrics.SPOOL_BYTES_IN_USE.inc(n)
+
+    def give_back(self, n: int) -> None:
+        self.used -= n
+        _metrics.SPOOL_BYTES_IN_USE.dec(n)

@@ -28,6 +28,7 @@ from . import _auth, _metrics, data, errors
 from ._body import refuse, send_error
 from ._logging import AccessLog, AccessRecord
 from ._state import Services
+from ._trim import Trimmer
 from ._watchdog import Watch, stalled
 
 # Bodies of the routes FastAPI serves (admin JSON of a few hundred bytes); the data routes
@@ -55,6 +56,7 @@ class Front:
         self.access = access
         self.active = 0  # requests in flight, probes aside; also the in-flight gauge
         self.by_token: dict[str, int] = {}
+        self.trimmer = Trimmer(lambda: self.active > 0)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()
@@ -83,6 +85,8 @@ class Front:
                 await self.app(scope, receive, _noting_status(send, log))
         finally:
             self.active -= limited
+            if not self.active:
+                self.trimmer.idle()
             if token is not None:
                 left = self.by_token[token.id] - 1
                 if left:

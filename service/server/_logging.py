@@ -70,6 +70,7 @@ class AccessRecord:
     bytes_in: int | None = None
     bytes_out: int | None = None
     error: str | None = None
+    duplex: bool | None = None  # True when answered in full duplex (Sealflow-Duplex: 1)
     aborted: bool | None = None  # True when a started response was cut off
 
 

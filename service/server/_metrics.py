@@ -52,6 +52,17 @@ CONNECTIONS_REFUSED = Counter(
     "Connections closed by the server before a request reached the app, by reason",
     ["reason"],  # headers_too_large, uri_too_long, request_timeout (head), idle
 )
+SPOOLED_REQUESTS = Counter(
+    "sealflow_spooled_requests", "Request-then-response outputs that overflowed to a spool file"
+)
+SPOOL_BYTES_WRITTEN = Counter(
+    "sealflow_spool_bytes_written", "Bytes written to spool files (sealed)"
+)
+SPOOL_BYTES_IN_USE = Gauge(
+    "sealflow_spool_bytes_in_use",
+    "Disk bytes held by spool files now",
+    multiprocess_mode="livesum",
+)
 IN_FLIGHT = Gauge(
     "sealflow_requests_in_flight",
     "Requests being served (not counting probes and scrapes)",

@@ -9,7 +9,7 @@ from sealflow.service.config import Settings
 from sealflow.service.keystore import open_store
 
 from . import _metrics
-from ._budget import MemoryBudget
+from ._budget import MemoryBudget, SpoolBudget
 from ._state import Services
 from ._watchdog import Watchdog
 
@@ -42,4 +42,5 @@ def start_services(settings: Settings) -> Services:
     )
     watchdog = Watchdog(settings.receive_timeout)
     budget = MemoryBudget(settings.max_buffered_bytes)
-    return Services(settings, store, crypto, engine.BufferPool(), watchdog, budget)
+    spool_budget = SpoolBudget(settings.max_spool_bytes)
+    return Services(settings, store, crypto, engine.BufferPool(), watchdog, budget, spool_budget)

@@ -9,7 +9,7 @@ from sealflow import engine
 from sealflow.service.config import Settings
 from sealflow.service.keystore import KeyStore
 
-from ._budget import MemoryBudget
+from ._budget import MemoryBudget, SpoolBudget
 from ._watchdog import Watchdog
 
 # Set by the server on the first shutdown signal: /readyz answers 503 from then on.
@@ -25,3 +25,4 @@ class Services:
     buffers: engine.BufferPool
     watchdog: Watchdog
     budget: MemoryBudget
+    spool_budget: SpoolBudget

@@ -114,6 +114,15 @@ def too_many_for_token(limit: int) -> ApiError:
     )
 
 
+def spool_full() -> ApiError:
+    return ApiError(
+        507,
+        "spool_full",
+        "the server has no spool space for this response now; retry later, or send "
+        "Sealflow-Duplex: 1 to stream it",
+    )
+
+
 def overloaded() -> ApiError:
     return ApiError(503, "overloaded", "too many concurrent requests; retry later")
 

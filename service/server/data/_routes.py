@@ -30,6 +30,8 @@ from ..errors import ApiError
 from ._transfer import Decrypt, Encrypt, Resolve
 
 MAX_AAD = 8192
+# A client that reads while it sends asks for full duplex with this header (SPEC section 4).
+DUPLEX = b"sealflow-duplex"
 _KEYS = "/v1/keys/"
 _ENCRYPT, _DECRYPT = "/encrypt", "/decrypt"
 _MODES = {b"": Mode.STREAM, b"mode=stream": Mode.STREAM, b"mode=single": Mode.SINGLE}
@@ -82,6 +84,7 @@ def _prepare(
     svc: Services, route: Route, token: TokenInfo, scope: Scope, log: AccessRecord
 ) -> Encrypt | Decrypt:
     x_aad = length = None
+    duplex = False
     for name, value in scope["headers"]:
         if name == b"x-aad":
             if x_aad is not None:
@@ -89,14 +92,16 @@ def _prepare(
             x_aad = value
         elif name == b"content-length":
             length = int(value)  # uvicorn has refused a malformed one
+        elif name == DUPLEX:
+            duplex = value.strip() == b"1"
     aad = _aad(x_aad)
     if route is DECRYPT_ANY_ROUTE:
-        return Decrypt(svc, log, aad, length, _decrypt_key(svc.store, token, None))
+        return Decrypt(svc, log, aad, length, duplex, _decrypt_key(svc.store, token, None))
     path: str = scope["path"]
     name = path[len(_KEYS) : path.rindex("/")]
     if route is DECRYPT_ROUTE:
         _auth.require(token, "decrypt", name)
-        return Decrypt(svc, log, aad, length, _decrypt_key(svc.store, token, name))
+        return Decrypt(svc, log, aad, length, duplex, _decrypt_key(svc.store, token, name))
     _auth.require(token, "encrypt", name)
     mode = _MODES.get(scope["query_string"])
     if mode is None:
@@ -106,7 +111,7 @@ def _prepare(
     if mode is Mode.SINGLE and length is not None and length > limit:
         raise errors.too_large(limit)
     log.key, log.version, log.mode = name, key.latest, mode.name.lower()
-    return Encrypt(svc, log, aad, length, key, material, mode)
+    return Encrypt(svc, log, aad, length, duplex, key, material, mode)
 
 
 def key_version(store: KeyStore, name: str, version: int | None = None) -> tuple[KeyInfo, bytes]:
@@ -166,7 +171,9 @@ _RESPONSES = {
     "408": {"description": "body not received in time", **_ERROR},
     "413": {"description": "single-shot body over the limit", **_ERROR},
     "405": {"description": "method_not_allowed: only POST", **_ERROR},
+    "429": {"description": "too_many_requests: this token's share of the slots", **_ERROR},
     "503": {"description": "overloaded, or keystore_unavailable", **_ERROR},
+    "507": {"description": "spool_full: no spool space for a request-then-response", **_ERROR},
 }
 _NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
 _AAD = {
@@ -175,6 +182,13 @@ _AAD = {
     "required": False,
     "description": "additional authenticated data, base64, at most 8 KiB decoded",
     "schema": {"type": "string"},
+}
+_DUPLEX = {
+    "name": "Sealflow-Duplex",
+    "in": "header",
+    "required": False,
+    "description": "1: answer in full duplex, while the body arrives (default: once it ended)",
+    "schema": {"type": "string", "enum": ["1"]},
 }
 _MODE = {
     "name": "mode",
@@ -200,8 +214,8 @@ def _operation(summary: str, parameters: list[dict[str, Any]]) -> dict[str, Any]
 # The data routes in the OpenAPI document (they are served here, not by FastAPI).
 OPENAPI_PATHS = {
     ENCRYPT_ROUTE.path: _operation(
-        "Seal a body under the key's latest version", [_NAME, _MODE, _AAD]
+        "Seal a body under the key's latest version", [_NAME, _MODE, _AAD, _DUPLEX]
     ),
-    DECRYPT_ROUTE.path: _operation("Open an envelope sealed under this key", [_NAME, _AAD]),
-    DECRYPT_ANY_ROUTE.path: _operation("Open an envelope under the key its prefix names", [_AAD]),
+    DECRYPT_ROUTE.path: _operation("Open an envelope sealed under this key", [_NAME, _AAD, _DUPLEX]),
+    DECRYPT_ANY_ROUTE.path: _operation("Open an envelope under the key its prefix names", [_AAD, _DUPLEX]),
 }

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Callable
+from typing import Protocol
 
 from starlette.types import Receive, Scope, Send
 
@@ -44,6 +45,7 @@ from .._logging import AccessRecord
 from .._state import Services
 from .._watchdog import stalled
 from ..errors import ApiError
+from ._spool import Spool
 
 BATCH = 256 * 1024
 # The most finalize() can write: a short last chunk, its tag, and the header if still unsent.
@@ -72,16 +74,25 @@ def _run_batch(
 Resolve = Callable[[Prefix], bytes]
 
 
+class Sink(Protocol):
+    """Where a stream's output goes: the reply itself (full duplex) or a spool."""
+
+    async def write(self, data: bytes | bytearray, more: bool = True) -> None: ...
+
+
 class _Transfer:
     """Shared plumbing of encrypt and decrypt: body, reply, errors, accounting."""
 
     operation: str
 
-    def __init__(self, svc: Services, log: AccessRecord, aad: bytes, length: int | None) -> None:
+    def __init__(
+        self, svc: Services, log: AccessRecord, aad: bytes, length: int | None, duplex: bool
+    ) -> None:
         self.svc = svc
         self.log = log
         self.aad = aad
         self.length = length
+        self.duplex = duplex
         self.algorithm = "unknown"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -128,10 +139,43 @@ class _Transfer:
     async def transfer(self, body: Body, reply: Reply) -> None:
         raise NotImplementedError
 
-    async def pipeline(
+    async def stream(
         self,
         body: Body,
         reply: Reply,
+        codec: Chunked,
+        head: bytes,
+        pieces: list[bytes],
+        length: int | None,
+    ) -> None:
+        """Run the body through a stream codec: answered as it goes when the client asked for
+        full duplex, otherwise once the body has ended, from a spool (``_spool``)."""
+        if self.duplex:
+            reply.duplex, reply.length = True, length
+            await self.pipeline(body, reply, codec, head, pieces)
+            return
+        settings = self.svc.settings
+        spool = Spool(
+            self.svc.crypto,
+            self.svc.spool_budget,
+            settings.spool_memory_bytes,
+            settings.max_spool_request_bytes or settings.max_spool_bytes,
+            settings.spool_dir,
+        )
+        try:
+            await self.pipeline(body, spool, codec, head, pieces)
+            # Every byte is produced (and, for decryption, authenticated): now the answer.
+            reply.length = spool.size
+            async for piece in spool.chunks():
+                await reply.write(piece)
+            await reply.write(b"", more=False)
+        finally:
+            spool.close()
+
+    async def pipeline(
+        self,
+        body: Body,
+        out: Sink,
         codec: Chunked,
         head: bytes,
         pieces: list[bytes],
@@ -158,10 +202,10 @@ class _Transfer:
                     pending = asyncio.ensure_future(crypto.run(size, _run_batch, *args))
                 head, pieces, size = b"", [], 0
                 if ready is not None:
-                    await reply.write(ready)  # while the worker runs batch k+1
+                    await out.write(ready)  # while the worker runs batch k+1
                 if final:
                     break
-            await reply.write(await _done(pending), more=False)
+            await out.write(await _done(pending), more=False)
             pending = None
         finally:
             if isinstance(pending, asyncio.Task):
@@ -210,11 +254,12 @@ class Encrypt(_Transfer):
         log: AccessRecord,
         aad: bytes,
         length: int | None,
+        duplex: bool,
         key: KeyInfo,
         material: bytes,
         mode: Mode,
     ) -> None:
-        super().__init__(svc, log, aad, length)
+        super().__init__(svc, log, aad, length, duplex)
         self.prefix = Prefix(mode, key.algorithm, key.latest, key.name).encode()
         self.material = material
         self.mode = mode
@@ -223,10 +268,9 @@ class Encrypt(_Transfer):
     async def transfer(self, body: Body, reply: Reply) -> None:
         alg, prefix = self.algorithm, self.prefix
         if self.mode is Mode.STREAM:
-            if self.length is not None:
-                reply.length = len(prefix) + engine.sealed_size(self.length)
+            size = None if self.length is None else len(prefix) + engine.sealed_size(self.length)
             codec = ChunkedEncryptor(alg, self.material, bound_data(prefix, self.aad))
-            await self.pipeline(body, reply, codec, prefix, [])
+            await self.stream(body, reply, codec, prefix, [], size)
             return
         limit = self.svc.settings.max_single_bytes
         start = len(prefix) + NONCE_LEN
@@ -261,9 +305,10 @@ class Decrypt(_Transfer):
         log: AccessRecord,
         aad: bytes,
         length: int | None,
+        duplex: bool,
         resolve: Resolve,
     ) -> None:
-        super().__init__(svc, log, aad, length)
+        super().__init__(svc, log, aad, length, duplex)
         self.resolve = resolve
 
     async def transfer(self, body: Body, reply: Reply) -> None:
@@ -271,11 +316,10 @@ class Decrypt(_Transfer):
         material = self._check(prefix)
         remaining = None if self.length is None else self.length - len(raw)
         if prefix.mode is Mode.STREAM:
-            if remaining is not None:
-                # Truncated or extended bodies fail here, before anything is read.
-                reply.length = engine.opened_size(remaining)
+            # Truncated or extended bodies fail here, before anything is read.
+            size = None if remaining is None else engine.opened_size(remaining)
             codec = ChunkedDecryptor(prefix.algorithm, material, bound_data(raw, self.aad))
-            await self.pipeline(body, reply, codec, b"", [rest] if rest else [])
+            await self.stream(body, reply, codec, b"", [rest] if rest else [], size)
             return
         with self.svc.budget.hold() as hold:
             plaintext = await self._open_single(body, hold, prefix, raw, material, rest, remaining)

@@ -101,7 +101,8 @@ def test_malformed_framing_is_rejected_without_a_500(server: Server) -> None:
 
 
 def test_disconnects_mid_upload_and_mid_download_leak_nothing(make_server: MakeServer) -> None:
-    srv = make_server()
+    # A small spool memory part: the uploads cut off mid-way have spool files open by then.
+    srv = make_server(spool_memory_bytes=65536)
     with srv.client() as c:
         envelope = c.post("/v1/keys/default/encrypt", content=os.urandom(4 << 20)).content
         c.get("/metrics")
@@ -113,8 +114,11 @@ def test_disconnects_mid_upload_and_mid_download_leak_nothing(make_server: MakeS
         sock = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
         if i % 2:  # mid-upload
             sock.sendall(f"{head}Content-Length: {8 << 20}\r\n\r\n".encode() + b"\0" * 300_000)
-        else:  # mid-download: the reply streams while we are still sending
-            dec = f"POST /v1/decrypt HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {srv.token}\r\n"
+        else:  # mid-download: in full duplex the reply streams while we are still sending
+            dec = (
+                f"POST /v1/decrypt HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {srv.token}"
+                "\r\nSealflow-Duplex: 1\r\n"
+            )
             sock.sendall(
                 f"{dec}Content-Length: {len(envelope)}\r\n\r\n".encode() + envelope[: 1 << 20]
             )
@@ -133,6 +137,12 @@ def test_disconnects_mid_upload_and_mid_download_leak_nothing(make_server: MakeS
             break
         assert time.monotonic() < deadline, (in_flight, open_fds(srv), fds_before)
         time.sleep(0.2)
+    spooled = next(
+        float(line.split()[-1])
+        for line in text.splitlines()
+        if line.startswith("sealflow_spool_bytes_in_use ")
+    )
+    assert spooled == 0  # every spool file of the cut-off uploads is gone (fds counted above)
     pooled = next(
         float(line.split()[-1])
         for line in text.splitlines()

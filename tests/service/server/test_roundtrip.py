@@ -51,8 +51,10 @@ def test_round_trip(
     )
     assert r.status_code == 200, r.text
     envelope = r.content
-    # Single-shot replies are whole before they start, so they always carry a length.
-    assert ("content-length" in r.headers) is (mode == "single" or not chunked)
+    # Request-then-response (the default): the answer starts once it is whole, so it always
+    # carries a length, and it is not marked as full duplex.
+    assert int(r.headers["content-length"]) == len(r.content)
+    assert "sealflow-duplex" not in r.headers
     prefix, sealed = split(envelope)
     assert prefix[:4] == b"SFL1"
     assert prefix[4] == MODE_BYTE[mode]
@@ -69,27 +71,34 @@ def test_round_trip(
         r = client.post(path, content=body(envelope, chunked), headers=aad_headers(aad))
         assert r.status_code == 200, r.text
         assert r.content == data
-        assert ("content-length" in r.headers) is (mode == "single" or not chunked)
+        assert int(r.headers["content-length"]) == len(r.content)
 
 
 @pytest.mark.parametrize("alg", list(KEYS))
 @pytest.mark.parametrize("chunked", [False, True], ids=["length", "chunked"])
+@pytest.mark.parametrize("duplex", [False, True], ids=["request-then-response", "duplex"])
 def test_64_mib_stream_round_trip(
-    server: Server, client: httpx.Client, alg: Algorithm, chunked: bool
+    server: Server, client: httpx.Client, alg: Algorithm, chunked: bool, duplex: bool
 ) -> None:
     data = os.urandom(64 << 20)
-    name, aad = KEYS[alg], aad_headers(b"big")
+    name = KEYS[alg]
+    headers = {**aad_headers(b"big"), **({"Sealflow-Duplex": "1"} if duplex else {})}
     length = None if chunked else len(data)
-    # Full duplex: the reply streams while the body is still being sent.
-    with server.post(f"/v1/keys/{name}/encrypt", pieces(data, 1 << 18), length, aad) as r:
+    # Full duplex: the reply streams while the body is still being sent; otherwise it starts
+    # once the body has ended, spooled (encrypted) beyond the spool's memory part.
+    with server.post(f"/v1/keys/{name}/encrypt", pieces(data, 1 << 18), length, headers) as r:
         assert r.status == 200
+        assert r.header("sealflow-duplex") == ("1" if duplex else None)
         envelope = r.read()
     assert len(split(envelope)[1]) == engine.sealed_size(len(data))
     opened = open_envelope(exported_key(client, name), envelope, b"big")
     assert hashlib.sha256(opened).digest() == hashlib.sha256(data).digest()
     length = None if chunked else len(envelope)
-    with server.post("/v1/decrypt", pieces(envelope, 1 << 18), length, aad) as r:
+    with server.post("/v1/decrypt", pieces(envelope, 1 << 18), length, headers) as r:
         assert r.status == 200
+        assert r.header("sealflow-duplex") == ("1" if duplex else None)
+        if not duplex:
+            assert r.header("content-length") == str(len(data))
         assert r.read() == data
 
 

@@ -162,17 +162,23 @@ def test_envelope_sent_to_another_keys_route_fails(
         assert (status, code) == (400, "decryption_failed")
 
 
-def test_a_later_chunk_failing_cuts_the_stream_off_after_authenticated_bytes_only(
-    server: Server, client: httpx.Client
+@pytest.mark.parametrize("duplex", [False, True], ids=["request-then-response", "duplex"])
+def test_a_later_chunk_failing_is_a_clean_400_or_in_duplex_a_cut_stream(
+    server: Server, client: httpx.Client, duplex: bool
 ) -> None:
-    data = os.urandom(3 << 20)  # many batches: the response starts before the last one
+    data = os.urandom(3 << 20)  # many batches: in duplex the response starts before the last
     envelope = client.post("/v1/keys/default/encrypt", content=data).content
     plen = len(split(envelope)[0])
+    headers = {"sealflow-duplex": "1"} if duplex else None
     for chunk in (100, 150, len(data) // CHUNK):  # a middle chunk, a late one, the final one
         bad = bytearray(envelope)
         bad[plen + HEADER + chunk * SEALED + 9] ^= 1
         for chunked in (False, True):
-            status, got, _ = decrypt(server, bytes(bad), chunked)
+            status, got, code = decrypt(server, bytes(bad), chunked, headers=headers)
+            if not duplex:
+                # All or nothing: verified to the last chunk before the first byte goes out.
+                assert (status, code) == (400, "decryption_failed")
+                continue
             assert status is None, "a failed stream must never end cleanly"
             # Only bytes of chunks before the bad one, and only true plaintext. (Fewer
             # may arrive: closing with the upload unread resets the connection.)
