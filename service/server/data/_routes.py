@@ -216,6 +216,10 @@ OPENAPI_PATHS = {
     ENCRYPT_ROUTE.path: _operation(
         "Seal a body under the key's latest version", [_NAME, _MODE, _AAD, _DUPLEX]
     ),
-    DECRYPT_ROUTE.path: _operation("Open an envelope sealed under this key", [_NAME, _AAD, _DUPLEX]),
-    DECRYPT_ANY_ROUTE.path: _operation("Open an envelope under the key its prefix names", [_AAD, _DUPLEX]),
+    DECRYPT_ROUTE.path: _operation(
+        "Open an envelope sealed under this key", [_NAME, _AAD, _DUPLEX]
+    ),
+    DECRYPT_ANY_ROUTE.path: _operation(
+        "Open an envelope under the key its prefix names", [_AAD, _DUPLEX]
+    ),
 }
