@@ -12,8 +12,8 @@ arrives (the tests hold no second copy of a large body), and returns a ``Reply``
   seconds without a byte moving), a refused connection in its connection error.
 
 Half-duplex clients (httpx, requests, urllib, http.client) send the whole body before they
-read anything; duplex-capable ones (aiohttp, curl, Node's fetch) read while they send, so only
-they can take part in full duplex (``Sealflow-Duplex: 1``).
+read anything; duplex-capable ones (aiohttp with an async generator, curl, Node's fetch) read
+while they send, so only they can take part in full duplex (``Sealflow-Duplex: 1``).
 """
 
 from __future__ import annotations
@@ -37,7 +37,9 @@ import requests
 
 # Seconds without a byte moving before a client gives up. Far beyond any pause of a working
 # transfer on loopback, and below the server's own 30 s (SEALFLOW_RECEIVE_TIMEOUT): a stall
-# ends in the client's timeout, not in the server dropping the connection.
+# ends in the client's timeout, not in the server dropping the connection. (httpx, requests and
+# urllib hand a bytes body to one sendall, for which it bounds the whole upload: 64 MiB takes
+# well under a second here.)
 STALL = 20
 PIECE = 1 << 20
 NODE_SCRIPT = Path(__file__).with_name("fetch.mjs")
