@@ -15,7 +15,6 @@ import os
 import re
 import stat
 import sys
-import tempfile
 import threading
 import types
 from typing import IO, Any
@@ -24,7 +23,7 @@ from sealflow.service.client import Client, SealflowError
 
 _BAR_DELAY = 0.5  # short transfers get no bar
 _DEFAULT_URL = "http://127.0.0.1:8080"
-_SYNC_EVERY = 32 << 20
+_SYNC_EVERY = 16 << 20  # 8 to 64 MiB measured alike; docs/BENCHMARKS.md, "Client"
 
 # Even a disabled tqdm starts tqdm's monitor thread: without a terminal, use no tqdm at all.
 _NO_BAR = types.SimpleNamespace(update=lambda n: None, close=lambda: None, n=0)
@@ -97,6 +96,8 @@ class _Output:
             return
         if os.path.isdir(path):
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+        import tempfile  # with what it loads, 3 ms of every start: only for --output
+
         folder, name = os.path.split(os.path.abspath(path))
         fd, self.tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".part", dir=folder)
         self.f = os.fdopen(fd, "wb")
