@@ -57,7 +57,6 @@ class Exchange:
         self.upload_done = False  # all of the body was handed to the transport
         self.responded = False  # a response head arrived
         self.status = 0
-        self.duplex = False  # the server says it answers while the body arrives
         self.reusable = False
         self.upload_error: BaseException | None = None  # the input failed
         self._h11 = h11.Connection(h11.CLIENT)
@@ -103,7 +102,6 @@ class Exchange:
         self.status = int(event.status_code)
         self._go.set()
         headers = {name: value for name, value in event.headers}
-        self.duplex = headers.get(b"sealflow-duplex") == b"1"
         if not 200 <= event.status_code < 300:
             self._stop()
         chunked = headers.get(b"transfer-encoding", b"").lower() == b"chunked"
