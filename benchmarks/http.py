@@ -82,9 +82,30 @@ def wait_ready(url: str, proc: subprocess.Popen[bytes]) -> None:
 
 
 @contextmanager
+def sealflow_server(workdir: Path) -> Iterator[Server]:
+    """``sealflow serve`` with its defaults, pinned to SERVER_CORE, and its root token."""
+    port = free_port()
+    out = workdir / "sealflow.out"
+    with out.open("wb") as stdout:
+        cmd = [
+            "taskset", "-c", SERVER_CORE, str(Path(sys.executable).with_name("sealflow")),
+            "serve", "--port", str(port), "--data-dir", str(workdir / "data"),
+        ]  # fmt: skip
+        proc = subprocess.Popen(cmd, stdout=stdout, stderr=subprocess.DEVNULL)
+    ours = Server("sealflow", f"http://127.0.0.1:{port}", proc)
+    try:
+        wait_ready(ours.url + "/readyz", ours.proc)
+        ours.token = out.read_text().split("Root token: ", 1)[1].split()[0]
+        yield ours
+    finally:
+        ours.proc.terminate()
+        ours.proc.wait(30)
+
+
+@contextmanager
 def servers(workdir: Path) -> Iterator[tuple[Server, Server]]:
     pin = ["taskset", "-c", SERVER_CORE]
-    peer_port, ours_port = free_port(), free_port()
+    peer_port = free_port()
     peer_cmd = [
         *pin, sys.executable, "-m", "uvicorn", "benchmarks.peers.naive_app:app",
         "--port", str(peer_port), "--http", "httptools", "--loop", "uvloop",
@@ -93,23 +114,13 @@ def servers(workdir: Path) -> Iterator[tuple[Server, Server]]:
     quiet = subprocess.DEVNULL
     peer_proc = subprocess.Popen(peer_cmd, stdout=quiet, stderr=quiet)
     peer = Server("peer", f"http://127.0.0.1:{peer_port}", peer_proc)
-    out = workdir / "sealflow.out"
-    with out.open("wb") as stdout:
-        ours_cmd = [
-            *pin, str(Path(sys.executable).with_name("sealflow")), "serve",
-            "--port", str(ours_port), "--data-dir", str(workdir / "data"),
-        ]  # fmt: skip
-        proc = subprocess.Popen(ours_cmd, stdout=stdout, stderr=subprocess.DEVNULL)
-    ours = Server("sealflow", f"http://127.0.0.1:{ours_port}", proc)
     try:
         wait_ready(peer.url + "/docs", peer.proc)
-        wait_ready(ours.url + "/readyz", ours.proc)
-        ours.token = out.read_text().split("Root token: ", 1)[1].split()[0]
-        yield peer, ours
+        with sealflow_server(workdir) as ours:
+            yield peer, ours
     finally:
-        for srv in (peer, ours):
-            srv.proc.terminate()
-            srv.proc.wait(30)
+        peer.proc.terminate()
+        peer.proc.wait(30)
 
 
 @dataclass

@@ -1,23 +1,31 @@
-"""The `sealflow` console script: serve, keys, tokens, encrypt, decrypt, selftest."""
+"""The `sealflow` console script: serve, keys, tokens, encrypt, decrypt, selftest.
+
+``encrypt`` and ``decrypt`` are parsed on their own and load the client library only (not
+pydantic, the engine or the keystore): start-up is part of every transfer's time, a tenth of
+a 200 MiB one (docs/BENCHMARKS.md, "Client"). The other commands import what they need
+inside ``_main``.
+"""
 
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import signal
 import sys
+from collections.abc import Callable
 
-import pydantic
-
-from sealflow import engine
-from sealflow.service.config import Settings
-from sealflow.service.keystore import KeyStoreError
-
-from . import _manage, _serve, _transfer
-from ._flags import PREFIX, add_settings, settings_error
+_PROG = "sealflow"
+_DESCRIPTION = (
+    "sealflow: encrypt and decrypt streamed bodies under named, versioned keys that never "
+    "leave the service."
+)
 
 
 def _selftest(args: argparse.Namespace) -> int:
+    from sealflow import engine
+    from sealflow.service.config import Settings
+
     settings = Settings(**args.settings)
     engine.set_context_strategy(settings.context_strategy)
     engine.set_provider(None if settings.provider == "auto" else settings.provider)
@@ -30,11 +38,43 @@ def _selftest(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    try:
+        code = func(args)
+        sys.stdout.flush()  # here, so a closed pipe is reported below and not at exit
+    except BrokenPipeError:
+        # `sealflow keys list | head -1`: the reader left, which is not an error to report.
+        # Point stdout at /dev/null so the interpreter's own flush at exit stays quiet.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
+    return code
+
+
+def _client_main(argv: list[str]) -> int:
+    from . import _transfer
+
+    parser = argparse.ArgumentParser(prog=_PROG, description=_DESCRIPTION)
+    _transfer.add_client_commands(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    code = _run(args.func, args)
+    # The process ends now, everything closed: spare the interpreter's last collection of
+    # asyncio's objects (10 ms of a 0.1 s start-and-exit, docs/BENCHMARKS.md "Client").
+    gc.freeze()
+    return code
+
+
+def _main(argv: list[str] | None) -> int:
+    import pydantic
+
+    from sealflow.service.keystore import KeyStoreError
+
+    from . import _manage, _serve, _transfer
+    from ._flags import PREFIX, add_settings, settings_error
+
     parser = argparse.ArgumentParser(
-        prog="sealflow",
-        description="sealflow: encrypt and decrypt streamed bodies under named, versioned keys "
-        "that never leave the service.",
+        prog=_PROG,
+        description=_DESCRIPTION,
         epilog="Every setting is a flag and a SEALFLOW_* variable; `sealflow serve --help` "
         "lists them.",
     )
@@ -52,21 +92,20 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.settings = {k[len(PREFIX) :]: v for k, v in vars(args).items() if k.startswith(PREFIX)}
     try:
-        code: int = args.func(args)
-        sys.stdout.flush()  # here, so a closed pipe is reported below and not at exit
+        return _run(args.func, args)
     except pydantic.ValidationError as exc:
         print(f"sealflow: invalid setting {settings_error(exc)}", file=sys.stderr)
         return 2
     except KeyStoreError as exc:
         print(f"sealflow: {exc}", file=sys.stderr)
         return 1
-    except BrokenPipeError:
-        # `sealflow keys list | head -1`: the reader left, which is not an error to report.
-        # Point stdout at /dev/null so the interpreter's own flush at exit stays quiet.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        return 128 + signal.SIGPIPE
-    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["encrypt"] or args[:1] == ["decrypt"]:
+        return _client_main(args)
+    return _main(argv)
 
 
 if __name__ == "__main__":

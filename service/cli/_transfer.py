@@ -1,14 +1,13 @@
 """``sealflow encrypt`` / ``sealflow decrypt``: stream stdin or a file through the service.
 
-The transfer itself is ``sealflow.service.client.exchange`` (full duplex); this module reads
-the arguments, opens the input and the output, draws the progress bar and words failures.
+The transfer is the client library's (``sealflow.service.client.Client``: full duplex,
+typed errors); this module reads the arguments, opens the input and the output, draws the
+progress bar and words failures.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import base64
 import contextlib
 import errno
 import fcntl
@@ -16,27 +15,75 @@ import os
 import re
 import stat
 import sys
-import tempfile
+import threading
 import types
 from typing import IO, Any
-from urllib.parse import quote, urlsplit
 
-from tqdm import tqdm  # type: ignore[import-untyped]
-
-from sealflow.service.client import ClientError, exchange
+from sealflow.service.client import Client, SealflowError
 
 _BAR_DELAY = 0.5  # short transfers get no bar
 _DEFAULT_URL = "http://127.0.0.1:8080"
+_SYNC_EVERY = 16 << 20  # 8 to 64 MiB measured alike; docs/BENCHMARKS.md, "Client"
 
 # Even a disabled tqdm starts tqdm's monitor thread: without a terminal, use no tqdm at all.
-_NO_BAR = types.SimpleNamespace(update=lambda n: None, close=lambda: None)
+_NO_BAR = types.SimpleNamespace(update=lambda n: None, close=lambda: None, n=0)
+
+
+class ClientError(Exception):
+    """A failure already worded for the user; ``code`` is the exit status to use."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _one_line(text: str) -> str:
+    """The server's text goes to a terminal: one line, no control characters."""
+    return "".join(c if c.isprintable() else " " for c in text)[:500]
+
+
+class _Input:
+    """The command's input, with read errors worded for the user (the client passes the
+    input's own exceptions on unchanged)."""
+
+    def __init__(self, f: IO[bytes]) -> None:
+        self._f = f
+        self._read = getattr(f, "read1", None) or f.read  # read1: pipe data as it comes
+
+    def read(self, size: int = -1) -> bytes:
+        try:
+            data: bytes = self._read(size)
+        except OSError as e:
+            raise ClientError(f"cannot read the input: {e}") from None
+        return data
+
+    def fileno(self) -> int:
+        return self._f.fileno()
+
+    def seekable(self) -> bool:
+        return self._f.seekable()
+
+    def tell(self) -> int:
+        return self._f.tell()
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self._f.seek(offset, whence)
 
 
 class _Output:
-    """stdout, or a temporary file beside --output that replaces it only on success."""
+    """stdout, or a temporary file beside --output that replaces it only on success.
+
+    The temporary file is fsynced before the rename. So that this does not add the flush of
+    the whole file to the command's time (80 ms for 200 MiB here), a daemon thread
+    ``fdatasync``s it after every _SYNC_EVERY bytes while the transfer runs, leaving the
+    final fsync the tail (docs/BENCHMARKS.md, "Client").
+    """
 
     def __init__(self, path: str | None) -> None:
         self.path, self.tmp, self.rewind = path, "", -1
+        self._unsynced = 0
+        self._syncer: threading.Thread | None = None
+        self._sync_error: OSError | None = None
         if path is None or path == "-":
             self.f: IO[bytes] = sys.stdout.buffer
             with contextlib.suppress(OSError, ValueError):  # ValueError: no fd (tests)
@@ -49,20 +96,45 @@ class _Output:
             return
         if os.path.isdir(path):
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+        import tempfile  # with what it loads, 3 ms of every start: only for --output
+
         folder, name = os.path.split(os.path.abspath(path))
         fd, self.tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".part", dir=folder)
         self.f = os.fdopen(fd, "wb")
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | memoryview) -> int:
         try:
-            self.f.write(data)
+            n = self.f.write(data)
         except OSError as e:
             raise ClientError(f"cannot write the output: {e}") from None
+        self._unsynced += n
+        if self.tmp and self._unsynced >= _SYNC_EVERY and not self._syncing():
+            self._unsynced = 0
+            self._syncer = threading.Thread(target=self._sync, daemon=True)
+            self._syncer.start()
+        return n
+
+    def _syncing(self) -> bool:
+        return self._syncer is not None and self._syncer.is_alive()
+
+    def _sync(self) -> None:
+        try:
+            os.fdatasync(self.f.fileno())
+        except OSError as e:  # Linux reports a writeback error once: keep it for commit
+            self._sync_error = e
+
+    def _join_syncer(self) -> None:
+        if self._syncer is not None:
+            self._syncer.join()
+            self._syncer = None
 
     def commit(self) -> None:
         try:
             self.f.flush()
             if self.path and self.tmp:
+                self._join_syncer()
+                if self._sync_error is not None:
+                    raise self._sync_error
                 os.fsync(self.f.fileno())
                 self.f.close()
                 os.replace(self.tmp, self.path)
@@ -70,6 +142,7 @@ class _Output:
             raise ClientError(f"cannot write the output: {e}") from None
 
     def discard(self) -> None:
+        self._join_syncer()
         with contextlib.suppress(OSError, ValueError):
             if self.tmp:
                 self.f.close()
@@ -80,61 +153,68 @@ class _Output:
                 self.f.truncate()
 
 
-def _settings(args: argparse.Namespace) -> tuple[str, list[tuple[str, str]]]:
-    """The URL and the request headers, or a usage error."""
+def _client(args: argparse.Namespace) -> Client:
+    """The client for the service at --url, or a usage error."""
     token = os.environ.get("SEALFLOW_TOKEN", "").strip()
     if not token:
         raise ClientError("SEALFLOW_TOKEN is not set (export a token with the needed scope)", 2)
-    # h11 would quote a bad header value, the token, in its error: refuse it first.
     if not re.fullmatch(r"[\x21-\x7e]+", token):
         raise ClientError("SEALFLOW_TOKEN has characters not allowed in an HTTP header", 2)
-    url = (args.url or os.environ.get("SEALFLOW_URL") or _DEFAULT_URL).rstrip("/")
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query:
-        raise ClientError(f"the URL must look like http(s)://host[:port][/prefix], not {url!r}", 2)
-    headers = [
-        ("Authorization", f"Bearer {token}"),
-        ("Content-Type", "application/octet-stream"),
-        # Lets the server refuse (401, 403, 404) before a large body is sent for nothing.
-        ("Expect", "100-continue"),
-    ]
-    if args.aad is not None:
-        # surrogateescape gives back the exact argv bytes when they are not UTF-8.
-        aad = args.aad.encode("utf-8", "surrogateescape")
-        headers.append(("X-AAD", base64.b64encode(aad).decode()))
-    return url, headers
+    url = args.url or os.environ.get("SEALFLOW_URL") or _DEFAULT_URL
+    try:
+        return Client(url, token)
+    except ValueError as e:
+        raise ClientError(str(e), 2) from None
 
 
-def _run(args: argparse.Namespace, command: str, target: str) -> int:
+def _bar(src: IO[bytes]) -> Any:
+    """A progress bar on stderr when it is a terminal (tqdm takes 50 ms to import)."""
+    if not sys.stderr.isatty():
+        return _NO_BAR
+    from tqdm import tqdm  # type: ignore[import-untyped]
+
+    size = None
+    with contextlib.suppress(OSError, ValueError):  # ValueError: no fd
+        st = os.fstat(src.fileno())
+        size = (st.st_size - src.tell()) or None if stat.S_ISREG(st.st_mode) else None
+    return tqdm(total=size, unit="B", unit_scale=True, unit_divisor=1024, delay=_BAR_DELAY)
+
+
+def _run(args: argparse.Namespace, command: str) -> int:
     src, out, ok = sys.stdin.buffer, None, False
     bar: Any = _NO_BAR
     try:
-        url, headers = _settings(args)
-        try:
-            if args.input not in (None, "-"):
-                src = open(args.input, "rb")  # noqa: SIM115 (closed in the finally below)
-            out = _Output(args.output)
-        except OSError as e:
-            raise ClientError(f"cannot open {e.filename!r}: {e.strerror}", 2) from None
-        size = None
-        with contextlib.suppress(OSError, ValueError):  # ValueError: no fd (a test's BytesIO)
-            st = os.fstat(src.fileno())
-            # Zero may be a /proc file that does have content: those go chunked.
-            size = (st.st_size - src.tell()) or None if stat.S_ISREG(st.st_mode) else None
-        headers.append(("Content-Length", str(size)) if size else ("Transfer-Encoding", "chunked"))
-        if sys.stderr.isatty():
-            bar = tqdm(total=size, unit="B", unit_scale=True, unit_divisor=1024, delay=_BAR_DELAY)
-        asyncio.run(exchange(url, urlsplit(url).path + target, headers, src, out, bar))
+        with _client(args) as client:
+            try:
+                if args.input not in (None, "-"):
+                    src = open(args.input, "rb")  # noqa: SIM115 (closed in the finally below)
+                out = _Output(args.output)
+            except OSError as e:
+                raise ClientError(f"cannot open {e.filename!r}: {e.strerror}", 2) from None
+            bar = _bar(src)
+            progress = None if bar is _NO_BAR else lambda sent, _: bar.update(sent - bar.n)
+            # surrogateescape gives back the exact argv bytes when they are not UTF-8.
+            aad = None if args.aad is None else args.aad.encode("utf-8", "surrogateescape")
+            data = _Input(src)
+            if command == "encrypt":
+                client.encrypt(
+                    args.key, data, mode=args.mode, aad=aad, out=out, on_progress=progress
+                )
+            else:
+                client.decrypt(data, key=args.key, aad=aad, out=out, on_progress=progress)
         out.commit()
         ok = True
         return 0
-    except (ClientError, KeyboardInterrupt) as e:
+    except (ClientError, SealflowError, KeyboardInterrupt) as e:
         bar.close()
-        code = e.code if isinstance(e, ClientError) else 130
+        if isinstance(e, ClientError):
+            code = e.code
+        else:
+            code = 130 if isinstance(e, KeyboardInterrupt) else 1
         what = (
             "" if code == 2 else f"{command} interrupted" if code == 130 else f"{command} failed: "
         )
-        print(f"sealflow: {what}{e}", file=sys.stderr)
+        print(f"sealflow: {what}{_one_line(str(e))}", file=sys.stderr)
         return code
     finally:
         bar.close()
@@ -145,12 +225,11 @@ def _run(args: argparse.Namespace, command: str, target: str) -> int:
 
 
 def _encrypt(args: argparse.Namespace) -> int:
-    return _run(args, "encrypt", f"/v1/keys/{quote(args.key, safe='')}/encrypt?mode={args.mode}")
+    return _run(args, "encrypt")
 
 
 def _decrypt(args: argparse.Namespace) -> int:
-    key = f"/keys/{quote(args.key, safe='')}" if args.key else ""
-    return _run(args, "decrypt", f"/v1{key}/decrypt")
+    return _run(args, "decrypt")
 
 
 def add_client_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

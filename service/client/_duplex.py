@@ -1,168 +1,251 @@
-"""A full-duplex HTTP/1.1 exchange with the service: ``exchange`` streams a body up while it
-streams the response down.
+"""One HTTP/1.1 exchange over a ``Connection``, full duplex: the body goes up while the
+response comes down.
 
-The exchange is full duplex: the response is read while the request body is still being
-sent. The service answers a stream request as the body arrives, so a client that sends the
-whole body before reading (httpx/httpcore, requests) fills the socket buffers both ways and
-deadlocks after a few MiB. Hence asyncio + h11, which allows a response to start before the
-request has ended, instead of httpx.
+The service may answer a stream request while its body is still arriving (it does so when
+asked with ``Sealflow-Duplex: 1``, and servers before that header always did), so a client
+that sends the whole body before reading (httpx, requests) fills the socket buffers both ways
+and stalls after a few MiB. Here the upload is a task of its own and the response is read as
+it comes, whichever way the server answers: a request-then-response answer simply arrives
+after the upload ended.
+
+Large bodies and bodies of unknown length are sent with ``Expect: 100-continue``, so a refusal
+(a bad token, an unknown key) costs no upload. h11 writes the request and parses response
+heads; response bodies go through ``_framing`` (no copies).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import ssl
-import threading
-from collections.abc import Callable
-from typing import IO, Any, Protocol
-from urllib.parse import urlsplit
+from collections.abc import AsyncIterator, Callable
+from typing import cast
 
 import h11
 
-CHUNK = 256 * 1024
-_CONNECT_TIMEOUT = 10.0
+from ._connection import Connection
+from ._errors import SealflowError, TransportError, error_from_reply
+from ._framing import BodyReader, FramingError
+from ._source import Source
+
 EXPECT_WAIT = 1.0  # as curl: a server that ignores Expect still gets the body
+EXPECT_ABOVE = 1 << 20  # as curl: smaller bodies go at once (Expect costs a round trip)
+_ERROR_BODY_MAX = 64 << 10
+
+Progress = Callable[[int, int], None]
 
 
-class ClientError(Exception):
-    """A failure already worded for the user; ``code`` is the exit status a command should use."""
+class Exchange:
+    """Send one request and read its response; ``async with`` releases everything.
 
-    def __init__(self, message: str, code: int = 1) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-class Sink(Protocol):
-    def write(self, data: bytes) -> None: ...
-
-
-async def _read_in_daemon(read: Callable[[int], bytes]) -> bytes:
-    """read(CHUNK) in a daemon thread. A read blocked on a stalled pipe or a terminal must
-    not hold the exit up after a failure or Ctrl-C, as asyncio's executor does (it joins)."""
-    loop = asyncio.get_running_loop()
-    fut: asyncio.Future[bytes] = loop.create_future()
-
-    def settle(result: bytes | Exception) -> None:
-        if fut.done():  # cancelled meanwhile
-            return
-        if isinstance(result, Exception):
-            fut.set_exception(result)
-        else:
-            fut.set_result(result)
-
-    def work() -> None:
-        try:
-            result: bytes | Exception = read(CHUNK)
-        except Exception as e:
-            result = e
-        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting
-            loop.call_soon_threadsafe(settle, result)
-
-    threading.Thread(target=work, daemon=True).start()
-    return await fut
-
-
-def _server_error(status: int, body: bytes) -> str:
-    try:
-        err = json.loads(body)["error"]
-        text = f"{status} {err['code']}: {err['message']}"
-    except (ValueError, KeyError, TypeError):
-        text = f"HTTP {status}"
-    # The server's text goes to a terminal: one line, no control characters.
-    return "".join(c if c.isprintable() else " " for c in text)[:500]
-
-
-async def exchange(
-    url: str, target: str, headers: list[tuple[str, str]], src: IO[bytes], out: Sink, bar: Any
-) -> None:
-    """POST src to url + target with headers, writing the 2xx response body to out.
-
-    ``bar.update(n)`` is called as input is sent. Any failure is a ``ClientError``.
+    ``start()`` sends the head and returns the response status; then either ``body()``
+    (a 2xx) followed by ``finish()``, or ``error()``. Afterwards ``upload_done`` tells
+    whether the whole body went out, ``reusable`` whether the connection can serve again.
     """
-    parts = urlsplit(url)
-    tls = ssl.create_default_context() if parts.scheme == "https" else None
-    port = parts.port or (443 if tls else 80)
-    try:
-        connect = asyncio.open_connection(parts.hostname, port, ssl=tls, limit=CHUNK)
-        reader, writer = await asyncio.wait_for(connect, _CONNECT_TIMEOUT)
-    except (OSError, TimeoutError) as e:
-        raise ClientError(f"cannot connect to {url}: {e or 'timed out'}") from None
-    conn = h11.Connection(h11.CLIENT)
-    host = parts.netloc.rpartition("@")[2]
-    writer.write(
-        conn.send(h11.Request(method="POST", target=target, headers=[("Host", host), *headers]))
-    )
-    go = asyncio.Event()  # the server wants the body (100 Continue) or has answered already
-    status, received, failed, done, error_body = 0, 0, False, False, bytearray()
 
-    read_some = getattr(src, "read1", None) or src.read  # read1: pass pipe data on as it comes
+    def __init__(
+        self,
+        conn: Connection,
+        host: str,
+        method: str,
+        target: str,
+        headers: list[tuple[str, str]],
+        source: Source,
+        progress: Progress | None,
+    ) -> None:
+        self.conn, self.source, self._progress = conn, source, progress
+        self.sent = self.received = 0
+        self.upload_done = False  # all of the body was handed to the transport
+        self.responded = False  # a response head arrived
+        self.status = 0
+        self.reusable = False
+        self.upload_error: BaseException | None = None  # the input failed
+        self._h11 = h11.Connection(h11.CLIENT)
+        length = source.length
+        if length is None:
+            framing = [("Transfer-Encoding", "chunked")]
+        elif length or method != "GET":
+            framing = [("Content-Length", str(length))]
+        else:
+            framing = []
+        self._expect = length is None or length > EXPECT_ABOVE
+        expect = [("Expect", "100-continue")] if self._expect else []
+        self._head = h11.Request(
+            method=method, target=target, headers=[("Host", host), *headers, *framing, *expect]
+        )
+        self._go = asyncio.Event()  # the server wants the body, or has answered already
+        self._stopped = False  # the server refused: send no more
+        self._upload: asyncio.Task[None] | None = None
+        self._body: BodyReader | None = None
+        self._rest = b""  # bytes received after the response head
+        self._keep_alive = False
 
-    def read(size: int) -> bytes:
+    async def __aenter__(self) -> Exchange:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._upload is not None and not self._upload.done():
+            self._upload.cancel()
+            with contextlib.suppress(BaseException):
+                await self._upload
+        await self.source.aclose()
+
+    async def start(self) -> int:
+        """Send the head, start the upload, and wait for the response's status."""
+        self.conn.start_watchdog()
         try:
-            return read_some(size)
+            self.conn.write(self._h11.send(self._head))
         except OSError as e:
-            raise ClientError(f"cannot read the input: {e}") from None
+            raise self._lost("before a response", e) from None
+        self._upload = asyncio.create_task(self._send())
+        event = await self._head_event()
+        self.responded = True
+        self.status = int(event.status_code)
+        self._go.set()
+        headers = {name: value for name, value in event.headers}
+        if not 200 <= event.status_code < 300:
+            self._stop()
+        chunked = headers.get(b"transfer-encoding", b"").lower() == b"chunked"
+        length = None
+        if not chunked and b"content-length" in headers:
+            length = int(headers[b"content-length"])  # h11 checked it
+        self._body = BodyReader(length, chunked)
+        self._rest = self._h11.trailing_data[0]
+        connection = headers.get(b"connection", b"").lower()
+        self._keep_alive = event.http_version == b"1.1" and b"close" not in connection
+        self._keep_alive &= length is not None or chunked
+        return self.status
 
-    async def upload() -> bool:
-        """Send the body while the response arrives; True once all of it went out."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(go.wait(), EXPECT_WAIT)
+    async def _head_event(self) -> h11.Response:
+        """The response head, after any 100 Continue."""
         try:
-            while not failed:
-                chunk = await _read_in_daemon(read)
-                writer.write(conn.send(h11.Data(data=chunk) if chunk else h11.EndOfMessage()))
-                await writer.drain()
-                if not chunk:
-                    return True
-                bar.update(len(chunk))
-        except OSError:  # the connection is gone: the response loop reports why
-            return False
-        except Exception as e:
-            writer.transport.abort()  # wakes the response loop up, which reports this
-            if isinstance(e, h11.LocalProtocolError):  # more or fewer bytes than Content-Length
-                raise ClientError("the input changed size while it was being sent") from None
-            raise
-        return False
+            while True:
+                event = self._h11.next_event()
+                if event is h11.NEED_DATA:
+                    data = await self._receive()
+                    if not data:
+                        raise self._lost("before a response", ConnectionError("closed"))
+                    self._h11.receive_data(data)
+                elif isinstance(event, h11.InformationalResponse):
+                    self._go.set()  # 100 Continue (and any other 1xx: nothing to do)
+                elif isinstance(event, h11.Response):
+                    return event
+                else:  # h11 gives nothing else before a response
+                    raise self._lost("before a response", ConnectionError(repr(event)))
+        except h11.RemoteProtocolError as e:
+            raise self._lost("before a response", e) from None
 
-    sending = asyncio.create_task(upload())
-    try:
-        while not isinstance(event := conn.next_event(), h11.EndOfMessage):
-            if event is h11.NEED_DATA:
-                conn.receive_data(await reader.read(CHUNK))
-            elif isinstance(event, h11.InformationalResponse | h11.Response):
-                go.set()
-                if isinstance(event, h11.Response):
-                    status, failed = event.status_code, not 200 <= event.status_code < 300
-            elif isinstance(event, h11.Data) and failed:
-                error_body += event.data[: 65536 - len(error_body)]
-            elif isinstance(event, h11.Data):
-                out.write(event.data)
-                received += len(event.data)
+    async def body(self) -> AsyncIterator[memoryview]:
+        """The response body as it arrives; TransportError if it is cut off."""
+        assert self._body is not None
+        data, self._rest = self._rest, b""
+        while not self._body.done:
+            if not data:
+                data = await self._receive()
+                if not data:
+                    try:
+                        self._body.end()
+                    except FramingError as e:
+                        raise self._lost(f"after {self.received} bytes of output", e) from None
+                    break
+            try:
+                pieces = self._body.feed(data)
+            except FramingError as e:
+                raise self._lost(f"after {self.received} bytes of output", e) from None
+            data = b""
+            for piece in pieces:
+                self.received += len(piece)
+                if self._progress is not None:
+                    self._progress(self.sent, self.received)
+                yield piece
+        if self._body.extra:  # bytes nobody asked for: the connection is out of step
+            self._keep_alive = False
+
+    async def finish(self) -> None:
+        """After the body: the upload must have ended too (then the connection may serve again)."""
+        if not self.upload_done:
+            self._stop()
+            if self.upload_error is not None:
+                raise self.upload_error
+            raise TransportError("the server answered before it had read the whole input")
+        assert self._upload is not None
+        await self._upload
+        self.reusable = self._keep_alive
+
+    async def error(self) -> SealflowError:
+        """The exception for a non-2xx answer, from its body (read up to 64 KiB)."""
+        got = bytearray()
+        self._progress = None  # an error body is not output
+        with contextlib.suppress(TransportError):  # a cut-off error body is still an answer
+            async for piece in self.body():
+                got += piece[: _ERROR_BODY_MAX - len(got)]
+                if len(got) >= _ERROR_BODY_MAX:
+                    break
+        if self.upload_error is not None:
+            raise self.upload_error
+        assert self._body is not None
+        # Errors found in the body keep the connection (the server read all of it).
+        self.reusable = self.upload_done and self._body.done and self._keep_alive
+        return error_from_reply(self.status, bytes(got))
+
+    async def _receive(self) -> bytes:
+        try:
+            return await self.conn.receive()
+        except OSError as e:
+            raise self._lost(f"after {self.received} bytes of output", e) from None
+
+    def _stop(self) -> None:
+        self._stopped = True
+        if self._upload is not None and not self._upload.done():
+            self._upload.cancel()
+
+    def _lost(self, when: str, e: BaseException) -> BaseException:
+        """The exception for a connection that ended: the input's own failure if that was
+        the cause (the upload aborted the connection), else a TransportError."""
+        if self.upload_error is not None:
+            return self.upload_error
+        if self.conn.stalled:
+            return TransportError(f"no progress for {self.conn.timeout:g} s {when}")
+        return TransportError(f"connection lost {when}: {e or type(e).__name__}")
+
+    async def _send(self) -> None:
+        """The upload: waits for 100 Continue (at most EXPECT_WAIT), then sends the body."""
+        if self._expect:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._go.wait(), EXPECT_WAIT)
+        conn, h, progress = self.conn, self._h11, self._progress
+        chunks = self.source.chunks()
+        try:
+            while not self._stopped:
+                try:
+                    chunk = await anext(chunks)
+                except StopAsyncIteration:
+                    break
+                except Exception as e:  # the input failed: end the exchange, which reports it
+                    self.upload_error = e
+                    conn.abort()
+                    return
+                if self._stopped:
+                    return
+                # h11 passes any bytes-like object through (no copy), whatever its hint says.
+                data = h11.Data(data=cast(bytes, chunk))
+                for piece in h.send_with_data_passthrough(data) or ():
+                    conn.write(piece)
+                self.sent += len(chunk)
+                # With Content-Length the end adds no bytes: the server may answer in full
+                # while this waits in drain() below.
+                self.upload_done = self.sent == self.source.length
+                if progress is not None:
+                    progress(self.sent, self.received)
+                await conn.drain()
             else:
-                raise ConnectionError("the server closed the connection")
-        if failed:
-            raise ClientError(_server_error(status, bytes(error_body)))
-        if not await sending:
-            raise ClientError("the server answered before it had read the whole input")
-        done = True
-    except (OSError, h11.ProtocolError) as e:
-        if sending.done() and not sending.cancelled() and sending.exception():
-            await sending  # our own failure (the input) closed the connection: report it
-        if failed:
-            raise ClientError(_server_error(status, bytes(error_body))) from None
-        # h11 enforces Content-Length and chunked framing, so a stream the server aborted
-        # (a later chunk failed to authenticate) lands here, never as a clean end.
-        when = f"after {received} bytes of output" if status else "before a response"
-        raise ClientError(f"connection lost {when}: {e or type(e).__name__}") from None
-    finally:
-        sending.cancel()
-        if sending.done() and not sending.cancelled():
-            sending.exception()  # already reported, or superseded by the response's failure
-        # Graceful close (TLS close_notify) only after a complete exchange: after a failure,
-        # unsent body bytes would hold close() up for as long as the server does not read.
-        writer.close() if done else writer.transport.abort()
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(writer.wait_closed(), _CONNECT_TIMEOUT)
-        writer.transport.abort()
+                return
+            conn.write(h.send(h11.EndOfMessage()))
+            self.upload_done = True
+            await conn.drain()
+        except OSError:
+            return  # the connection is gone: the response side reports why
+        except Exception as e:  # the caller's on_progress failed: report it like the input's
+            self.upload_error = e
+            conn.abort()
+        finally:
+            await chunks.aclose()

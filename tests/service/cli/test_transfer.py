@@ -26,8 +26,8 @@ import pytest
 import uvicorn
 
 from sealflow.service.cli import _transfer
-from sealflow.service.client import CHUNK
 from sealflow.service.client import _duplex as client_duplex
+from sealflow.service.client._source import CHUNK
 
 TOKEN = "tok-3f1c9a-not-a-real-token"  # noqa: S105 (a test token)
 XOR = bytes(b ^ 0x5A for b in range(256))

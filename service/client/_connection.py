@@ -1,0 +1,252 @@
+"""HTTP/1.1 connections to one service: opening them (TCP or TLS), moving bytes with flow
+control both ways, and keeping idle ones for the next call.
+
+A ``Connection`` is an ``asyncio.Protocol`` rather than a stream pair: the pieces the socket
+delivers go to the response reader as they are (``asyncio.StreamReader`` would copy each into
+its buffer and out again). One exchange at a time uses a connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import ssl
+from collections import deque
+from dataclasses import dataclass
+from typing import cast
+from urllib.parse import urlsplit
+
+from ._errors import TransportError
+
+# Writes wait until the transport has handed everything to the kernel: what the socket does not
+# take at once, Python 3.11's transport copies into a bytearray and shifts at every send
+# (docs/SERVICE.md, "Client library"). Reading pauses above READ_HIGH unread bytes.
+WRITE_HIGH = 0
+READ_HIGH = 4 << 20
+MAX_IDLE = 8  # idle connections kept per client
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where the service is: scheme, host, port, and the URL's path prefix."""
+
+    url: str
+    host: str
+    port: int
+    tls: bool
+    prefix: str
+
+    @classmethod
+    def parse(cls, url: str) -> Origin:
+        parts = urlsplit(url.rstrip("/"))
+        if parts.scheme not in ("http", "https") or not parts.hostname or parts.query:
+            raise ValueError(f"the URL must look like http(s)://host[:port][/prefix], not {url!r}")
+        if parts.username or parts.password:
+            raise ValueError("the URL must not hold credentials: pass the token instead")
+        tls = parts.scheme == "https"
+        port = parts.port or (443 if tls else 80)
+        return cls(f"{parts.scheme}://{parts.netloc}{parts.path}", parts.hostname, port, tls,
+                   parts.path)  # fmt: skip
+
+    @property
+    def host_header(self) -> str:
+        return urlsplit(self.url).netloc
+
+
+class Connection(asyncio.Protocol):
+    """One connection: received pieces queued for the reader, writes with back-pressure."""
+
+    def __init__(self, timeout: float | None) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.reused = False
+        self.timeout = timeout
+        self.stalled = False  # closed by the watchdog: nothing moved for `timeout` seconds
+        self._loop = asyncio.get_running_loop()
+        self._pieces: deque[bytes] = deque()
+        self._buffered = 0
+        self._eof = False
+        self._closed: Exception | None = None
+        self._reading_paused = False
+        self._wakeup: asyncio.Future[None] | None = None
+        self._writable = asyncio.Event()
+        self._writable.set()
+        self._last_progress = self._loop.time()
+        self._watchdog: asyncio.TimerHandle | None = None
+        self.lost: asyncio.Future[None] = self._loop.create_future()
+
+    # asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        self.transport.set_write_buffer_limits(high=WRITE_HIGH)
+
+    def data_received(self, data: bytes) -> None:
+        self._last_progress = self._loop.time()
+        self._pieces.append(data)
+        self._buffered += len(data)
+        if self._buffered > READ_HIGH and not self._reading_paused and self.transport:
+            self._reading_paused = True
+            self.transport.pause_reading()
+        self._wake()
+
+    def eof_received(self) -> bool | None:
+        self._eof = True
+        self._wake()
+        return None  # close the transport
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._eof = True
+        self._closed = exc or ConnectionError("the connection was closed")
+        self._writable.set()  # a waiting writer finds out
+        self._wake()
+        self.stop_watchdog()
+        if not self.lost.done():
+            self.lost.set_result(None)
+
+    def pause_writing(self) -> None:
+        self._writable.clear()
+
+    def resume_writing(self) -> None:
+        self._last_progress = self._loop.time()
+        self._writable.set()
+
+    def _wake(self) -> None:
+        if self._wakeup is not None and not self._wakeup.done():
+            self._wakeup.set_result(None)
+
+    # Used by an exchange
+
+    @property
+    def usable(self) -> bool:
+        """Idle, open, and nothing came from the server since the last exchange."""
+        return self._closed is None and not self._eof and not self._pieces
+
+    async def receive(self) -> bytes:
+        """The next piece from the server; b"" once it has closed its side."""
+        while not self._pieces:
+            if self._eof:
+                return b""
+            self._wakeup = self._loop.create_future()
+            try:
+                await self._wakeup
+            finally:
+                self._wakeup = None
+        piece = self._pieces.popleft()
+        self._buffered -= len(piece)
+        if self._reading_paused and self._buffered <= READ_HIGH // 2 and self.transport:
+            self._reading_paused = False
+            self.transport.resume_reading()
+        return piece
+
+    def unreceive(self, data: bytes) -> None:
+        """Put bytes back in front of the next ``receive``."""
+        if data:
+            self._pieces.appendleft(data)
+            self._buffered += len(data)
+
+    def write(self, data: bytes | memoryview) -> None:
+        if self._closed is not None or self.transport is None:
+            raise ConnectionError("the connection was closed")
+        self.transport.write(data)
+        self._last_progress = self._loop.time()
+
+    async def drain(self) -> None:
+        """Wait while the transport holds more than WRITE_HIGH unsent bytes."""
+        if not self._writable.is_set():
+            await self._writable.wait()
+        if self._closed is not None:
+            raise ConnectionError("the connection was closed")
+
+    def start_watchdog(self) -> None:
+        """Close the connection if nothing is sent or received for ``timeout`` seconds."""
+        self._last_progress = self._loop.time()
+        if self.timeout is not None and self._watchdog is None:
+            self._watchdog = self._loop.call_later(self.timeout, self._check)
+
+    def stop_watchdog(self) -> None:
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
+
+    def _check(self) -> None:
+        assert self.timeout is not None
+        idle = self._loop.time() - self._last_progress
+        if idle >= self.timeout:
+            self._watchdog = None
+            self.stalled = True
+            self.abort()
+        else:
+            self._watchdog = self._loop.call_later(self.timeout - idle, self._check)
+
+    def close(self) -> None:
+        """Close after the unsent bytes went out (TLS: with close_notify)."""
+        self.stop_watchdog()
+        if self.transport is not None:
+            self.transport.close()
+
+    def abort(self) -> None:
+        """Close now, dropping unsent bytes: after a failure, they could hold close() up."""
+        self.stop_watchdog()
+        if self.transport is not None:
+            self.transport.abort()
+
+
+class Pool:
+    """Open connections to one origin, and the idle ones kept for the next exchange."""
+
+    def __init__(self, origin: Origin, tls: ssl.SSLContext | None, timeout: float | None) -> None:
+        self.origin, self._tls, self._timeout = origin, tls, timeout
+        self._idle: list[Connection] = []
+        self.opened = 0  # connections opened so far
+
+    async def acquire(self, fresh: bool = False) -> Connection:
+        while self._idle and not fresh:
+            conn = self._idle.pop()
+            if conn.usable:
+                conn.reused = True
+                return conn
+            conn.abort()
+        return await self._open()
+
+    def release(self, conn: Connection, reusable: bool) -> None:
+        conn.stop_watchdog()
+        if reusable and conn.usable and len(self._idle) < MAX_IDLE:
+            self._idle.append(conn)
+        elif reusable:
+            conn.close()
+        else:
+            conn.abort()
+
+    async def aclose(self) -> None:
+        """Close the idle connections: TLS ones say close_notify first (up to a second)."""
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+        if idle:
+            await asyncio.wait([conn.lost for conn in idle], timeout=1.0)
+        for conn in idle:
+            conn.abort()
+
+    async def _open(self) -> Connection:
+        loop = asyncio.get_running_loop()
+        origin = self.origin
+        try:
+            connect = loop.create_connection(
+                lambda: Connection(self._timeout),
+                origin.host,
+                origin.port,
+                ssl=self._tls,
+                server_hostname=origin.host if self._tls else None,
+            )
+            async with asyncio.timeout(self._timeout):
+                transport, conn = await connect
+        except (OSError, TimeoutError, ssl.SSLError) as e:
+            reason = str(e) or ("timed out" if isinstance(e, TimeoutError) else type(e).__name__)
+            raise TransportError(f"cannot connect to {origin.url}: {reason}") from None
+        self.opened += 1
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return conn
