@@ -262,6 +262,32 @@ def node_fetch(url: str, headers: Mapping[str, str], src: Path, dst: Path) -> Re
     return Reply(answer["status"], answer["headers"], done.returncode == 0, done.stderr.strip())
 
 
+# sealflow's own client library: full duplex unless told otherwise, with its fallback.
+LIBRARY = "sealflow-client"
+
+
+def sealflow_client(url: str, headers: Mapping[str, str], src: Path, dst: Path) -> Reply:
+    from sealflow import Client
+    from sealflow.service.client import TransportError
+
+    base, _, path = url.partition("/v1/")
+    token = _lower(headers)["authorization"].removeprefix("Bearer ")
+    duplex = _lower(headers).get("sealflow-duplex") == "1"
+    with (
+        Client(base, token, duplex=duplex, timeout=STALL) as client,
+        src.open("rb") as body,
+        dst.open("wb") as out,
+    ):
+        try:
+            if path.startswith("keys/") and path.endswith("/encrypt"):
+                client.encrypt(path.split("/")[1], body, out=out)
+            else:
+                client.decrypt(body, out=out)
+        except TransportError as exc:
+            return Reply(200, {}, False, repr(exc))
+    return Reply(200, {})
+
+
 CLIENTS = {
     client.name: client
     for client in [
@@ -276,5 +302,6 @@ CLIENTS = {
         Client("aiohttp-generator", aiohttp_generator, duplex=True),
         Client("curl", curl, duplex=True),
         Client("node-fetch", node_fetch, duplex=True),
+        Client(LIBRARY, sealflow_client, duplex=True),
     ]
 }

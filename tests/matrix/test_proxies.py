@@ -30,6 +30,8 @@ CASES = [
         ("requests-file", DEFAULT),
         ("curl", DEFAULT),
         ("curl", DUPLEX),  # through nginx: asked for, not given (see the module docstring)
+        ("sealflow-client", DEFAULT),
+        ("sealflow-client", DUPLEX),  # through nginx: falls back, or is answered by default
     ]
 ]
 BUFFERED = "a client request body is buffered to a temporary file"
