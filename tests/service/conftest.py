@@ -79,6 +79,18 @@ class Server:
             [SEALFLOW, *args], input=stdin, capture_output=True, env=env, timeout=120, check=False
         )
 
+    def stalled_encrypts(self, n: int) -> list[socket.socket]:
+        """n encrypts that declare a 100-byte body and send 1 byte: each holds a slot (as this
+        server's token) until its socket sends the other 99 or closes."""
+        head = (
+            f"POST /v1/keys/default/encrypt HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+            f"{self.token}\r\nContent-Length: 100\r\n\r\nx"
+        ).encode()
+        socks = [socket.create_connection(("127.0.0.1", self.port), timeout=20) for _ in range(n)]
+        for sock in socks:
+            sock.sendall(head)
+        return socks
+
     def stop(self) -> int:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)

@@ -137,14 +137,8 @@ def test_a_single_shot_body_over_the_limit_is_too_large(make_server: MakeServer)
 
 def test_overloaded_is_service_unavailable(make_server: MakeServer) -> None:
     srv = make_server(max_concurrent_requests=2, max_concurrent_per_token=2)
-    head = (
-        f"POST /v1/keys/default/encrypt HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
-        f"{srv.token}\r\nContent-Length: 100\r\n\r\nx"
-    ).encode()
-    slow = [socket.create_connection(("127.0.0.1", srv.port), timeout=20) for _ in range(2)]
+    slow = srv.stalled_encrypts(2)
     try:
-        for sock in slow:
-            sock.sendall(head)
         deadline = time.monotonic() + 10
         with Client(srv.url, srv.token) as api:
             refused: ServiceUnavailable | None = None

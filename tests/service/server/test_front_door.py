@@ -173,14 +173,8 @@ def test_an_admin_body_is_read_under_the_receive_deadline(make_server: MakeServe
 def test_one_token_holds_at_most_its_share_of_the_slots(make_server: MakeServer) -> None:
     srv = make_server(max_concurrent_requests=4, max_concurrent_per_token=2)
     other = srv.cli("tokens", "create", "--scope", "encrypt:*").stdout.decode().strip()
-    head = (
-        f"POST /v1/keys/default/encrypt HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
-        f"{srv.token}\r\nContent-Length: 100\r\n\r\nx"
-    ).encode()
-    slow = [socket.create_connection(("127.0.0.1", srv.port), timeout=20) for _ in range(2)]
+    slow = srv.stalled_encrypts(2)
     try:
-        for sock in slow:
-            sock.sendall(head)
         deadline = time.monotonic() + 10
         with srv.client() as c:
             while (r := c.post("/v1/keys/default/encrypt", content=b"y")).status_code != 429:

@@ -124,8 +124,7 @@ def test_beyond_max_concurrent_requests_is_503_and_probes_still_answer(
     make_server: MakeServer,
 ) -> None:
     srv = make_server(max_concurrent_requests=2, max_concurrent_per_token=2)
-    head = post_head("/v1/keys/default/encrypt", srv.token, "Content-Length: 100\r\n")
-    slow = [raw_request(srv.port, head, b"x") for _ in range(2)]
+    slow = srv.stalled_encrypts(2)
     try:
         deadline = time.monotonic() + 10
         with srv.client() as c:
