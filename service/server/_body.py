@@ -104,6 +104,17 @@ async def refuse(error: ApiError, scope: Scope, send: Send, log: AccessRecord) -
     await send_error(send, error, close=has_body(scope))
 
 
+def drop_connection(scope: Scope) -> None:
+    """Abort a stalled reply's connection at once: closing it would wait for a client that
+    does not read to take what is queued (never), holding the connection and its buffers.
+
+    The transport's abort comes from server/_protocol.py; elsewhere this does nothing.
+    """
+    abort = scope.get("sealflow.abort")
+    if abort is not None:
+        abort()
+
+
 def has_body(scope: Scope) -> bool:
     """Whether the request announced a body (Content-Length above 0, or chunked)."""
     for name, value in scope["headers"]:

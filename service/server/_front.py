@@ -25,7 +25,7 @@ from sealflow.service.config import Settings
 from sealflow.service.keystore import KeyStoreError, TokenInfo
 
 from . import _auth, _metrics, data, errors
-from ._body import refuse, send_error
+from ._body import drop_connection, refuse, send_error
 from ._logging import AccessLog, AccessRecord
 from ._state import Services
 from ._trim import Trimmer
@@ -146,9 +146,7 @@ class Front:
                 raise
             watch.task.uncancel()
             if log.status:  # the response had started: drop the connection
-                abort = scope.get("sealflow.abort")
-                if abort is not None:
-                    abort()
+                drop_connection(scope)
                 return
             error = errors.timeout()
             log.status, log.error = error.status, error.code

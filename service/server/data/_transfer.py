@@ -39,7 +39,7 @@ from sealflow.service.envelope import (
 from sealflow.service.keystore import KeyInfo, KeyStoreError
 
 from .. import _metrics, errors
-from .._body import Body, Disconnected, Reply
+from .._body import Body, Disconnected, Reply, drop_connection
 from .._budget import Hold
 from .._logging import AccessRecord
 from .._state import Services
@@ -130,11 +130,8 @@ class _Transfer:
         if not await reply.fail(error, close):
             _metrics.STREAM_ABORTS.labels(self.operation).inc()
             self.log.aborted = True
-            abort = scope.get("sealflow.abort")
-            if error.status == 408 and abort is not None:
-                # The client stopped reading: closing would wait for it to take what is
-                # queued (never), holding the connection and its buffers. Drop it now.
-                abort()
+            if error.status == 408:  # the client stopped reading
+                drop_connection(scope)
 
     async def transfer(self, body: Body, reply: Reply) -> None:
         raise NotImplementedError
