@@ -14,7 +14,7 @@ from starlette.types import Receive, Scope, Send
 import sealflow
 from sealflow.service.config import Settings
 
-from . import _drain, _logging, _metrics, _protocol, admin, data, errors
+from . import _drain, _logging, _metrics, _protocol, _trim, admin, data, errors
 from ._front import MAX_OTHER_BODY, Front
 from ._startup import start_services
 
@@ -63,6 +63,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        _trim.tune()  # process-wide, like the server: warm heap pages for large bodies
         svc = start_services(settings)
         app.state.services = svc
         _drain.install(settings.drain_seconds)
