@@ -251,36 +251,52 @@ def megabyte(report: Report, peer: Server, ours: Server, work: Path, script: Pat
     )
 
 
-def huge(report: Report, peer: Server, ours: Server, work: Path) -> None:
+def huge(report: Report, peer: Server, ours: Server, workdir: Path) -> None:
+    # The client's files (input, sealed, opened: 768 MiB) live in memory where there is a
+    # tmpfs: written to this machine's disk, their writeback stalled whichever server ran
+    # next (a client write of 256 MiB took 0.2 s or 0.7 s). The servers' own data stay put.
+    shm = Path("/dev/shm")  # noqa: S108 (a private TemporaryDirectory inside it)
+    with tempfile.TemporaryDirectory(dir=shm if shm.is_dir() else workdir) as tmp:
+        _huge(report, peer, ours, Path(tmp))
+
+
+def _huge(report: Report, peer: Server, ours: Server, work: Path) -> None:
     size, plain = 256 * MiB, work / "256m"
     with plain.open("wb") as f:
         for _ in range(256):
             f.write(os.urandom(MiB))
     # requests: request-then-response (the default); curl with Sealflow-Duplex: 1 (full duplex).
+    # ROUNDS alternating rounds, best MB/s and largest RSS growth count: the first large
+    # transfer after a server starts is up to 3x slower for both (on this VM the kernel's
+    # first touch of page-cache and heap pages: perf showed 54% of sealflow's first 256 MiB
+    # encrypt in copy_folio_from_iter_atomic, 7% in the third).
     for client, label, target in (("requests", "requests, request-then-response", 2.0),
                                   ("curl", "curl, Sealflow-Duplex: 1", 2.0)):  # fmt: skip
-        results, rows = {}, []
-        for srv, enc, dec, token in (
-            (peer, peer.url + "/encrypt", peer.url + "/decrypt", ""),
-            (ours, ours.url + "/v1/keys/default/encrypt", ours.url + "/v1/decrypt", ours.token),
-        ):
-            sealed, back = work / f"{srv.name}.sealed", work / f"{srv.name}.back"
+        results: dict[str, tuple[float, int]] = {}
+        for _ in range(ROUNDS):
+            for srv, enc, dec, token in (
+                (peer, peer.url + "/encrypt", peer.url + "/decrypt", ""),
+                (ours, ours.url + "/v1/keys/default/encrypt", ours.url + "/v1/decrypt", ours.token),
+            ):
+                sealed, back = work / f"{srv.name}.sealed", work / f"{srv.name}.back"
 
-            def both(enc: str = enc, dec: str = dec, token: str = token) -> float:
-                if client == "requests":
-                    return via_requests(enc, plain, sealed, token) + via_requests(
-                        dec, sealed, back, token
+                def both(enc: str = enc, dec: str = dec, token: str = token) -> float:
+                    if client == "requests":
+                        return via_requests(enc, plain, sealed, token) + via_requests(
+                            dec, sealed, back, token
+                        )
+                    duplex = bool(token)  # the peer knows no duplex header
+                    return curl(enc, plain, sealed, token, duplex) + curl(
+                        dec, sealed, back, token, duplex
                     )
-                duplex = bool(token)  # the peer knows no duplex header
-                return curl(enc, plain, sealed, token, duplex) + curl(
-                    dec, sealed, back, token, duplex
-                )
 
-            seconds, growth = peak_during(srv, both)
-            if back.stat().st_size != size:
-                raise RuntimeError(f"{srv.name}: the round trip lost bytes")
-            results[srv.name] = (2 * size / seconds / 1e6, growth)
-            rows.append(f"| {srv.name} | {results[srv.name][0]:,.0f} | {growth / MiB:,.1f} |")
+                seconds, growth = peak_during(srv, both)
+                if back.stat().st_size != size:
+                    raise RuntimeError(f"{srv.name}: the round trip lost bytes")
+                speed, peak = results.get(srv.name, (0.0, 0))
+                results[srv.name] = (max(speed, 2 * size / seconds / 1e6), max(peak, growth))
+        rows = [f"| {name} | {mbs:,.0f} | {growth / MiB:,.1f} |"
+                for name, (mbs, growth) in results.items()]  # fmt: skip
         table(f"256 MiB encrypt, then decrypt: {label}", "MB/s | peak RSS growth MiB", rows)
         speed = results["sealflow"][0] / results["peer"][0]
         report.check(f"7. 256 MiB round trip MB/s vs peer ({client})", speed, target)
