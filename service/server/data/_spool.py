@@ -18,11 +18,11 @@ by ``close()``, on every path out of a request.
 
 from __future__ import annotations
 
+import io
 import os
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import IO
 
 from sealflow import engine
 
@@ -31,6 +31,7 @@ from .._budget import SpoolBudget
 
 # The spool file is read back in pieces of this size (plaintext); a multiple of C2SP's chunk.
 READ_PIECE = 16 * engine.CHUNK_LEN
+_SEALED_PIECE = READ_PIECE + READ_PIECE // engine.CHUNK_LEN * engine.TAG_LEN
 _ALG = engine.Algorithm.AES_256_GCM
 _CONTEXT = b"sealflow output spool"
 
@@ -53,9 +54,10 @@ class Spool:
         self._directory = directory
         self._memory: list[bytes | bytearray] = []
         self._in_memory = 0
-        self._file: IO[bytes] | None = None
+        self._file: io.FileIO | None = None
         self._sealer: engine.ChunkedEncryptor | None = None
         self._key = b""
+        self._scratch = bytearray()  # sealed bytes on their way to or from the file
         self._on_disk = 0  # plaintext bytes in the file
         self._taken = 0  # disk budget taken (ciphertext bytes)
         self.size = 0
@@ -109,6 +111,7 @@ class Spool:
             self._file = None
         self._sealer = None
         self._key = b""
+        self._scratch = bytearray()
         if self._taken:
             self._budget.give_back(self._taken)
             self._taken = 0
@@ -122,16 +125,37 @@ class Spool:
         _metrics.SPOOLED_REQUESTS.inc()
 
     def _seal_and_write(self, data: bytes | bytearray) -> None:
+        # Sealed into one scratch buffer kept for the spool's life, written from there.
         assert self._sealer is not None
         assert self._file is not None
-        sealed = self._sealer.update(data)
-        self._file.write(sealed)
-        _metrics.SPOOL_BYTES_WRITTEN.inc(len(sealed))
+        need = self._sealer.update_size(len(data))
+        if len(self._scratch) < need:
+            self._scratch = bytearray(need)
+        n = self._sealer.update_into(data, self._scratch)
+        with memoryview(self._scratch) as scratch:
+            _write_all(self._file, scratch[:n])
+        _metrics.SPOOL_BYTES_WRITTEN.inc(n)
 
-    def _read_and_open(self, opener: engine.ChunkedDecryptor) -> tuple[bytes, bool]:
+    def _read_and_open(self, opener: engine.ChunkedDecryptor) -> tuple[bytes | bytearray, bool]:
         """The next piece of plaintext from the file, and whether it was the last."""
+        # Read into the scratch buffer; opened into a new bytearray each time, since the
+        # piece is handed to the transport, which may keep it until it is sent.
         assert self._file is not None
-        sealed = self._file.read(READ_PIECE + READ_PIECE // engine.CHUNK_LEN * engine.TAG_LEN)
-        if not sealed:
-            return opener.finalize(), True
-        return opener.update(sealed), False
+        if len(self._scratch) < _SEALED_PIECE:
+            self._scratch = bytearray(_SEALED_PIECE)
+        with memoryview(self._scratch) as scratch:
+            n = self._file.readinto(scratch[:_SEALED_PIECE])
+            if not n:
+                return opener.finalize(), True
+            out = bytearray(opener.update_size(n))
+            del out[opener.update_into(scratch[:n], out) :]
+        return out, False
+
+
+def _write_all(file: io.FileIO, data: memoryview) -> None:
+    """An unbuffered file may take less than asked (a signal, a full disk): write the rest."""
+    while data:
+        written = file.write(data)
+        if written is None:  # only for non-blocking files, which this is not
+            raise BlockingIOError
+        data = data[written:]
