@@ -177,8 +177,11 @@ class SQLiteKeyStore:
         return info
 
     def get_key(self, name: str) -> KeyInfo:
-        with self._locked():
-            return _present(self._key_cache(), name)
+        keys = self._keys
+        if keys is None or not self._fresh():
+            with self._locked():
+                keys = self._key_cache()
+        return _present(keys, name)
 
     def list_keys(self) -> list[KeyInfo]:
         with self._locked():
@@ -187,6 +190,13 @@ class SQLiteKeyStore:
     def key_material(self, name: str, version: int) -> bytes:
         if not 1 <= version <= _MAX_VERSION:
             raise KeyNotFound(f"key {name!r} version {version} not found")
+        keys = self._keys
+        if keys is not None and self._fresh():
+            # The common case, without the lock: a fresh cache and a version seen before.
+            _present(keys, name)
+            material = self._material.get((name, version))
+            if material is not None:
+                return material
         with self._locked():
             # The key's row is checked on every call; a cached version cannot change.
             info = _present(self._key_cache(), name)
@@ -299,8 +309,11 @@ class SQLiteKeyStore:
 
     def find_token(self, secret: str) -> TokenInfo | None:
         digest = _digest(secret)
-        with self._locked():
-            entry = self._token_cache().get(digest)
+        tokens = self._tokens
+        if tokens is None or not self._fresh():
+            with self._locked():
+                tokens = self._token_cache()
+        entry = tokens.get(digest)
         if entry is None:
             return None
         # The lookup is keyed by a SHA-256 digest, so its timing says nothing useful about
@@ -323,6 +336,12 @@ class SQLiteKeyStore:
         return self._tokens
 
     # -- plumbing
+
+    def _fresh(self) -> bool:
+        """Whether the caches may be read as they are, without the lock: checked against the
+        database less than ``max_staleness`` ago (``_refresh``). A cache is replaced whole,
+        never changed in place, so a reader holds one consistent snapshot."""
+        return time.monotonic() - self._checked < self._max_staleness
 
     def _refresh(self) -> None:
         now = time.monotonic()

@@ -64,8 +64,9 @@ class Front:
         scope["sealflow.log"] = log
         svc = self.services()
         route = data.match(scope)
+        head = data.Head()
         try:
-            token = self._admit(scope, svc, route)
+            token = self._admit(scope, svc, route, head)
         except (errors.ApiError, KeyStoreError) as exc:
             # Answered from a helper, so that no local of this frame holds the exception (its
             # traceback holds this frame: a cycle per refused request, left to the collector).
@@ -78,7 +79,7 @@ class Front:
             self.by_token[token.id] = self.by_token.get(token.id, 0) + 1
         try:
             if route is not None and svc is not None and token is not None:
-                await data.serve(svc, route, token, scope, receive, send)
+                await data.serve(svc, route, token, head, scope, receive, send)
             elif svc is not None and limited:
                 await self._fastapi_watched(svc, scope, receive, send, log)
             else:
@@ -96,11 +97,12 @@ class Front:
             self._record(scope, log, started)
 
     def _admit(
-        self, scope: Scope, svc: Services | None, route: data.Route | None
+        self, scope: Scope, svc: Services | None, route: data.Route | None, head: data.Head
     ) -> TokenInfo | None:
-        """Everything decided from the head, in one pass over the headers; the token if any."""
+        """Everything decided from the head, in one pass over the headers (which also fills
+        in what the data routes need); the token if any."""
         authorization: str | None = None
-        length = size = 0
+        size = 0
         for name, value in scope["headers"]:
             size += len(name) + len(value)
             if name == b"authorization":
@@ -108,7 +110,14 @@ class Front:
                     raise errors.bad_request("more than one Authorization header")
                 authorization = value.decode("latin-1")
             elif name == b"content-length":
-                length = int(value)  # the parser has refused a malformed one
+                head.length = int(value)  # the parser has refused a malformed one
+            elif name == b"x-aad":
+                if head.x_aad is not None:
+                    raise errors.bad_request("more than one X-AAD header")
+                head.x_aad = value
+            elif name == data.DUPLEX:
+                head.duplex = value.strip() == b"1"
+        length = head.length or 0
         if size > self.max_header_bytes:
             raise errors.headers_too_large(self.max_header_bytes)
         raw_path: bytes = scope.get("raw_path") or b""

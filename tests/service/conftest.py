@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import os
 import signal
 import socket
@@ -64,6 +65,11 @@ class Server:
         """A full-duplex POST (reads the reply while sending), for bodies of any size."""
         auth = {"authorization": f"Bearer {self.token}", **(headers or {})}
         return _duplex.post(self.url + path, body, auth, length)
+
+    def access(self) -> list[dict[str, Any]]:
+        """The access log so far: one JSON object per request (lines go out in batches)."""
+        lines = self.log.read_text().splitlines()
+        return [json.loads(line) for line in lines if '"sealflow.access"' in line]
 
     def status(self, field_name: str) -> int:
         """A field of /proc/<pid>/status in bytes (VmRSS, VmHWM)."""

@@ -4,6 +4,6 @@
 and ``_transfer`` then only moves bytes between the network and the codecs.
 """
 
-from ._routes import OPENAPI_PATHS, Route, match, serve
+from ._routes import DUPLEX, OPENAPI_PATHS, Head, Route, match, serve
 
-__all__ = ["OPENAPI_PATHS", "Route", "match", "serve"]
+__all__ = ["DUPLEX", "OPENAPI_PATHS", "Head", "Route", "match", "serve"]

@@ -37,6 +37,17 @@ _ENCRYPT, _DECRYPT = "/encrypt", "/decrypt"
 _MODES = {b"": Mode.STREAM, b"mode=stream": Mode.STREAM, b"mode=single": Mode.SINGLE}
 
 
+class Head:
+    """What the front door's one pass over the request's headers found for the data routes."""
+
+    __slots__ = ("duplex", "length", "x_aad")
+
+    def __init__(self) -> None:
+        self.length: int | None = None  # Content-Length; None for a chunked body
+        self.x_aad: bytes | None = None
+        self.duplex = False  # Sealflow-Duplex: 1
+
+
 class Route:
     """What the access log and metrics call a data route (scope["route"])."""
 
@@ -65,7 +76,13 @@ def match(scope: Scope) -> Route | None:
 
 
 async def serve(
-    svc: Services, route: Route, token: TokenInfo, scope: Scope, receive: Receive, send: Send
+    svc: Services,
+    route: Route,
+    token: TokenInfo,
+    head: Head,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
 ) -> None:
     """Serve a data request whose token the front door has authenticated."""
     scope["route"] = route
@@ -73,7 +90,7 @@ async def serve(
     try:
         if scope["method"] != "POST":
             raise errors.method_not_allowed("POST")
-        app = _prepare(svc, route, token, scope, log)
+        app = _prepare(svc, route, token, head, scope, log)
     except (ApiError, KeyStoreError) as exc:
         await refuse(errors.api_error(exc), scope, send, log)
         return
@@ -81,20 +98,10 @@ async def serve(
 
 
 def _prepare(
-    svc: Services, route: Route, token: TokenInfo, scope: Scope, log: AccessRecord
+    svc: Services, route: Route, token: TokenInfo, head: Head, scope: Scope, log: AccessRecord
 ) -> Encrypt | Decrypt:
-    x_aad = length = None
-    duplex = False
-    for name, value in scope["headers"]:
-        if name == b"x-aad":
-            if x_aad is not None:
-                raise errors.bad_request("more than one X-AAD header")
-            x_aad = value
-        elif name == b"content-length":
-            length = int(value)  # uvicorn has refused a malformed one
-        elif name == DUPLEX:
-            duplex = value.strip() == b"1"
-    aad = _aad(x_aad)
+    aad = b"" if head.x_aad is None else _aad(head.x_aad)
+    length, duplex = head.length, head.duplex
     if route is DECRYPT_ANY_ROUTE:
         return Decrypt(svc, log, aad, length, duplex, _decrypt_key(svc.store, token, None))
     path: str = scope["path"]
@@ -110,8 +117,23 @@ def _prepare(
     limit = svc.settings.max_single_bytes
     if mode is Mode.SINGLE and length is not None and length > limit:
         raise errors.too_large(limit)
-    log.key, log.version, log.mode = name, key.latest, mode.name.lower()
-    return Encrypt(svc, log, aad, length, duplex, key, material, mode)
+    log.key, log.version, log.mode = name, key.latest, _MODE_NAMES[mode]
+    return Encrypt(svc, log, aad, length, duplex, key, material, _prefix(mode, key), mode)
+
+
+_MODE_NAMES = {mode: mode.name.lower() for mode in Mode}
+# Encoded prefixes by (mode, algorithm, version, name): the same few for every request.
+_PREFIXES: dict[tuple[Mode, str, int, str], bytes] = {}
+
+
+def _prefix(mode: Mode, key: KeyInfo) -> bytes:
+    index = (mode, key.algorithm, key.latest, key.name)
+    prefix = _PREFIXES.get(index)
+    if prefix is None:
+        if len(_PREFIXES) >= 4096:  # key names and versions come and go: start over
+            _PREFIXES.clear()
+        prefix = _PREFIXES[index] = Prefix(mode, key.algorithm, key.latest, key.name).encode()
+    return prefix
 
 
 def key_version(store: KeyStore, name: str, version: int | None = None) -> tuple[KeyInfo, bytes]:
@@ -146,9 +168,7 @@ def _decrypt_key(store: KeyStore, token: TokenInfo, route_key: str | None) -> Re
     return resolve
 
 
-def _aad(header: bytes | None) -> bytes:
-    if header is None:
-        return b""
+def _aad(header: bytes) -> bytes:
     try:
         aad = base64.b64decode(header + b"=" * (-len(header) % 4), validate=True)
     except (binascii.Error, ValueError):

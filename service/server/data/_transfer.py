@@ -48,6 +48,7 @@ from ..errors import ApiError
 from ._spool import Spool
 
 BATCH = 256 * 1024
+WHOLE_MAX = 64 * 1024  # see _Transfer._whole_max
 # The most finalize() can write: a short last chunk, its tag, and the header if still unsent.
 _CHUNKED_TAIL = engine.CHUNK_LEN + engine.sealed_size(0)
 
@@ -135,6 +136,12 @@ class _Transfer:
 
     async def transfer(self, body: Body, reply: Reply) -> None:
         raise NotImplementedError
+
+    def _whole_max(self) -> int:
+        """The largest single-shot body handled whole when it arrives in one piece: sealed or
+        opened on the event loop straight from that piece, with no pooled buffer, memory
+        budget or worker thread (what the small-record path costs is mostly such steps)."""
+        return min(WHOLE_MAX, self.svc.crypto.inline_below - 1)
 
     async def stream(
         self,
@@ -254,10 +261,11 @@ class Encrypt(_Transfer):
         duplex: bool,
         key: KeyInfo,
         material: bytes,
+        prefix: bytes,
         mode: Mode,
     ) -> None:
         super().__init__(svc, log, aad, length, duplex)
-        self.prefix = Prefix(mode, key.algorithm, key.latest, key.name).encode()
+        self.prefix = prefix
         self.material = material
         self.mode = mode
         self.algorithm = key.algorithm.value
@@ -270,6 +278,18 @@ class Encrypt(_Transfer):
             await self.stream(body, reply, codec, prefix, [], size)
             return
         limit = self.svc.settings.max_single_bytes
+        first = None
+        if self.length is not None and self.length <= min(limit, self._whole_max()):
+            first = await body.read()
+            if body.done:  # the whole body, in one piece: sealed straight from it
+                nonce = os.urandom(NONCE_LEN)
+                sealed = engine.seal(
+                    alg, self.material, nonce, bound_data(prefix, self.aad), first or b""
+                )
+                out = prefix + nonce + sealed
+                reply.length = len(out)
+                await reply.write(out, more=False)
+                return
         start = len(prefix) + NONCE_LEN
         hint = None if self.length is None else start + self.length + TAG_LEN
         with self.svc.budget.hold() as hold:
@@ -278,6 +298,8 @@ class Encrypt(_Transfer):
                 nonce = os.urandom(NONCE_LEN)
                 buf.feed(prefix)
                 buf.feed(nonce)
+                if first is not None:
+                    _feed(buf, hold, first, hint)
                 while (piece := await body.read()) is not None:
                     if len(buf) - start + len(piece) > limit:
                         raise errors.too_large(limit)
@@ -317,6 +339,22 @@ class Decrypt(_Transfer):
             size = None if remaining is None else engine.opened_size(remaining)
             codec = ChunkedDecryptor(prefix.algorithm, material, bound_data(raw, self.aad))
             await self.stream(body, reply, codec, b"", [rest] if rest else [], size)
+            return
+        whole = min(self._whole_max(), self.svc.settings.max_single_bytes + NONCE_LEN + TAG_LEN)
+        if body.done and len(rest) <= whole:
+            # The whole envelope came in the first piece: opened straight from it.
+            if len(rest) < NONCE_LEN + TAG_LEN:
+                raise errors.decryption_failed()
+            with memoryview(rest) as view:
+                plaintext = engine.open(
+                    prefix.algorithm,
+                    material,
+                    view[:NONCE_LEN],
+                    bound_data(raw, self.aad),
+                    view[NONCE_LEN:],
+                )
+            reply.length = len(plaintext)
+            await reply.write(plaintext, more=False)
             return
         with self.svc.budget.hold() as hold:
             plaintext = await self._open_single(body, hold, prefix, raw, material, rest, remaining)

@@ -15,7 +15,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -96,9 +95,7 @@ def test_a_client_that_never_reads_the_reply_is_cut_off(make_server: MakeServer)
     sender = threading.Thread(target=upload, daemon=True)
     sender.start()
     deadline = time.monotonic() + 60
-    while not any(
-        e.get("error") == "request_timeout" and e.get("aborted") for e in access_log(srv)
-    ):
+    while not any(e.get("error") == "request_timeout" and e.get("aborted") for e in srv.access()):
         assert time.monotonic() < deadline, "the stalled request was never given up"
         time.sleep(0.1)
     # The server dropped the connection (it did not wait for this client to read what was
@@ -113,11 +110,6 @@ def test_a_client_that_never_reads_the_reply_is_cut_off(make_server: MakeServer)
         rest = b""
     assert rest == b""
     sock.close()
-
-
-def access_log(srv: Server) -> list[dict[str, Any]]:
-    lines = srv.log.read_text().splitlines()
-    return [json.loads(line) for line in lines if '"sealflow.access"' in line]
 
 
 def test_beyond_max_concurrent_requests_is_503_and_probes_still_answer(
@@ -226,11 +218,11 @@ def test_request_logs_are_structured_and_hold_no_secrets(
     envelope = client.post("/v1/keys/default/encrypt", content=marker).content
     client.post("/v1/decrypt", content=envelope).raise_for_status()
     deadline = time.monotonic() + 10
-    access = access_log(server)
+    access = server.access()
     while not any(e.get("bytes_in") == len(marker) for e in access):
         assert time.monotonic() < deadline, "no access log line"  # lines are written in batches
         time.sleep(0.05)
-        access = access_log(server)
+        access = server.access()
     log = server.log.read_text()
     assert any(
         e["route"] == "/v1/keys/{name}/encrypt"
