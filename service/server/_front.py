@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -44,12 +43,11 @@ class Front:
     def __init__(
         self,
         app: ASGIApp,
-        services: Callable[[], Services | None],
         settings: Settings,
         access: AccessLog,
     ) -> None:
         self.app = app
-        self.services = services
+        self.svc: Services | None = None  # set while the app's lifespan runs
         self.limit = settings.max_concurrent_requests
         self.per_token = settings.max_concurrent_per_token or max(1, self.limit // 2)
         self.max_header_bytes = settings.max_header_bytes
@@ -62,7 +60,7 @@ class Front:
         started = time.perf_counter()
         log = AccessRecord()
         scope["sealflow.log"] = log
-        svc = self.services()
+        svc = self.svc
         route = data.match(scope)
         head = data.Head()
         try:
@@ -164,12 +162,13 @@ class Front:
             svc.watchdog.release(watch)
 
     def _record(self, scope: Scope, log: AccessRecord, started: float) -> None:
-        elapsed = time.perf_counter() - started
+        ended = time.perf_counter()
+        elapsed = ended - started
         template = getattr(scope.get("route"), "path", "other")
         method = scope["method"]
         _metrics.count_request(template, method, log.status, elapsed)
         log.method, log.route, log.duration_ms = method, template, round(elapsed * 1000, 3)
-        self.access.write(log)
+        self.access.write(log, ended)
 
 
 def _watched(receive: Receive, watch: Watch) -> Receive:

@@ -29,7 +29,6 @@ class SealflowApp(FastAPI):
         self.access_log = _logging.AccessLog()
         self.front = Front(
             super().__call__,
-            lambda: self.state.services,
             settings,
             self.access_log,
         )
@@ -65,15 +64,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         _trim.tune()  # process-wide, like the server: warm heap pages for large bodies
         svc = start_services(settings)
-        app.state.services = svc
+        assert isinstance(app, SealflowApp)
+        app.state.services = app.front.svc = svc
         _drain.install(settings.drain_seconds)
         sync = asyncio.create_task(_sync_metrics(app))
         try:
             yield
         finally:
-            app.state.services = None
+            app.state.services = app.front.svc = None
             sync.cancel()
-            assert isinstance(app, SealflowApp)
             app.access_log.flush()
             svc.crypto.close()
             svc.store.close()

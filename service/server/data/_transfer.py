@@ -286,9 +286,7 @@ class Encrypt(_Transfer):
                 sealed = engine.seal(
                     alg, self.material, nonce, bound_data(prefix, self.aad), first or b""
                 )
-                out = prefix + nonce + sealed
-                reply.length = len(out)
-                await reply.write(out, more=False)
+                await reply.whole(prefix + nonce + sealed)
                 return
         start = len(prefix) + NONCE_LEN
         hint = None if self.length is None else start + self.length + TAG_LEN
@@ -353,8 +351,7 @@ class Decrypt(_Transfer):
                     bound_data(raw, self.aad),
                     view[NONCE_LEN:],
                 )
-            reply.length = len(plaintext)
-            await reply.write(plaintext, more=False)
+            await reply.whole(plaintext)
             return
         with self.svc.budget.hold() as hold:
             plaintext = await self._open_single(body, hold, prefix, raw, material, rest, remaining)
