@@ -110,6 +110,15 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._head = None
         self._cancel_head_timer()
         super().on_headers_complete()
+        cycle = self.cycle
+        if cycle is not None:
+            cycle.transport = _OneSend(self.transport, cycle)  # type: ignore[assignment]
+
+    def on_response_complete(self) -> None:
+        cycle = self.cycle
+        if cycle is not None and isinstance(cycle.transport, _OneSend):
+            cycle.transport.flush()  # a response with no body write (HEAD)
+        super().on_response_complete()
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
@@ -150,3 +159,46 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self.loop.call_later(_LINGER, transport.abort)
         else:  # TLS has no half-close
             transport.close()
+
+
+class _OneSend:
+    """A response's transport: its head waits for the first body write and leaves with it.
+
+    uvicorn writes a response's head and its body separately, two ``send()`` calls where one
+    does: for a small response that is two trips through the kernel's TCP path and two
+    packets. Held here, the head goes out with the first body bytes in one write (uvloop's
+    ``writelines``: one ``writev``). The head is also sent when the response completes
+    without a body write (HEAD) and before the transport is closed. A ``100 Continue``,
+    written before the response starts, is never held.
+    """
+
+    __slots__ = ("_cycle", "_held", "_transport")
+
+    def __init__(self, transport: asyncio.Transport, cycle: Any) -> None:
+        self._transport = transport
+        self._cycle = cycle
+        self._held: bytes | None = None
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        held = self._held
+        if held is not None:
+            self._held = None
+            self._transport.writelines((held, data))
+        elif self._cycle is not None and self._cycle.response_started:
+            self._held = bytes(data)
+            self._cycle = None  # only the head is held, once
+        else:
+            self._transport.write(data)
+
+    def flush(self) -> None:
+        held = self._held
+        if held is not None:
+            self._held = None
+            self._transport.write(held)
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def __getattr__(self, name: str) -> Any:  # is_closing, abort, get_extra_info, ...
+        return getattr(self._transport, name)
