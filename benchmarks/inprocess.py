@@ -3,9 +3,10 @@
     taskset -c 0 python -m benchmarks.inprocess [--log]
 
 Calls the app in a loop with a 1 KiB single-shot encrypt (token check, key
-lookup, pooled buffer, seal, metrics, and the access log with ``--log``), so
-the figure is what sealflow adds on top of uvicorn. A profile of the same loop:
-``--profile``.
+lookup, seal, metrics, and the access log with ``--log``), so the figure is
+what sealflow adds on top of uvicorn. A profile of the same loop: ``--profile``.
+``--budget`` also times the parts of the request on their own (the table in
+docs/BENCHMARKS.md, "Small requests").
 """
 
 from __future__ import annotations
@@ -18,12 +19,76 @@ import pstats
 import sys
 import tempfile
 import time
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
 from pathlib import Path
 from typing import Any
 
 
-async def run(requests: int, profile: bool) -> float:
+def _each(fn: Callable[[], object], n: int = 100_000) -> float:
+    """Microseconds per call of fn, best of three."""
+    fn()
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        for _ in range(n):
+            fn()
+        best = min(best, (time.perf_counter() - start) / n)
+    return best * 1e6
+
+
+def budget(app: Any, token: str, body: bytes) -> list[tuple[str, float]]:
+    """The parts of a 1 KiB single-shot encrypt, each timed alone (us)."""
+    from sealflow import engine
+    from sealflow.service.server import _auth, _logging, _metrics
+
+    svc = app.front.svc
+    store = svc.store
+    info = _auth.authenticate(store, "Bearer " + token)
+    key = store.get_key("default")
+    material = store.key_material("default", key.latest)
+    nonce, aad = os.urandom(12), b"x" * 20
+    record = _logging.AccessRecord(200, "POST", "/v1/keys/{name}/encrypt", 0.1, "default", 1,
+                                   "single", 1024, 1076)  # fmt: skip
+
+    def watch() -> None:
+        svc.watchdog.release(svc.watchdog.watch())
+
+    def count() -> None:
+        _metrics.count_request("/v1/keys/{name}/encrypt", "POST", 200, 0.0001)
+        _metrics.count_bytes("aes-256-gcm", "encrypt", 1024, 1076)
+
+    return [
+        ("token: SHA-256 of the secret, cached lookup, constant-time compare",
+         _each(lambda: _auth.authenticate(store, "Bearer " + token))),
+        ("scope check (cached answer)", _each(lambda: _auth.allows(info, "encrypt", "default"))),
+        ("key and material (cached)", _each(lambda: (store.get_key("default"),
+                                                     store.key_material("default", 1)))),
+        ("nonce: os.urandom(12)", _each(lambda: os.urandom(12))),
+        ("seal 1 KiB (engine.seal, AES-256-GCM)",
+         _each(lambda: engine.seal("aes-256-gcm", material, nonce, aad, body))),
+        ("metrics: request and bytes counted", _each(count)),
+        ("receive deadline: watch and release", _each(watch)),
+        ("access log line (built, encoded, queued)",
+         _each(lambda: app.access_log.write(record, time.perf_counter()))),
+    ]  # fmt: skip
+
+
+async def _floor(requests: int, scope: dict[str, Any], receive: Any, send: Any) -> float:
+    """Per-request cost of a trivial ASGI app (read the body, answer it) in this same loop."""
+
+    async def echo(scope: Any, receive: Any, send: Any) -> None:
+        message = await receive()
+        headers = [(b"content-length", b"%d" % len(message["body"]))]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": message["body"], "more_body": False})
+
+    start = time.perf_counter()
+    for _ in range(requests):
+        await echo(dict(scope), receive, send)
+    return (time.perf_counter() - start) / requests
+
+
+async def run(requests: int, profile: bool, parts: list[tuple[str, float]] | None = None) -> float:
     from sealflow.service.config import Settings
     from sealflow.service.keystore import prepare
     from sealflow.service.server.app import create_app
@@ -66,6 +131,10 @@ async def run(requests: int, profile: bool) -> float:
         if profiler:
             profiler.disable()
             pstats.Stats(profiler).sort_stats("cumulative").print_stats(30)
+        if parts is not None:
+            parts.append(("ASGI harness floor (a trivial app, same loop)",
+                          await _floor(requests, scope, receive, send) * 1e6))  # fmt: skip
+            parts.extend(budget(app, token, body))
         app.access_log.flush()  # type: ignore[attr-defined]
     return elapsed / requests
 
@@ -75,6 +144,7 @@ def main() -> int:
     parser.add_argument("--log", action="store_true", help="access log on (level info)")
     parser.add_argument("--profile", action="store_true", help="print a cProfile of the loop")
     parser.add_argument("--requests", type=int, default=20_000)
+    parser.add_argument("--budget", action="store_true", help="also time each part alone")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["SEALFLOW_DATA_DIR"] = str(Path(tmp) / "data")
@@ -84,11 +154,20 @@ def main() -> int:
         saved = os.dup(2)
         os.dup2(devnull, 2)
         try:
-            seconds = asyncio.run(run(args.requests, args.profile))
+            parts: list[tuple[str, float]] | None = [] if args.budget else None
+            seconds = asyncio.run(run(args.requests, args.profile, parts))
         finally:
             os.dup2(saved, 2)
     log = "on" if args.log else "off"
     print(f"1 KiB single-shot encrypt, access log {log}: {seconds * 1e6:.1f} us per request")
+    if parts:
+        total = seconds * 1e6
+        print("\n| part of a 1 KiB single-shot encrypt | us |\n|---|---:|")
+        for label, us in parts:
+            print(f"| {label} | {us:.2f} |")
+        rest = total - sum(us for _, us in parts)
+        print(f"| the rest: front door, routing, body and reply, awaits | {rest:.2f} |")
+        print(f"| **the whole request, in-process** | **{total:.1f}** |")
     return 0
 
 
