@@ -515,9 +515,10 @@ static int sf_check_input(const uint32_t *lens, size_t count, int in_framed, siz
  * count + 1 entries: where each record's output starts, then the total. out
  * must not overlap in. Nonces are fresh from the CSPRNG for every record.
  */
-int sf_seal_many(int alg, const char *key, const char *aad, size_t aadlen, size_t prefixlen,
-                 const char *in, size_t inlen, const uint32_t *lens, size_t count, int in_framed,
-                 int out_framed, char *out, size_t outlen, uint64_t *offsets)
+static int sf_seal_batch(int alg, const char *key, const char *aad, size_t aadlen,
+                         size_t prefixlen, const char *in, size_t inlen, const uint32_t *lens,
+                         size_t count, int in_framed, int out_framed, char *out, size_t outlen,
+                         uint64_t *offsets)
 {
     const size_t inhdr = in_framed ? SF_FRAME_LEN : 0, outhdr = out_framed ? SF_FRAME_LEN : 0;
     const unsigned char *src = (const unsigned char *)in;
@@ -580,9 +581,10 @@ int sf_seal_many(int alg, const char *key, const char *aad, size_t aadlen, size_
  * SF_REC_OTHER_PREFIX (does not start with the prefix). The output region of a
  * record that is not OK is all zeros. An OpenSSL error wipes all of out.
  */
-int sf_open_many(int alg, const char *key, const char *aad, size_t aadlen, size_t prefixlen,
-                 const char *in, size_t inlen, const uint32_t *lens, size_t count, int in_framed,
-                 char *out, size_t outlen, uint64_t *offsets, unsigned char *status)
+static int sf_open_batch(int alg, const char *key, const char *aad, size_t aadlen,
+                         size_t prefixlen, const char *in, size_t inlen, const uint32_t *lens,
+                         size_t count, int in_framed, char *out, size_t outlen, uint64_t *offsets,
+                         unsigned char *status)
 {
     const size_t inhdr = in_framed ? SF_FRAME_LEN : 0;
     const unsigned char *src = (const unsigned char *)in;
@@ -640,6 +642,48 @@ int sf_open_many(int alg, const char *key, const char *aad, size_t aadlen, size_
     if (a == NULL || a->ctx == NULL)
         return rc;
     return sf_finish(a, strategy, rc);
+}
+
+/*
+ * The entry points work on their own copy of the lengths: the caller's array
+ * is Python-visible memory that another thread could change while the GIL is
+ * released, and every bound is computed from the lengths once, at the start.
+ */
+static uint32_t *sf_own_lengths(const uint32_t *lens, size_t count)
+{
+    uint32_t *own;
+    if (count > SIZE_MAX / sizeof(uint32_t))
+        return NULL;
+    own = OPENSSL_malloc(count == 0 ? 1 : count * sizeof(uint32_t));
+    if (own != NULL && count > 0)
+        memcpy(own, lens, count * sizeof(uint32_t));
+    return own;
+}
+
+int sf_seal_many(int alg, const char *key, const char *aad, size_t aadlen, size_t prefixlen,
+                 const char *in, size_t inlen, const uint32_t *lens, size_t count, int in_framed,
+                 int out_framed, char *out, size_t outlen, uint64_t *offsets)
+{
+    uint32_t *own = sf_own_lengths(lens, count);
+    if (own == NULL)
+        return SF_ERR_OPENSSL;
+    int rc = sf_seal_batch(alg, key, aad, aadlen, prefixlen, in, inlen, own, count, in_framed,
+                           out_framed, out, outlen, offsets);
+    OPENSSL_free(own);
+    return rc;
+}
+
+int sf_open_many(int alg, const char *key, const char *aad, size_t aadlen, size_t prefixlen,
+                 const char *in, size_t inlen, const uint32_t *lens, size_t count, int in_framed,
+                 char *out, size_t outlen, uint64_t *offsets, unsigned char *status)
+{
+    uint32_t *own = sf_own_lengths(lens, count);
+    if (own == NULL)
+        return SF_ERR_OPENSSL;
+    int rc = sf_open_batch(alg, key, aad, aadlen, prefixlen, in, inlen, own, count, in_framed,
+                           out, outlen, offsets, status);
+    OPENSSL_free(own);
+    return rc;
 }
 
 void sf_cleanse(char *buf, size_t len) { OPENSSL_cleanse(buf, len); }
