@@ -7,6 +7,7 @@ from ._aead import AEAD, open, open_into, seal, seal_into
 from ._buffers import AEADBuffer, BufferPool
 from ._chunked import ChunkedDecryptor, ChunkedEncryptor, opened_size, sealed_size
 from ._errors import DecryptionError, NativeError, SelfTestError
+from ._many import open_many, seal_many
 from ._pool import CryptoPool
 from ._providers import (
     PROVIDERS,
@@ -17,10 +18,11 @@ from ._providers import (
     provider_choice,
     set_provider,
 )
+from ._records import OpenedRecords, Records, SealedRecords
 from ._selftest import self_test
 from ._stats import context_stats
 from ._strategy import get_context_strategy, set_context_strategy
-from ._types import CHUNK_LEN, NONCE_LEN, TAG_LEN, Algorithm, ContextStrategy
+from ._types import CHUNK_LEN, NONCE_LEN, TAG_LEN, Algorithm, ContextStrategy, RecordStatus
 
 __all__ = [
     "AEAD",
@@ -38,7 +40,11 @@ __all__ = [
     "CryptoPool",
     "DecryptionError",
     "NativeError",
+    "OpenedRecords",
     "Provider",
+    "RecordStatus",
+    "Records",
+    "SealedRecords",
     "SelfTestError",
     "SizeClass",
     "calibrate",
@@ -46,10 +52,12 @@ __all__ = [
     "get_context_strategy",
     "open",
     "open_into",
+    "open_many",
     "opened_size",
     "provider_choice",
     "seal",
     "seal_into",
+    "seal_many",
     "sealed_size",
     "self_test",
     "set_context_strategy",

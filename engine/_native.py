@@ -7,23 +7,28 @@ strategy decides when it is re-keyed or freed (see ``native/sealflow_native.c``)
 
 from __future__ import annotations
 
-from typing import Any
+from array import array
+from typing import TYPE_CHECKING, Any
 
 from sealflow.native._sealflow_native import ffi, lib
 
 from sealflow.native import MIN_OPENSSL_VERSION_TEXT
 
 from ._errors import DecryptionError, NativeError
-from ._types import TAG_LEN, Algorithm, AlgorithmSpec, BytesLike, ContextStrategy
+from ._types import TAG_LEN, Algorithm, AlgorithmSpec, BytesLike, ContextStrategy, RecordStatus
+
+if TYPE_CHECKING:
+    from ._records import Records
 
 # Indexed by the C side's SF_EV_* and SF_LAZY/SF_HYBRID/SF_EAGER (native/sealflow_native.h).
 EVENTS = ("created", "rekeyed", "reused", "freed")
 STRATEGIES = ("lazy", "hybrid", "eager")
 # AlgorithmSpec.index is the position in the C cipher table.
-if (len(EVENTS), len(STRATEGIES), len(Algorithm)) != (
+if (len(EVENTS), len(STRATEGIES), len(Algorithm), tuple(RecordStatus)) != (
     lib.SF_EVENTS,
     lib.SF_STRATEGIES,
     lib.SF_ALGORITHMS,
+    (lib.SF_REC_OK, lib.SF_REC_FAILED, lib.SF_REC_OTHER_PREFIX),
 ):
     raise ImportError("sealflow.native was built from another sealflow_native.h: rebuild it")
 
@@ -61,6 +66,7 @@ _from_buffer = ffi.from_buffer
 _seal, _open = lib.sf_seal, lib.sf_open
 _chunks_seal, _chunks_open = lib.sf_chunks_seal, lib.sf_chunks_open
 _seal_small, _open_small, _unpack = lib.sf_seal_small, lib.sf_open_small, ffi.unpack
+_seal_many, _open_many = lib.sf_seal_many, lib.sf_open_many
 NULL = ffi.NULL
 # Largest message the small variants take (the C scratch buffer).
 SCRATCH_LIMIT = lib.SF_SCRATCH_LEN - TAG_LEN
@@ -200,6 +206,91 @@ class NativeProvider:
         )
         if rc:
             _raise(rc)
+
+    def seal_many(
+        self,
+        spec: AlgorithmSpec,
+        key: BytesLike,
+        aad: BytesLike,
+        prefix_len: int,
+        records: Records,
+        framed: bool,
+        out: bytearray,
+        offsets: bytearray,
+    ) -> None:
+        data = records.data
+        rc = _seal_many(
+            spec.index,
+            _in(key),
+            _in(aad),
+            len(aad),
+            prefix_len,
+            _in(data),
+            len(data),
+            _from_buffer("uint32_t[]", records.lengths),
+            len(records.lengths),
+            records.is_framed,
+            framed,
+            _from_buffer(out),
+            len(out),
+            _from_buffer("uint64_t[]", offsets),
+        )
+        if rc:
+            _raise(rc)
+
+    def open_many(
+        self,
+        spec: AlgorithmSpec,
+        key: BytesLike,
+        aad: BytesLike,
+        prefix_len: int,
+        records: Records,
+        out: bytearray,
+        offsets: bytearray,
+        status: bytearray,
+    ) -> None:
+        data = records.data
+        rc = _open_many(
+            spec.index,
+            _in(key),
+            _in(aad),
+            len(aad),
+            prefix_len,
+            _in(data),
+            len(data),
+            _from_buffer("uint32_t[]", records.lengths),
+            len(records.lengths),
+            records.is_framed,
+            _from_buffer(out),
+            len(out),
+            _from_buffer("uint64_t[]", offsets),
+            _from_buffer("unsigned char[]", status),
+        )
+        if rc:
+            _raise(rc)
+
+
+def frame_lengths(data: BytesLike) -> array[int]:
+    """The lengths of the ``u32 big-endian length || bytes`` records that fill data exactly."""
+    count = ffi.new("size_t *")
+    buf = _in(data)
+    if lib.sf_frames_count(buf, len(data), count):
+        raise ValueError("records: the u32 length framing is truncated or overruns the buffer")
+    lengths = array("I", bytes(4 * count[0]))
+    if lib.sf_frames_lengths(buf, len(data), _from_buffer("uint32_t[]", lengths), count[0]):
+        raise ValueError("records: the buffer changed while its framing was read")
+    return lengths
+
+
+def records_size(lengths: array[int], frame: int, fixed: int, opened: bool) -> int:
+    """Bytes of records laid out one after another: frame + fixed + length each, or, opened,
+    length - fixed each (0 when shorter); ValueError if it overflows (see sf_plan)."""
+    total = ffi.new("uint64_t *")
+    if lib.sf_records_size(
+        _from_buffer("uint32_t[]", lengths), len(lengths), frame, fixed, opened, total
+    ):
+        raise ValueError("records: the batch is too large")
+    return int(total[0])
 
 
 def set_strategy(strategy: ContextStrategy) -> None:

@@ -16,11 +16,14 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ._native import NativeProvider
 from ._pyca import CryptographyProvider
 from ._types import NONCE_LEN, TAG_LEN, Algorithm, AlgorithmSpec, BytesLike
+
+if TYPE_CHECKING:
+    from ._records import Records
 
 
 class Provider(Protocol):
@@ -92,11 +95,46 @@ class Provider(Protocol):
     ) -> None:
         """Open consecutive C2SP chunks; on failure wipe out and raise DecryptionError."""
 
+    def seal_many(
+        self,
+        spec: AlgorithmSpec,
+        key: BytesLike,
+        aad: BytesLike,
+        prefix_len: int,
+        records: Records,
+        framed: bool,
+        out: bytearray,
+        offsets: bytearray,
+    ) -> None:
+        """Seal each record into out as [u32 length] || prefix || nonce || ciphertext || tag.
+
+        prefix is aad[:prefix_len], aad is every record's AAD; out is exactly the size that
+        ``records_size`` gives, offsets (uint64 x len(records) + 1) gets where each starts.
+        """
+
+    def open_many(
+        self,
+        spec: AlgorithmSpec,
+        key: BytesLike,
+        aad: BytesLike,
+        prefix_len: int,
+        records: Records,
+        out: bytearray,
+        offsets: bytearray,
+        status: bytearray,
+    ) -> None:
+        """Open each prefix || nonce || ciphertext || tag record into out (zeroed on entry).
+
+        status gets a RecordStatus per record; a record not OK leaves zeros in out.
+        """
+
 
 class SizeClass(enum.IntEnum):
     SMALL = 0  # single-shot messages below SMALL_LIMIT bytes
     LARGE = 1  # single-shot messages of SMALL_LIMIT bytes or more
     CHUNKS = 2  # batches of C2SP chunks
+    RECORDS_SMALL = 3  # seal_many/open_many, records below SMALL_LIMIT bytes on average
+    RECORDS_LARGE = 4  # seal_many/open_many, larger records
 
 
 # Around here the per-call cost stops dominating (and pyca starts releasing the GIL at 2 KiB).
@@ -112,15 +150,34 @@ _table: list[list[Provider]] | None = None
 _lock = threading.Lock()
 
 
+# Per size class: bytes per message (or record), repetitions, records per batch.
+_JOBS = {
+    SizeClass.SMALL: (1024, 200, 1),
+    SizeClass.LARGE: (65536, 8, 1),
+    SizeClass.CHUNKS: (16 * 16384, 3, 1),
+    SizeClass.RECORDS_SMALL: (256, 3, 64),
+    SizeClass.RECORDS_LARGE: (16384, 3, 8),
+}
+
+
 def _measure(provider: Provider, spec: AlgorithmSpec, cls: SizeClass) -> float:
     """Seconds for the best of a few repetitions of a representative job."""
+    from ._records import Records  # a cycle at import time: _records needs _aead, which needs us
+
     key = os.urandom(spec.key_len)
     nonce = os.urandom(NONCE_LEN)
-    size = {SizeClass.SMALL: 1024, SizeClass.LARGE: 65536, SizeClass.CHUNKS: 16 * 16384}[cls]
-    reps = {SizeClass.SMALL: 200, SizeClass.LARGE: 8, SizeClass.CHUNKS: 3}[cls]
+    size, reps, count = _JOBS[cls]
     data = bytes(size)
     job: Callable[[], None]
-    if cls is SizeClass.CHUNKS:
+    if cls in (SizeClass.RECORDS_SMALL, SizeClass.RECORDS_LARGE):
+        records = Records.from_lengths(bytes(size * count), [size] * count)
+        out = bytearray((size + NONCE_LEN + TAG_LEN) * count)
+        offsets = bytearray(8 * (count + 1))
+
+        def job() -> None:
+            provider.seal_many(spec, key, b"", 0, records, False, out, offsets)
+
+    elif cls is SizeClass.CHUNKS:
         out = bytearray(size + (size // 16384 + 1) * TAG_LEN)
 
         def job() -> None:

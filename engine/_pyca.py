@@ -9,8 +9,10 @@ EAGER builds a new object for every operation.
 from __future__ import annotations
 
 import hmac
+import os
 import threading
 import weakref
+from typing import TYPE_CHECKING
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
@@ -18,7 +20,18 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
 from . import _strategy
 from ._errors import DecryptionError
 from ._native import cleanse
-from ._types import CHUNK_LEN, SEALED_CHUNK_LEN, TAG_LEN, AlgorithmSpec, BytesLike
+from ._types import (
+    CHUNK_LEN,
+    NONCE_LEN,
+    SEALED_CHUNK_LEN,
+    TAG_LEN,
+    AlgorithmSpec,
+    BytesLike,
+    RecordStatus,
+)
+
+if TYPE_CHECKING:
+    from ._records import Records
 
 _Aead = AESGCM | ChaCha20Poly1305
 _CLASSES: tuple[type[AESGCM] | type[ChaCha20Poly1305], ...] = (AESGCM, AESGCM, ChaCha20Poly1305)
@@ -212,6 +225,82 @@ class CryptographyProvider:
         except InvalidTag:
             cleanse(dst, min(o + CHUNK_LEN, len(dst)))
             raise DecryptionError() from None
+
+    def seal_many(
+        self,
+        spec: AlgorithmSpec,
+        key: BytesLike,
+        aad: BytesLike,
+        prefix_len: int,
+        records: Records,
+        framed: bool,
+        out: bytearray,
+        offsets: bytearray,
+    ) -> None:
+        encrypt_into = _aead(spec, key).encrypt_into
+        src, dst, starts = memoryview(records.data), memoryview(out), memoryview(offsets).cast("Q")
+        prefix = bytes(aad[:prefix_len])
+        skip = 4 if records.is_framed else 0
+        fixed = prefix_len + NONCE_LEN + TAG_LEN
+        nonces = os.urandom(NONCE_LEN * len(records.lengths))
+        s = o = 0
+        for i, n in enumerate(records.lengths):
+            starts[i] = o
+            if framed:
+                dst[o : o + 4] = (fixed + n).to_bytes(4, "big")
+                o += 4
+            dst[o : o + prefix_len] = prefix
+            o += prefix_len
+            nonce = nonces[i * NONCE_LEN : (i + 1) * NONCE_LEN]
+            dst[o : o + NONCE_LEN] = nonce
+            o += NONCE_LEN
+            s += skip
+            encrypt_into(nonce, src[s : s + n], aad, dst[o : o + n + TAG_LEN])
+            s += n
+            o += n + TAG_LEN
+        starts[len(records.lengths)] = o
+
+    def open_many(
+        self,
+        spec: AlgorithmSpec,
+        key: BytesLike,
+        aad: BytesLike,
+        prefix_len: int,
+        records: Records,
+        out: bytearray,
+        offsets: bytearray,
+        status: bytearray,
+    ) -> None:
+        decrypt_into = _aead(spec, key).decrypt_into
+        src, dst, starts = memoryview(records.data), memoryview(out), memoryview(offsets).cast("Q")
+        prefix = bytes(aad[:prefix_len])
+        skip = 4 if records.is_framed else 0
+        fixed = prefix_len + NONCE_LEN + TAG_LEN
+        s = o = 0
+        for i, n in enumerate(records.lengths):
+            starts[i] = o
+            s += skip
+            record = src[s : s + n]
+            s += n
+            if record[:prefix_len] != prefix:
+                status[i] = _OTHER_PREFIX
+                o += max(0, n - fixed)
+                continue
+            if n < fixed:
+                status[i] = _FAILED
+                continue
+            plain = dst[o : o + n - fixed]
+            o += n - fixed
+            nonce = record[prefix_len : prefix_len + NONCE_LEN]
+            try:
+                decrypt_into(nonce, record[prefix_len + NONCE_LEN :], aad, plain)
+            except InvalidTag:
+                cleanse(plain)
+                status[i] = _FAILED
+        starts[len(records.lengths)] = o
+
+
+_FAILED, _OTHER_PREFIX = RecordStatus.FAILED, RecordStatus.OTHER_PREFIX
 
 
 def context_stats() -> dict[str, int]:

@@ -42,6 +42,14 @@ class ContextStrategy(enum.Enum):
     EAGER = 2
 
 
+class RecordStatus(enum.IntEnum):
+    """What ``open_many`` made of each record (the C side's SF_REC_* values)."""
+
+    OK = 0
+    FAILED = 1  # authentication failed, or too short for nonce and tag
+    OTHER_PREFIX = 2  # does not start with the prefix the call was given
+
+
 @dataclass(frozen=True, slots=True)
 class AlgorithmSpec:
     algorithm: Algorithm

@@ -18,6 +18,7 @@
 #include <openssl/core_names.h>
 #include <openssl/opensslv.h>
 #include <openssl/params.h>
+#include <openssl/rand.h>
 
 #include "sealflow_native.h"
 
@@ -389,6 +390,300 @@ int sf_chunks_open(int alg, const char *key, const char *base_nonce, uint64_t co
                    const char *in, size_t inlen, int final, char *out)
 {
     return sf_chunks(0, alg, key, base_nonce, counter, in, inlen, final, out);
+}
+
+/*
+ * Batches of records: one call seals or opens N independent messages under one
+ * key and one cached context, each with its own random nonce.
+ *
+ * Records are described by a lengths array (u32 each) over one input buffer,
+ * in which each record is preceded by a 4-byte big-endian length when
+ * `in_framed` is set (the lengths array is then the parse of those fields, made
+ * by sf_frames_lengths; the loops never read a length field from the input).
+ * Every size is computed, with overflow checks, in one pass before the cipher
+ * loop (sf_plan); the loop itself checks no bounds.
+ */
+
+/* Nonces drawn per RAND_bytes call (12 KiB on the stack). */
+#define SF_NONCE_BLOCK 1024
+#define SF_SEALED_FIXED (SF_NONCE_LEN + SF_TAG_LEN)
+
+static uint32_t sf_be32(const unsigned char *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
+}
+
+static void sf_put_be32(unsigned char *p, uint32_t v)
+{
+    p[0] = (unsigned char)(v >> 24);
+    p[1] = (unsigned char)(v >> 16);
+    p[2] = (unsigned char)(v >> 8);
+    p[3] = (unsigned char)v;
+}
+
+/* How many `u32 length || bytes` records fill in exactly; SF_ERR_ARG if the last is cut short. */
+int sf_frames_count(const char *in, size_t inlen, size_t *count)
+{
+    const unsigned char *p = (const unsigned char *)in;
+    size_t pos = 0, n = 0;
+    while (inlen - pos >= SF_FRAME_LEN) {
+        size_t len = sf_be32(p + pos);
+        pos += SF_FRAME_LEN;
+        if (len > inlen - pos)
+            return SF_ERR_ARG;
+        pos += len;
+        n++;
+    }
+    if (pos != inlen)
+        return SF_ERR_ARG;
+    *count = n;
+    return SF_OK;
+}
+
+/* The lengths of exactly `count` framed records that fill in; SF_ERR_ARG otherwise. */
+int sf_frames_lengths(const char *in, size_t inlen, uint32_t *lens, size_t count)
+{
+    const unsigned char *p = (const unsigned char *)in;
+    size_t pos = 0;
+    for (size_t i = 0; i < count; i++) {
+        if (inlen - pos < SF_FRAME_LEN)
+            return SF_ERR_ARG;
+        uint32_t len = sf_be32(p + pos);
+        pos += SF_FRAME_LEN;
+        if (len > inlen - pos)
+            return SF_ERR_ARG;
+        lens[i] = len;
+        pos += len;
+    }
+    return pos == inlen ? SF_OK : SF_ERR_ARG;
+}
+
+/*
+ * The size of a batch laid out record after record, each record taking
+ * frame + fixed + len bytes (sealing, or describing an input) or
+ * len - fixed bytes, 0 when shorter (opening: the plaintexts). With `offsets`
+ * (count + 1 entries), where each record starts. A framed record must fit its
+ * u32 length field. SF_ERR_ARG on any overflow.
+ */
+static int sf_plan(const uint32_t *lens, size_t count, size_t frame, size_t fixed, int open,
+                   uint64_t *offsets, uint64_t *total)
+{
+    uint64_t pos = 0, size;
+    for (size_t i = 0; i < count; i++) {
+        if (offsets != NULL)
+            offsets[i] = pos;
+        if (open) {
+            size = lens[i] >= fixed ? lens[i] - fixed : 0;
+        } else {
+            if (__builtin_add_overflow((uint64_t)lens[i], (uint64_t)fixed, &size))
+                return SF_ERR_ARG;
+            if (frame != 0 && fixed != 0 && size > UINT32_MAX)
+                return SF_ERR_ARG;
+            size += frame;
+        }
+        if (__builtin_add_overflow(pos, size, &pos))
+            return SF_ERR_ARG;
+    }
+    if (pos > SIZE_MAX)
+        return SF_ERR_ARG;
+    if (offsets != NULL)
+        offsets[count] = pos;
+    *total = pos;
+    return SF_OK;
+}
+
+int sf_records_size(const uint32_t *lens, size_t count, size_t frame, size_t fixed, int open,
+                    uint64_t *total)
+{
+    return sf_plan(lens, count, frame, fixed, open, NULL, total);
+}
+
+/* in must hold exactly the records that lens describes. */
+static int sf_check_input(const uint32_t *lens, size_t count, int in_framed, size_t inlen)
+{
+    uint64_t total;
+    if (sf_plan(lens, count, in_framed ? SF_FRAME_LEN : 0, 0, 0, NULL, &total) != SF_OK)
+        return SF_ERR_ARG;
+    return total == inlen ? SF_OK : SF_ERR_ARG;
+}
+
+/*
+ * Seal `count` records into out: each becomes [u32 length if out_framed] ||
+ * prefix || nonce || ciphertext || tag, where prefix is the first prefixlen
+ * bytes of aad and the whole of aad is each record's AAD (so the prefix is
+ * authenticated, like the service's single-shot envelope). offsets gets
+ * count + 1 entries: where each record's output starts, then the total. out
+ * must not overlap in. Nonces are fresh from the CSPRNG for every record.
+ */
+static int sf_seal_batch(int alg, const char *key, const char *aad, size_t aadlen,
+                         size_t prefixlen, const char *in, size_t inlen, const uint32_t *lens,
+                         size_t count, int in_framed, int out_framed, char *out, size_t outlen,
+                         uint64_t *offsets)
+{
+    const size_t inhdr = in_framed ? SF_FRAME_LEN : 0, outhdr = out_framed ? SF_FRAME_LEN : 0;
+    const unsigned char *src = (const unsigned char *)in;
+    unsigned char nonces[SF_NONCE_BLOCK * SF_NONCE_LEN];
+    int strategy = __atomic_load_n(&sf_strategy, __ATOMIC_RELAXED);
+    uint64_t total;
+    sf_aead *a;
+    int rc = SF_OK;
+
+    if (prefixlen > aadlen || prefixlen > SIZE_MAX - SF_SEALED_FIXED)
+        return SF_ERR_ARG;
+    if (sf_check_input(lens, count, in_framed, inlen) != SF_OK)
+        return SF_ERR_ARG;
+    if (sf_plan(lens, count, outhdr, prefixlen + SF_SEALED_FIXED, 0, offsets, &total) != SF_OK ||
+        total != outlen)
+        return SF_ERR_ARG;
+    if (count == 0)
+        return SF_OK;
+    if ((a = sf_holder(alg)) == NULL)
+        return SF_ERR_OPENSSL;
+    for (size_t i = 0; i < count; i++) {
+        size_t j = i % SF_NONCE_BLOCK, len = lens[i];
+        unsigned char *dst = (unsigned char *)out + offsets[i];
+        if (j == 0) {
+            size_t n = count - i < SF_NONCE_BLOCK ? count - i : SF_NONCE_BLOCK;
+            if (RAND_bytes(nonces, (int)(n * SF_NONCE_LEN)) != 1) {
+                rc = SF_ERR_OPENSSL;
+                break;
+            }
+        }
+        if (out_framed) {
+            sf_put_be32(dst, (uint32_t)(prefixlen + SF_SEALED_FIXED + len));
+            dst += SF_FRAME_LEN;
+        }
+        memcpy(dst, aad, prefixlen);
+        dst += prefixlen;
+        memcpy(dst, nonces + j * SF_NONCE_LEN, SF_NONCE_LEN);
+        if (i == 0) {
+            if ((rc = sf_prepare(a, strategy, (const unsigned char *)key, dst, 1)) != SF_OK)
+                return rc;
+        } else if (!EVP_CipherInit_ex2(a->ctx, NULL, NULL, dst, 1, NULL)) {
+            rc = SF_ERR_OPENSSL;
+            break;
+        }
+        src += inhdr;
+        rc = sf_seal_one(a->ctx, (const unsigned char *)aad, aadlen, src, len, dst + SF_NONCE_LEN);
+        if (rc != SF_OK)
+            break;
+        src += len;
+    }
+    return sf_finish(a, strategy, rc);
+}
+
+/*
+ * Open `count` records, each prefix || nonce || ciphertext || tag where prefix
+ * is the first prefixlen bytes of aad and aad is the AAD. Record i's plaintext
+ * goes to out at offsets[i] (offsets: count + 1 entries, laid out by sf_plan
+ * from the lengths alone) and its status to status[i]: SF_REC_OK,
+ * SF_REC_FAILED (authentication failed, or too short for nonce and tag), or
+ * SF_REC_OTHER_PREFIX (does not start with the prefix). The output region of a
+ * record that is not OK is all zeros. An OpenSSL error wipes all of out.
+ */
+static int sf_open_batch(int alg, const char *key, const char *aad, size_t aadlen,
+                         size_t prefixlen, const char *in, size_t inlen, const uint32_t *lens,
+                         size_t count, int in_framed, char *out, size_t outlen, uint64_t *offsets,
+                         unsigned char *status)
+{
+    const size_t inhdr = in_framed ? SF_FRAME_LEN : 0;
+    const unsigned char *src = (const unsigned char *)in;
+    int strategy = __atomic_load_n(&sf_strategy, __ATOMIC_RELAXED);
+    uint64_t total;
+    sf_aead *a = NULL;
+    int rc = SF_OK;
+
+    if (prefixlen > aadlen || prefixlen > SIZE_MAX - SF_SEALED_FIXED)
+        return SF_ERR_ARG;
+    if (sf_check_input(lens, count, in_framed, inlen) != SF_OK)
+        return SF_ERR_ARG;
+    if (sf_plan(lens, count, 0, prefixlen + SF_SEALED_FIXED, 1, offsets, &total) != SF_OK ||
+        total != outlen)
+        return SF_ERR_ARG;
+    for (size_t i = 0; i < count; i++) {
+        size_t len = lens[i];
+        unsigned char *dst = (unsigned char *)out + offsets[i];
+        const unsigned char *rec = src + inhdr;
+        src = rec + len;
+        if (len < prefixlen || memcmp(rec, aad, prefixlen) != 0) {
+            status[i] = SF_REC_OTHER_PREFIX;
+            memset(dst, 0, (size_t)(offsets[i + 1] - offsets[i]));
+            continue;
+        }
+        if (len < prefixlen + SF_SEALED_FIXED) {
+            status[i] = SF_REC_FAILED;
+            continue;
+        }
+        rec += prefixlen;
+        if (a == NULL) {
+            if ((a = sf_holder(alg)) == NULL) {
+                rc = SF_ERR_OPENSSL;
+                break;
+            }
+            if ((rc = sf_prepare(a, strategy, (const unsigned char *)key, rec, 0)) != SF_OK)
+                break;
+        } else if (!EVP_CipherInit_ex2(a->ctx, NULL, NULL, rec, 0, NULL)) {
+            rc = SF_ERR_OPENSSL;
+            break;
+        }
+        rc = sf_open_one(a->ctx, (const unsigned char *)aad, aadlen, rec + SF_NONCE_LEN,
+                         len - prefixlen - SF_SEALED_FIXED, dst);
+        if (rc == SF_ERR_AUTH) {
+            status[i] = SF_REC_FAILED;
+            rc = SF_OK;
+        } else if (rc != SF_OK) {
+            break;
+        } else {
+            status[i] = SF_REC_OK;
+        }
+    }
+    if (rc != SF_OK)
+        OPENSSL_cleanse(out, outlen);
+    if (a == NULL || a->ctx == NULL)
+        return rc;
+    return sf_finish(a, strategy, rc);
+}
+
+/*
+ * The entry points work on their own copy of the lengths: the caller's array
+ * is Python-visible memory that another thread could change while the GIL is
+ * released, and every bound is computed from the lengths once, at the start.
+ */
+static uint32_t *sf_own_lengths(const uint32_t *lens, size_t count)
+{
+    uint32_t *own;
+    if (count > SIZE_MAX / sizeof(uint32_t))
+        return NULL;
+    own = OPENSSL_malloc(count == 0 ? 1 : count * sizeof(uint32_t));
+    if (own != NULL && count > 0)
+        memcpy(own, lens, count * sizeof(uint32_t));
+    return own;
+}
+
+int sf_seal_many(int alg, const char *key, const char *aad, size_t aadlen, size_t prefixlen,
+                 const char *in, size_t inlen, const uint32_t *lens, size_t count, int in_framed,
+                 int out_framed, char *out, size_t outlen, uint64_t *offsets)
+{
+    uint32_t *own = sf_own_lengths(lens, count);
+    if (own == NULL)
+        return SF_ERR_OPENSSL;
+    int rc = sf_seal_batch(alg, key, aad, aadlen, prefixlen, in, inlen, own, count, in_framed,
+                           out_framed, out, outlen, offsets);
+    OPENSSL_free(own);
+    return rc;
+}
+
+int sf_open_many(int alg, const char *key, const char *aad, size_t aadlen, size_t prefixlen,
+                 const char *in, size_t inlen, const uint32_t *lens, size_t count, int in_framed,
+                 char *out, size_t outlen, uint64_t *offsets, unsigned char *status)
+{
+    uint32_t *own = sf_own_lengths(lens, count);
+    if (own == NULL)
+        return SF_ERR_OPENSSL;
+    int rc = sf_open_batch(alg, key, aad, aadlen, prefixlen, in, inlen, own, count, in_framed,
+                           out, outlen, offsets, status);
+    OPENSSL_free(own);
+    return rc;
 }
 
 void sf_cleanse(char *buf, size_t len) { OPENSSL_cleanse(buf, len); }

@@ -39,6 +39,13 @@
 #define SF_EV_FREED 3
 #define SF_EVENTS 4
 
+/* Batches of records (sf_seal_many, sf_open_many): u32 big-endian length framing, and the
+   status of each opened record. */
+#define SF_FRAME_LEN 4
+#define SF_REC_OK 0
+#define SF_REC_FAILED 1
+#define SF_REC_OTHER_PREFIX 2
+
 int sf_init(void);
 unsigned long sf_openssl_version_num(void);
 void sf_stats_read(uint64_t *out);
@@ -59,6 +66,16 @@ int sf_chunks_seal(int alg, const char *key, const char *base_nonce, uint64_t co
                    const char *in, size_t inlen, int final, char *out);
 int sf_chunks_open(int alg, const char *key, const char *base_nonce, uint64_t counter,
                    const char *in, size_t inlen, int final, char *out);
+int sf_frames_count(const char *in, size_t inlen, size_t *count);
+int sf_frames_lengths(const char *in, size_t inlen, uint32_t *lens, size_t count);
+int sf_records_size(const uint32_t *lens, size_t count, size_t frame, size_t fixed, int open,
+                    uint64_t *total);
+int sf_seal_many(int alg, const char *key, const char *aad, size_t aadlen, size_t prefixlen,
+                 const char *in, size_t inlen, const uint32_t *lens, size_t count, int in_framed,
+                 int out_framed, char *out, size_t outlen, uint64_t *offsets);
+int sf_open_many(int alg, const char *key, const char *aad, size_t aadlen, size_t prefixlen,
+                 const char *in, size_t inlen, const uint32_t *lens, size_t count, int in_framed,
+                 char *out, size_t outlen, uint64_t *offsets, unsigned char *status);
 void sf_cleanse(char *buf, size_t len);
 
 #endif

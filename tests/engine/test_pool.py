@@ -102,7 +102,7 @@ def test_provider_choice_is_reported_for_every_algorithm_and_class() -> None:
     choice = engine.provider_choice()
     assert set(choice) == set(engine.Algorithm)
     for classes in choice.values():
-        assert set(classes) == {"small", "large", "chunks"}
+        assert set(classes) == {"small", "large", "chunks", "records_small", "records_large"}
         assert set(classes.values()) <= set(engine.PROVIDERS)
 
 

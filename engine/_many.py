@@ -1,0 +1,84 @@
+"""``seal_many``/``open_many``: a batch of small records under one key, in one provider call.
+
+Each record is sealed like the service's single-shot envelope: ``prefix || nonce ||
+ciphertext || tag`` with a fresh random nonce and AAD ``prefix || aad``. Every argument and
+every size is checked here, once per batch, before any cipher call; the providers trust
+what they get.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from . import _native
+from ._aead import algorithm_spec, as_bytes_view, check_key
+from ._providers import SMALL_LIMIT, SizeClass, select
+from ._records import FRAME_LEN, OpenedRecords, Records, SealedRecords, as_records
+from ._types import NONCE_LEN, TAG_LEN, Algorithm, BytesLike
+
+_FIXED = NONCE_LEN + TAG_LEN
+
+
+def _size_class(records: Records) -> SizeClass:
+    n = len(records.lengths)
+    small = len(records.data) - (FRAME_LEN * n if records.is_framed else 0) < SMALL_LIMIT * n
+    return SizeClass.RECORDS_SMALL if small or n == 0 else SizeClass.RECORDS_LARGE
+
+
+def _bound(prefix: BytesLike | None, aad: BytesLike | None) -> tuple[bytes, int]:
+    """The AAD of every record (prefix || aad), and the prefix's length."""
+    p, a = as_bytes_view(prefix, "prefix"), as_bytes_view(aad, "aad")
+    return bytes(p) + bytes(a), len(p)
+
+
+def seal_many(
+    alg: Algorithm | str,
+    key: BytesLike,
+    aad: BytesLike | None,
+    records: Records | Iterable[BytesLike],
+    *,
+    prefix: BytesLike | None = None,
+    framed: bool = False,
+) -> SealedRecords:
+    """Seal every record under key, each as ``prefix || nonce || ciphertext || tag``.
+
+    Nonces are fresh from the CSPRNG per record; each record's AAD is ``prefix || aad``.
+    With ``framed``, each output record is preceded by its ``u32`` big-endian length.
+    """
+    spec = algorithm_spec(alg)
+    key = check_key(spec, key)
+    bound, prefix_len = _bound(prefix, aad)
+    batch = as_records(records)
+    frame = FRAME_LEN if framed else 0
+    out = bytearray(_native.records_size(batch.lengths, frame, prefix_len + _FIXED, False))
+    offsets = bytearray(8 * (len(batch) + 1))
+    select(spec, _size_class(batch)).seal_many(
+        spec, key, bound, prefix_len, batch, framed, out, offsets
+    )
+    return SealedRecords(out, offsets, frame)
+
+
+def open_many(
+    alg: Algorithm | str,
+    key: BytesLike,
+    aad: BytesLike | None,
+    records: Records | Iterable[BytesLike],
+    *,
+    prefix: BytesLike | None = None,
+) -> OpenedRecords:
+    """Open every ``prefix || nonce || ciphertext || tag`` record, each with AAD ``prefix || aad``.
+
+    Never raises for a bad record: its status says why (``RecordStatus``) and its plaintext
+    is not released.
+    """
+    spec = algorithm_spec(alg)
+    key = check_key(spec, key)
+    bound, prefix_len = _bound(prefix, aad)
+    batch = as_records(records)
+    out = bytearray(_native.records_size(batch.lengths, 0, prefix_len + _FIXED, True))
+    offsets = bytearray(8 * (len(batch) + 1))
+    status = bytearray(len(batch))
+    select(spec, _size_class(batch)).open_many(
+        spec, key, bound, prefix_len, batch, out, offsets, status
+    )
+    return OpenedRecords(out, offsets, status)

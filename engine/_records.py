@@ -1,0 +1,148 @@
+"""Batches of small records: the input (``Records``) and the outputs of ``seal_many``/``open_many``.
+
+A batch is one buffer and a ``u32`` lengths array, whichever way it came in: a list of
+bytes-like objects (joined once), a buffer plus lengths, or a buffer of ``u32 big-endian
+length || bytes`` records whose framing the C side parses. The providers then walk that
+buffer with no Python object per record. The outputs are one buffer too, with an offsets
+table; a record becomes a ``bytes`` object only when it is asked for.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterable, Iterator
+
+from . import _native
+from ._aead import as_bytes_view
+from ._errors import DecryptionError
+from ._types import BytesLike, RecordStatus
+
+FRAME_LEN = 4
+_OK = RecordStatus.OK
+_BYTES_LIKE = (bytes, bytearray, memoryview)
+
+if array("I").itemsize != 4:  # the C side reads the lengths as uint32_t
+    raise ImportError("sealflow needs a 4-byte C unsigned int")
+
+
+def _lengths(values: Iterable[int]) -> array[int]:
+    try:
+        return array("I", values)
+    except OverflowError:
+        raise ValueError("records: every length must be between 0 and 2**32 - 1") from None
+
+
+class Records:
+    """One batch of records over one buffer, validated once: build it with a ``from_`` method."""
+
+    __slots__ = ("data", "is_framed", "lengths")
+
+    def __init__(self, data: BytesLike, lengths: array[int], is_framed: bool) -> None:
+        frame = FRAME_LEN if is_framed else 0
+        if _native.records_size(lengths, frame, 0, False) != len(data):
+            raise ValueError("records: the lengths do not add up to the buffer's size")
+        self.data = data
+        self.lengths = lengths
+        self.is_framed = is_framed
+
+    @classmethod
+    def from_list(cls, items: Iterable[BytesLike]) -> Records:
+        """Records from bytes-like objects (joined into one buffer: one copy)."""
+        if isinstance(items, (*_BYTES_LIKE, str)):
+            raise TypeError(
+                "records must be an iterable of bytes-like objects (one buffer: "
+                "Records.from_framed or Records.from_lengths)"
+            )
+        items = items if isinstance(items, (list, tuple)) else list(items)
+        try:
+            data = b"".join(items)
+        except TypeError:
+            raise TypeError("records must be bytes-like objects") from None
+        lengths = _lengths(map(len, items))
+        if _native.records_size(lengths, 0, 0, False) != len(data):
+            # A memoryview of wider items: its len() counts items, join() takes its bytes.
+            lengths = _lengths(memoryview(item).nbytes for item in items)
+        return cls(data, lengths, False)
+
+    @classmethod
+    def from_lengths(cls, data: BytesLike, lengths: Iterable[int]) -> Records:
+        """Records laid end to end in data, of these lengths (which must cover data exactly)."""
+        return cls(as_bytes_view(data, "records"), _lengths(lengths), False)
+
+    @classmethod
+    def from_framed(cls, data: BytesLike) -> Records:
+        """Records framed as ``u32 big-endian length || bytes``, filling data exactly."""
+        data = as_bytes_view(data, "records")
+        return cls(data, _native.frame_lengths(data), True)
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+
+def as_records(records: Records | Iterable[BytesLike]) -> Records:
+    return records if isinstance(records, Records) else Records.from_list(records)
+
+
+class _Batch:
+    __slots__ = ("_header", "_view", "data", "offsets")
+
+    def __init__(self, data: bytearray, offsets: bytearray, header: int) -> None:
+        self.data = data
+        # offsets[i] is where record i starts in data (its length field first, if framed);
+        # offsets[len(self)] is the end.
+        self.offsets = memoryview(offsets).cast("Q")
+        self._header = header
+        self._view = memoryview(data)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def _record(self, i: int) -> bytes:
+        offsets = self.offsets
+        return bytes(self._view[offsets[i] + self._header : offsets[i + 1]])
+
+    def __getitem__(self, i: int) -> bytes:
+        return self._record(range(len(self))[i])
+
+    def __iter__(self) -> Iterator[bytes]:
+        return (self._record(i) for i in range(len(self)))
+
+
+class SealedRecords(_Batch):
+    """The output of ``seal_many``: each record ``prefix || nonce || ciphertext || tag``.
+
+    ``data`` holds them in order, each behind a ``u32`` big-endian length when the call asked
+    for ``framed`` (then ``data`` is a ``mode=records`` response body as it is).
+    """
+
+    __slots__ = ()
+
+
+class OpenedRecords(_Batch):
+    """The output of ``open_many``: plaintexts end to end in ``data``, one status per record.
+
+    A record whose status is not OK has only zeros in ``data``, and asking for it (or
+    iterating over it) raises ``DecryptionError``.
+    """
+
+    __slots__ = ("status",)
+
+    def __init__(self, data: bytearray, offsets: bytearray, status: bytearray) -> None:
+        super().__init__(data, offsets, 0)
+        self.status = bytes(status)  # a RecordStatus value per record
+
+    def _record(self, i: int) -> bytes:
+        if self.status[i] != _OK:
+            raise DecryptionError()
+        return super()._record(i)
+
+    def indices(self, status: RecordStatus) -> list[int]:
+        """The records with this status, in order."""
+        found, code, i = [], bytes((status,)), -1
+        while (i := self.status.find(code, i + 1)) >= 0:
+            found.append(i)
+        return found
+
+    def wipe(self) -> None:
+        """Overwrite every plaintext with zeros (in a way the compiler keeps)."""
+        _native.cleanse(self.data)
