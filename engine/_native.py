@@ -282,6 +282,15 @@ def frame_lengths(data: BytesLike) -> array[int]:
     return lengths
 
 
+def complete_frames(data: BytesLike, max_len: int) -> tuple[int, int]:
+    """How many ``u32 length || bytes`` records are complete at the start of data, and the
+    bytes they take; ValueError as soon as one declares more than max_len bytes."""
+    count, used = ffi.new("size_t *"), ffi.new("size_t *")
+    if lib.sf_frames_complete(_in(data), len(data), max_len, count, used):
+        raise ValueError(f"records: a record declares more than {max_len} bytes")
+    return int(count[0]), int(used[0])
+
+
 def records_size(lengths: array[int], frame: int, fixed: int, opened: bool) -> int:
     """Bytes of records laid out one after another: frame + fixed + length each, or, opened,
     length - fixed each (0 when shorter); ValueError if it overflows (see sf_plan)."""

@@ -75,6 +75,16 @@ class Records:
         data = as_bytes_view(data, "records")
         return cls(data, _native.frame_lengths(data), True)
 
+    @classmethod
+    def from_stream(cls, data: BytesLike, max_len: int) -> tuple[Records, int]:
+        """The framed records complete at the start of data (a stream's batch, whose last
+        record may still be arriving), and the bytes they take. ValueError as soon as a
+        record declares more than max_len bytes, before its bytes arrive."""
+        data = as_bytes_view(data, "records")
+        _, used = _native.complete_frames(data, max_len)
+        whole = data if used == len(data) else memoryview(data)[:used]
+        return cls(whole, _native.frame_lengths(whole), True), used
+
     def __len__(self) -> int:
         return len(self.lengths)
 

@@ -440,6 +440,28 @@ int sf_frames_count(const char *in, size_t inlen, size_t *count)
     return SF_OK;
 }
 
+/* The framed records complete at the start of in (a stream's batch: the last one may be cut
+   off): their count and the bytes they take. SF_ERR_ARG as soon as a record declares more
+   than max_len bytes, before its bytes are waited for. */
+int sf_frames_complete(const char *in, size_t inlen, uint32_t max_len, size_t *count,
+                       size_t *used)
+{
+    const unsigned char *p = (const unsigned char *)in;
+    size_t pos = 0, n = 0;
+    while (inlen - pos >= SF_FRAME_LEN) {
+        uint32_t len = sf_be32(p + pos);
+        if (len > max_len)
+            return SF_ERR_ARG;
+        if (len > inlen - pos - SF_FRAME_LEN)
+            break;
+        pos += SF_FRAME_LEN + len;
+        n++;
+    }
+    *count = n;
+    *used = pos;
+    return SF_OK;
+}
+
 /* The lengths of exactly `count` framed records that fill in; SF_ERR_ARG otherwise. */
 int sf_frames_lengths(const char *in, size_t inlen, uint32_t *lens, size_t count)
 {

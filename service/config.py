@@ -38,6 +38,12 @@ class Settings(BaseSettings):
     )
     root_token_file: Path | None = Field(None, description="a file holding the root token")
     max_single_bytes: int = Field(64 * MiB, ge=0, description="largest single-shot body")
+    max_record_bytes: int = Field(
+        1 * MiB, ge=0, le=2**32 - 1, description="largest record of a mode=records batch (413)"
+    )
+    max_batch_records: int = Field(
+        16 * 1024 * 1024, ge=1, description="most records in one mode=records request (413)"
+    )
     max_buffered_bytes: int = Field(
         1024 * MiB,
         ge=0,

@@ -27,7 +27,8 @@ from .._body import refuse
 from .._logging import AccessRecord
 from .._state import Services
 from ..errors import ApiError
-from ._transfer import Decrypt, Encrypt, Resolve
+from ._records import DecryptRecords, EncryptRecords
+from ._transfer import Decrypt, Encrypt, Resolve, Transfer
 
 MAX_AAD = 8192
 # A client that reads while it sends asks for full duplex with this header (SPEC section 4).
@@ -35,6 +36,7 @@ DUPLEX = b"sealflow-duplex"
 _KEYS = "/v1/keys/"
 _ENCRYPT, _DECRYPT = "/encrypt", "/decrypt"
 _MODES = {b"": Mode.STREAM, b"mode=stream": Mode.STREAM, b"mode=single": Mode.SINGLE}
+_RECORDS = b"mode=records"  # batches of small records (_records), both directions
 
 
 class Head:
@@ -99,20 +101,34 @@ async def serve(
 
 def _prepare(
     svc: Services, route: Route, token: TokenInfo, head: Head, scope: Scope, log: AccessRecord
-) -> Encrypt | Decrypt:
+) -> Transfer:
     aad = b"" if head.x_aad is None else _aad(head.x_aad)
     length, duplex = head.length, head.duplex
+    records = scope["query_string"] == _RECORDS
+    if records:
+        log.mode = "records"
     if route is DECRYPT_ANY_ROUTE:
-        return Decrypt(svc, log, aad, length, duplex, _decrypt_key(svc.store, token, None))
+        resolve = _decrypt_key(svc.store, token, None)
+        if records:
+            return DecryptRecords(svc, log, aad, length, duplex, resolve)
+        return Decrypt(svc, log, aad, length, duplex, resolve)
     path: str = scope["path"]
     name = path[len(_KEYS) : path.rindex("/")]
     if route is DECRYPT_ROUTE:
         _auth.require(token, "decrypt", name)
-        return Decrypt(svc, log, aad, length, duplex, _decrypt_key(svc.store, token, name))
+        resolve = _decrypt_key(svc.store, token, name)
+        if records:
+            return DecryptRecords(svc, log, aad, length, duplex, resolve)
+        return Decrypt(svc, log, aad, length, duplex, resolve)
     _auth.require(token, "encrypt", name)
+    if records:
+        key, material = key_version(svc.store, name)
+        log.key, log.version = name, key.latest
+        prefix = _prefix(Mode.SINGLE, key)
+        return EncryptRecords(svc, log, aad, length, duplex, key, material, prefix)
     mode = _MODES.get(scope["query_string"])
     if mode is None:
-        raise errors.bad_request("mode must be stream or single")
+        raise errors.bad_request("mode must be stream, single or records")
     key, material = key_version(svc.store, name)
     limit = svc.settings.max_single_bytes
     if mode is Mode.SINGLE and length is not None and length > limit:

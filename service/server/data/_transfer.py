@@ -48,17 +48,26 @@ from ..errors import ApiError
 from ._spool import Spool
 
 BATCH = 256 * 1024
-WHOLE_MAX = 64 * 1024  # see _Transfer._whole_max
+WHOLE_MAX = 64 * 1024  # see Transfer._whole_max
 # The most finalize() can write: a short last chunk, its tag, and the header if still unsent.
 _CHUNKED_TAIL = engine.CHUNK_LEN + engine.sealed_size(0)
 
 Chunked = ChunkedEncryptor | ChunkedDecryptor
 
 
-def _run_batch(
-    codec: Chunked, head: bytes, pieces: list[bytes], size: int, final: bool
-) -> bytearray:
+class BatchCodec(Protocol):
+    """A codec that takes a whole batch at once (``_records``: one engine call per batch)."""
+
+    def run(self, pieces: list[bytes], final: bool) -> bytearray: ...
+
+
+Codec = Chunked | BatchCodec
+
+
+def _run_batch(codec: Codec, head: bytes, pieces: list[bytes], size: int, final: bool) -> bytearray:
     """Process a batch in one go (on a worker thread when large): head || output."""
+    if not isinstance(codec, (ChunkedEncryptor, ChunkedDecryptor)):
+        return codec.run(pieces, final)  # no head: the records codecs write every byte
     out = bytearray(len(head) + codec.update_size(size) + (_CHUNKED_TAIL if final else 0))
     out[: len(head)] = head
     o = len(head)
@@ -81,7 +90,7 @@ class Sink(Protocol):
     async def write(self, data: bytes | bytearray, more: bool = True) -> None: ...
 
 
-class _Transfer:
+class Transfer:
     """Shared plumbing of encrypt and decrypt: body, reply, errors, accounting."""
 
     operation: str
@@ -147,7 +156,7 @@ class _Transfer:
         self,
         body: Body,
         reply: Reply,
-        codec: Chunked,
+        codec: Codec,
         head: bytes,
         pieces: list[bytes],
         length: int | None,
@@ -180,7 +189,7 @@ class _Transfer:
         self,
         body: Body,
         out: Sink,
-        codec: Chunked,
+        codec: Codec,
         head: bytes,
         pieces: list[bytes],
     ) -> None:
@@ -249,7 +258,7 @@ async def _done(job: bytearray | asyncio.Task[bytearray]) -> bytearray:
     return job if isinstance(job, bytearray) else await job
 
 
-class Encrypt(_Transfer):
+class Encrypt(Transfer):
     operation = "encrypt"
 
     def __init__(
@@ -313,7 +322,7 @@ class Encrypt(_Transfer):
             await reply.write(sealed, more=False)
 
 
-class Decrypt(_Transfer):
+class Decrypt(Transfer):
     operation = "decrypt"
 
     def __init__(

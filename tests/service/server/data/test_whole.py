@@ -1,5 +1,5 @@
 """Small single-shot bodies are sealed or opened straight from the piece they arrived in
-(``_Transfer._whole_max``); a body that arrives in several pieces takes the buffered path.
+(``Transfer._whole_max``); a body that arrives in several pieces takes the buffered path.
 Both must give the same envelopes and plaintexts, and the same limits."""
 
 from __future__ import annotations

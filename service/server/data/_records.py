@@ -1,0 +1,256 @@
+"""Batches of small records (SPEC section 4, ``mode=records``; the framing is in docs/API.md).
+
+A request body is a sequence of ``u32 big-endian length || bytes`` records. Encrypt answers
+the same framing of single-shot envelopes (each one decryptable alone by ``/v1/decrypt``);
+decrypt answers ``u8 status || u32 big-endian length || plaintext`` per record, with no
+plaintext for a record that failed. The body streams through the same pipeline as a stream
+envelope (``_transfer.stream``: batches of about 256 KiB, request-then-response from a spool
+by default, full duplex on request), so a batch of any size holds about one batch in memory.
+Each batch is one engine call (``engine.seal_many``/``open_many``) over the records complete
+in it; a record cut by the batch's end waits for the next.
+
+The codecs here are sans-IO: bytes in, bytes out, an ``ApiError`` for a request that cannot
+go on (a record over ``max_record_bytes``, more than ``max_batch_records``, a body that ends
+inside a record). A record that fails to open is not an error of the request: its status
+says why.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import struct
+from collections.abc import Callable
+
+from sealflow import engine
+from sealflow.engine import RecordStatus
+from sealflow.service.envelope import MalformedEnvelope, Mode, Prefix, parse, prefix_length
+from sealflow.service.keystore import KeyInfo
+
+from .. import _metrics, errors
+from .._body import Body, Reply
+from .._logging import AccessRecord
+from .._state import Services
+from ..errors import ApiError
+from ._transfer import Transfer
+
+FRAME_LEN = 4
+_STATUS_LENGTH = struct.Struct(">BI")
+
+
+class Status(enum.IntEnum):
+    """A decrypted record's status byte (docs/API.md)."""
+
+    OK = 0
+    DECRYPTION_FAILED = 1
+    MALFORMED_ENVELOPE = 2
+    VERSION_RETIRED = 3
+    KEY_NOT_FOUND = 4
+
+
+_BY_CODE = {
+    "decryption_failed": Status.DECRYPTION_FAILED,
+    "malformed_envelope": Status.MALFORMED_ENVELOPE,
+    "version_retired": Status.VERSION_RETIRED,
+    "key_not_found": Status.KEY_NOT_FOUND,
+}
+
+
+# Decryption-failure metric reasons of the statuses that are counted there.
+_REASONS = {
+    Status.DECRYPTION_FAILED: "authentication",
+    Status.MALFORMED_ENVELOPE: "malformed_envelope",
+    Status.VERSION_RETIRED: "version_retired",
+}
+
+
+class _Framed:
+    """What both directions share: the records complete so far, the rest kept for later."""
+
+    def __init__(self, max_record: int, max_records: int) -> None:
+        self._max_record = max_record
+        self._max_records = max_records
+        self._tail = b""
+        self.records = 0
+
+    def _complete(self, pieces: list[bytes], final: bool) -> engine.Records:
+        data = b"".join([self._tail, *pieces]) if self._tail or len(pieces) != 1 else pieces[0]
+        try:
+            batch, used = engine.Records.from_stream(data, self._max_record)
+        except ValueError:
+            raise errors.ApiError(
+                413, "too_large", f"a record exceeds the limit of {self._max_record} bytes"
+            ) from None
+        self._tail = data[used:]
+        if final and self._tail:
+            raise errors.bad_request("the body ends inside a record (u32 length || bytes)")
+        self.records += len(batch)
+        if self.records > self._max_records:
+            raise errors.ApiError(
+                413, "too_large", f"the batch exceeds the limit of {self._max_records} records"
+            )
+        return batch
+
+
+class RecordSealer(_Framed):
+    """Encrypt: each record becomes ``u32 length || single-shot envelope``."""
+
+    def __init__(
+        self,
+        algorithm: engine.Algorithm,
+        material: bytes,
+        prefix: bytes,
+        aad: bytes,
+        max_record: int,
+        max_records: int,
+    ) -> None:
+        super().__init__(max_record, max_records)
+        self._algorithm, self._material = algorithm, material
+        self._prefix, self._aad = prefix, aad
+
+    def run(self, pieces: list[bytes], final: bool) -> bytearray:
+        batch = self._complete(pieces, final)
+        if not batch:
+            return bytearray()
+        sealed = engine.seal_many(
+            self._algorithm, self._material, self._aad, batch, prefix=self._prefix, framed=True
+        )
+        return sealed.data
+
+
+class RecordOpener(_Framed):
+    """Decrypt: each record becomes ``u8 status || u32 length || plaintext`` (empty unless OK).
+
+    One engine call opens every record of the batch whose envelope prefix is the first
+    record's (usually all of them: one key version); the records it reports with another
+    prefix go round again with theirs. A prefix is resolved (key, version, retirement) once
+    per round, by the route's rules (``resolve``).
+    """
+
+    def __init__(
+        self,
+        resolve: Callable[[Prefix], bytes],
+        aad: bytes,
+        max_record: int,
+        max_records: int,
+    ) -> None:
+        super().__init__(max_record, max_records)
+        self._resolve = resolve
+        self._aad = aad
+
+    def run(self, pieces: list[bytes], final: bool) -> bytearray:
+        batch = self._complete(pieces, final)
+        n = len(batch)
+        status = bytearray(n)  # Status.OK until found otherwise
+        texts = [b""] * n
+        view = memoryview(batch.data)
+        lengths = batch.lengths
+        ends = list(itertools.accumulate(length + FRAME_LEN for length in lengths))
+
+        def record(i: int) -> memoryview:
+            return view[ends[i] - lengths[i] : ends[i]]
+
+        pending = list(range(n))
+        while pending:
+            prefix, why = _prefix_of(record(pending[0]))
+            opened = None
+            if why is None:
+                found = self._material(prefix)
+                if isinstance(found, bytes):
+                    records = batch if len(pending) == n else [record(i) for i in pending]
+                    algorithm = parse(prefix).algorithm
+                    opened = engine.open_many(algorithm, found, self._aad, records, prefix=prefix)
+                else:
+                    why = found
+            rest = []
+            for k, i in enumerate(pending):
+                if opened is not None:
+                    if opened.status[k] == RecordStatus.OK:
+                        texts[i] = opened[k]
+                    elif opened.status[k] == RecordStatus.OTHER_PREFIX:
+                        rest.append(i)
+                    else:
+                        status[i] = Status.DECRYPTION_FAILED
+                elif k == 0 or (prefix and record(i)[: len(prefix)] == prefix):
+                    status[i] = why  # type: ignore[assignment]
+                else:
+                    rest.append(i)
+            if opened is not None:
+                opened.wipe()
+            pending = rest
+        for code, reason in _REASONS.items():
+            if count := status.count(code):
+                _metrics.DECRYPTION_FAILURES.labels(reason).inc(count)
+        out = bytearray()
+        for i in range(n):
+            text = texts[i] if status[i] == Status.OK else b""
+            out += _STATUS_LENGTH.pack(status[i], len(text))
+            out += text
+        return out
+
+    def _material(self, prefix: bytes) -> bytes | Status:
+        try:
+            return self._resolve(parse(prefix))
+        except ApiError as exc:
+            return _BY_CODE.get(exc.code, Status.DECRYPTION_FAILED)
+
+
+def _prefix_of(record: memoryview) -> tuple[bytes, Status | None]:
+    """A record's envelope prefix, or why it has none that a record may have."""
+    try:
+        n = prefix_length(record)
+        if n is None or len(record) < n:
+            return b"", Status.MALFORMED_ENVELOPE
+        prefix = bytes(record[:n])
+        if parse(prefix).mode is not Mode.SINGLE:
+            return prefix, Status.MALFORMED_ENVELOPE  # records are single-shot envelopes
+    except MalformedEnvelope:
+        return b"", Status.MALFORMED_ENVELOPE
+    return prefix, None
+
+
+class EncryptRecords(Transfer):
+    """``POST /v1/keys/{name}/encrypt?mode=records``."""
+
+    operation = "encrypt"
+
+    def __init__(
+        self,
+        svc: Services,
+        log: AccessRecord,
+        aad: bytes,
+        length: int | None,
+        duplex: bool,
+        key: KeyInfo,
+        material: bytes,
+        prefix: bytes,
+    ) -> None:
+        super().__init__(svc, log, aad, length, duplex)
+        self.algorithm = key.algorithm.value
+        limits = svc.settings.max_record_bytes, svc.settings.max_batch_records
+        self.codec = RecordSealer(key.algorithm, material, prefix, aad, *limits)
+
+    async def transfer(self, body: Body, reply: Reply) -> None:
+        await self.stream(body, reply, self.codec, b"", [], None)
+
+
+class DecryptRecords(Transfer):
+    """``POST /v1/keys/{name}/decrypt?mode=records``."""
+
+    operation = "decrypt"
+
+    def __init__(
+        self,
+        svc: Services,
+        log: AccessRecord,
+        aad: bytes,
+        length: int | None,
+        duplex: bool,
+        resolve: Callable[[Prefix], bytes],
+    ) -> None:
+        super().__init__(svc, log, aad, length, duplex)
+        limits = svc.settings.max_record_bytes, svc.settings.max_batch_records
+        self.codec = RecordOpener(resolve, aad, *limits)
+
+    async def transfer(self, body: Body, reply: Reply) -> None:
+        await self.stream(body, reply, self.codec, b"", [], None)

@@ -1,0 +1,193 @@
+"""Batches of small records: ``POST /v1/keys/{name}/encrypt|decrypt?mode=records``.
+
+Every test runs against a real server. Encrypt answers ``u32 length || envelope`` per record,
+each envelope a single-shot one that ``/v1/decrypt`` opens alone; decrypt answers
+``u8 status || u32 length || plaintext`` per record (docs/API.md)."""
+
+from __future__ import annotations
+
+import base64
+import os
+import struct
+import uuid
+from collections.abc import Callable, Iterator
+
+import httpx
+import pytest
+
+from tests.service.conftest import Server
+from tests.service.server.test_auth import new_token
+
+MakeServer = Callable[..., Server]
+MiB = 1 << 20
+OK, FAILED, MALFORMED, RETIRED, NOT_FOUND = range(5)
+
+
+def framed(records: list[bytes]) -> bytes:
+    return b"".join(struct.pack(">I", len(r)) + r for r in records)
+
+
+def unframe(body: bytes) -> list[bytes]:
+    out, pos = [], 0
+    while pos < len(body):
+        (n,) = struct.unpack_from(">I", body, pos)
+        out.append(body[pos + 4 : pos + 4 + n])
+        pos += 4 + n
+    assert pos == len(body)
+    return out
+
+
+def statuses(body: bytes) -> list[tuple[int, bytes]]:
+    out, pos = [], 0
+    while pos < len(body):
+        status, n = struct.unpack_from(">BI", body, pos)
+        out.append((status, body[pos + 5 : pos + 5 + n]))
+        pos += 5 + n
+    assert pos == len(body)
+    return out
+
+
+def seal(client: httpx.Client, key: str, records: list[bytes], **kw: object) -> list[bytes]:
+    r = client.post(f"/v1/keys/{key}/encrypt?mode=records", content=framed(records), **kw)  # type: ignore[arg-type]
+    assert r.status_code == 200, r.text
+    return unframe(r.content)
+
+
+def open_records(
+    client: httpx.Client, path: str, envelopes: list[bytes], **kw: object
+) -> list[tuple[int, bytes]]:
+    r = client.post(path + "?mode=records", content=framed(envelopes), **kw)  # type: ignore[arg-type]
+    assert r.status_code == 200, r.text
+    return statuses(r.content)
+
+
+@pytest.mark.parametrize("duplex", [False, True], ids=["request-then-response", "duplex"])
+def test_records_round_trip_and_open_alone(client: httpx.Client, duplex: bool) -> None:
+    headers = {"sealflow-duplex": "1"} if duplex else {}
+    records = [b"", b"x", os.urandom(100), os.urandom(70_000)] + [os.urandom(37)] * 3000
+    envelopes = seal(client, "default", records, headers=headers)
+    assert len(envelopes) == len(records)
+    prefix_len = 11 + len("default")
+    assert len({e[prefix_len : prefix_len + 12] for e in envelopes}) == len(envelopes)  # nonces
+    for envelope, record in list(zip(envelopes, records, strict=True))[:5]:
+        assert client.post("/v1/decrypt", content=envelope).content == record
+    opened = open_records(client, "/v1/keys/default/decrypt", envelopes, headers=headers)
+    assert opened == [(OK, r) for r in records]
+
+
+def test_the_empty_batch(client: httpx.Client) -> None:
+    assert seal(client, "default", []) == []
+    assert open_records(client, "/v1/keys/default/decrypt", []) == []
+
+
+def test_one_bad_record_fails_alone(client: httpx.Client) -> None:
+    records = [os.urandom(50) for _ in range(6)]
+    envelopes = seal(client, "default", records)
+    tampered = bytearray(envelopes[2])
+    tampered[-1] ^= 1
+    stream = client.post("/v1/keys/default/encrypt", content=b"stream envelope").content
+    other = f"other-{uuid.uuid4().hex[:8]}"
+    client.post("/v1/keys", json={"name": other}).raise_for_status()
+    foreign = seal(client, other, [b"foreign"])[0]
+    batch = [
+        *envelopes[:2],
+        bytes(tampered),
+        b"junk",
+        stream,  # a stream envelope is not a record
+        foreign,  # another key's envelope, on this key's route
+        envelopes[0][:30],  # cut short
+        *envelopes[3:],
+    ]
+    got = open_records(client, "/v1/keys/default/decrypt", batch)
+    assert [s for s, _ in got] == [OK, OK, FAILED, MALFORMED, MALFORMED, FAILED, FAILED, OK, OK, OK]
+    assert [t for s, t in got if s == OK] == [*records[:2], *records[3:]]
+    assert all(t == b"" for s, t in got if s != OK)  # no plaintext of a failed record
+
+
+def test_records_of_several_keys_and_versions(client: httpx.Client) -> None:
+    name = f"rec-{uuid.uuid4().hex[:8]}"
+    client.post("/v1/keys", json={"name": name}).raise_for_status()
+    first = seal(client, name, [b"v1-a", b"v1-b"])
+    client.post(f"/v1/keys/{name}/rotate").raise_for_status()
+    second = seal(client, name, [b"v2"])
+    other = seal(client, "default", [b"default"])
+    mixed = [first[0], second[0], first[1], other[0]]
+    # Under the key's route: versions mix freely; another key's envelope fails.
+    got = open_records(client, f"/v1/keys/{name}/decrypt", mixed)
+    assert got == [(OK, b"v1-a"), (OK, b"v2"), (OK, b"v1-b"), (FAILED, b"")]
+    # /v1/decrypt takes every key the token may decrypt with.
+    got = open_records(client, "/v1/decrypt", mixed)
+    assert got == [(OK, b"v1-a"), (OK, b"v2"), (OK, b"v1-b"), (OK, b"default")]
+    client.patch(f"/v1/keys/{name}", json={"min_decryption_version": 2}).raise_for_status()
+    got = open_records(client, f"/v1/keys/{name}/decrypt", mixed[:3])
+    assert got == [(RETIRED, b""), (OK, b"v2"), (RETIRED, b"")]
+    version9 = bytearray(second[0])
+    version9[6:10] = (9).to_bytes(4, "big")
+    assert open_records(client, f"/v1/keys/{name}/decrypt", [bytes(version9)]) == [(NOT_FOUND, b"")]
+
+
+def test_aad_binds_every_record(client: httpx.Client) -> None:
+    aad = {"x-aad": base64.b64encode(b"tenant=7").decode()}
+    envelopes = seal(client, "default", [b"a", b"b"], headers=aad)
+    assert client.post("/v1/decrypt", content=envelopes[0], headers=aad).content == b"a"
+    assert client.post("/v1/decrypt", content=envelopes[0]).status_code == 400
+    got = open_records(client, "/v1/keys/default/decrypt", envelopes, headers=aad)
+    assert got == [(OK, b"a"), (OK, b"b")]
+    got = open_records(client, "/v1/keys/default/decrypt", envelopes)
+    assert got == [(FAILED, b""), (FAILED, b"")]
+
+
+def test_bad_framing_and_limits(make_server: MakeServer) -> None:
+    srv = make_server(max_record_bytes=1000, max_batch_records=10)
+    with srv.client() as c:
+        path = "/v1/keys/default/encrypt?mode=records"
+        cut = c.post(path, content=framed([b"abc"])[:-1])
+        assert (cut.status_code, cut.json()["error"]["code"]) == (400, "bad_request")
+        header_only = c.post(path, content=b"\0\0")
+        assert header_only.status_code == 400
+        big = c.post(path, content=struct.pack(">I", 1001) + bytes(1001))
+        assert (big.status_code, big.json()["error"]["code"]) == (413, "too_large")
+        assert "1000 bytes" in big.json()["error"]["message"]
+        at_limit = c.post(path, content=framed([bytes(1000)] * 10))
+        assert at_limit.status_code == 200
+        too_many = c.post(path, content=framed([b"r"] * 11))
+        assert (too_many.status_code, too_many.json()["error"]["code"]) == (413, "too_large")
+        other_mode = c.post("/v1/keys/default/encrypt?mode=batch", content=b"x")
+        assert other_mode.status_code == 400
+
+
+def test_scopes_apply(server: Server) -> None:
+    only_encrypt = new_token(server, "encrypt:default")
+    with server.client(only_encrypt) as c:
+        envelopes = seal(c, "default", [b"secret"])
+        r = c.post("/v1/keys/default/decrypt?mode=records", content=framed(envelopes))
+        assert r.status_code == 403
+        # /v1/decrypt checks each envelope's key: this token may decrypt none.
+        got = open_records(c, "/v1/decrypt", envelopes)
+        assert got == [(FAILED, b"")]
+
+
+def test_a_large_batch_streams_in_bounded_memory(server: Server) -> None:
+    # 128 MiB of 1 KiB records: the body is never held whole (request-then-response spools
+    # the output, sealed, to disk); the server's RSS stays within 64 MiB of where it was.
+    record = os.urandom(1024)
+    count = 128 * 1024
+
+    start = server.status("VmRSS")
+    peak = [0]
+
+    def body() -> Iterator[bytes]:
+        piece = framed([record] * 1024)
+        for _ in range(count // 1024):
+            peak[0] = max(peak[0], server.status("VmRSS"))
+            yield piece
+
+    received = 0
+    with server.post("/v1/keys/default/encrypt?mode=records", body(), count * 1028) as r:
+        assert r.status == 200
+        for chunk in r.pieces():
+            received += len(chunk)
+            peak[0] = max(peak[0], server.status("VmRSS"))
+    envelope = len(record) + 12 + 16 + 11 + len("default")
+    assert received == count * (4 + envelope)
+    assert peak[0] - start < 64 * MiB
