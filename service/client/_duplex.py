@@ -13,7 +13,7 @@ Large bodies and bodies of unknown length are sent with ``Expect: 100-continue``
 and parses response heads; response bodies go through ``_framing`` (no copies).
 
 A regular file on a plain TCP connection goes by ``os.sendfile``, 1 MiB per call, on the event
-loop: the file's bytes are never copied into Python and out again, which is a fifth of the
+loop: the file's bytes are never copied into Python and out again, a fifth to a quarter of the
 client's CPU time for a large file (docs/BENCHMARKS.md, "Client"). Like the output writes,
 the file's disk reads then happen on the loop: a local disk is assumed.
 """
