@@ -42,34 +42,6 @@ def _one_line(text: str) -> str:
     return "".join(c if c.isprintable() else " " for c in text)[:500]
 
 
-class _Input:
-    """The command's input, with read errors worded for the user (the client passes the
-    input's own exceptions on unchanged)."""
-
-    def __init__(self, f: IO[bytes]) -> None:
-        self._f = f
-        self._read = getattr(f, "read1", None) or f.read  # read1: pipe data as it comes
-
-    def read(self, size: int = -1) -> bytes:
-        try:
-            data: bytes = self._read(size)
-        except OSError as e:
-            raise ClientError(f"cannot read the input: {e}") from None
-        return data
-
-    def fileno(self) -> int:
-        return self._f.fileno()
-
-    def seekable(self) -> bool:
-        return self._f.seekable()
-
-    def tell(self) -> int:
-        return self._f.tell()
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        return self._f.seek(offset, whence)
-
-
 class _Output:
     """stdout, or a temporary file beside --output that replaces it only on success.
 
@@ -195,13 +167,18 @@ def _run(args: argparse.Namespace, command: str) -> int:
             progress = None if bar is _NO_BAR else lambda sent, _: bar.update(sent - bar.n)
             # surrogateescape gives back the exact argv bytes when they are not UTF-8.
             aad = None if args.aad is None else args.aad.encode("utf-8", "surrogateescape")
-            data = _Input(src)
-            if command == "encrypt":
-                client.encrypt(
-                    args.key, data, mode=args.mode, aad=aad, out=out, on_progress=progress
-                )
-            else:
-                client.decrypt(data, key=args.key, aad=aad, out=out, on_progress=progress)
+            # The file itself, not a wrapper: a regular file then goes by sendfile (see the
+            # client). Its exceptions pass through the client unchanged, and the output's are
+            # ClientErrors already: an OSError here is the input's.
+            try:
+                if command == "encrypt":
+                    client.encrypt(
+                        args.key, src, mode=args.mode, aad=aad, out=out, on_progress=progress
+                    )
+                else:
+                    client.decrypt(src, key=args.key, aad=aad, out=out, on_progress=progress)
+            except OSError as e:
+                raise ClientError(f"cannot read the input: {e}") from None
         out.commit()
         ok = True
         return 0

@@ -14,7 +14,7 @@ import socket
 import ssl
 from collections import deque
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 from ._errors import TransportError
@@ -59,6 +59,7 @@ class Connection(asyncio.Protocol):
 
     def __init__(self, timeout: float | None) -> None:
         self.transport: asyncio.Transport | None = None
+        self._socket: Any = None  # asyncio's TransportSocket, when sendfile can be used
         self.reused = False
         self.timeout = timeout
         self.stalled = False  # closed by the watchdog: nothing moved for `timeout` seconds
@@ -80,6 +81,11 @@ class Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
         self.transport.set_write_buffer_limits(high=WRITE_HIGH)
+        # sendfile: plain TCP (TLS must go through the transport) on asyncio's own loops
+        # (uvloop's sock_sendfile is the abstract one, NotImplementedError).
+        tls = transport.get_extra_info("sslcontext") is not None
+        if isinstance(self._loop, asyncio.BaseEventLoop) and not tls:
+            self._socket = transport.get_extra_info("socket")
 
     def data_received(self, data: bytes) -> None:
         self._last_progress = self._loop.time()
@@ -118,6 +124,10 @@ class Connection(asyncio.Protocol):
     # Used by an exchange
 
     @property
+    def open(self) -> bool:
+        return self._closed is None
+
+    @property
     def usable(self) -> bool:
         """Idle, open, and nothing came from the server since the last exchange."""
         return self._closed is None and not self._eof and not self._pieces
@@ -150,6 +160,31 @@ class Connection(asyncio.Protocol):
             raise ConnectionError("the connection was closed")
         self.transport.write(data)
         self._last_progress = self._loop.time()
+
+    @property
+    def can_sendfile(self) -> bool:
+        return self._socket is not None
+
+    async def sendfile(self, file: Any, offset: int, count: int) -> int:
+        """Send ``count`` bytes of ``file`` from ``offset`` with ``os.sendfile`` (page cache to
+        socket, no copy through Python); returns the bytes sent, fewer at the file's end.
+        Only after ``drain()``, so nothing of the transport's is queued ahead.
+        ``asyncio.SendfileNotAvailableError`` when it cannot be sent this way (TLS, uvloop, a
+        file without ``sendfile`` support)."""
+        if self._socket is None:
+            raise asyncio.SendfileNotAvailableError("not a plain TCP connection on asyncio")
+        if self._closed is not None:
+            raise ConnectionError("the connection was closed")
+        # The transport owns the socket's descriptor and asyncio lets no one else watch it
+        # for writing; a duplicate of it, the same socket, can be watched.
+        sock = self._socket.dup()
+        try:
+            sent: int = await self._loop.sock_sendfile(sock, file, offset, count, fallback=False)
+        finally:
+            self._loop.remove_writer(sock.fileno())  # when cancelled, asyncio would do it later
+            sock.close()
+        self._last_progress = self._loop.time()
+        return sent
 
     async def drain(self) -> None:
         """Wait while the transport holds more than WRITE_HIGH unsent bytes."""

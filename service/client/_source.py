@@ -6,12 +6,17 @@ its chunks. Files and sync iterators are read on a daemon thread a few chunks ah
 socket, so a slow disk, pipe or generator never blocks the event loop, and a read blocked on
 a stalled pipe or a terminal cannot hold up the end of a failed call (asyncio's executor
 would join it).
+
+A regular file of a MiB or more, opened with ``open(path, "rb")``, may instead go from the
+page cache to the socket by ``os.sendfile`` (``sendfile_span``; the exchange decides, see
+``_duplex``): its bytes never pass through Python.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import os
 import stat
 import threading
@@ -55,6 +60,15 @@ class Source:
     blocking = False  # reads may block for ever (pipes, terminals, generators)
 
     def chunks(self) -> Chunks:
+        raise NotImplementedError
+
+    def sendfile_span(self) -> tuple[Any, int] | None:
+        """(file object, offset) of a regular file that may go by ``os.sendfile``: its
+        ``length`` bytes from ``offset``. Then ``skip(n)`` tells it that n bytes went that
+        way, and ``chunks()`` gives the rest."""
+        return None
+
+    def skip(self, sent: int) -> None:
         raise NotImplementedError
 
     async def rewind(self) -> None:
@@ -138,6 +152,7 @@ class _File(Source):
         self._file = cast(Any, f)  # fileno, seekable, tell and seek are optional
         self._read = getattr(f, "read1", None) or f.read  # read1: pipe data as it comes
         self._start: int | None = None
+        self._skipped = 0  # bytes already sent by os.sendfile
         self._reader: _Reader | None = None
         with contextlib.suppress(OSError, ValueError, AttributeError):
             if self._file.seekable():
@@ -156,9 +171,22 @@ class _File(Source):
             raise TypeError("the input file must be opened in blocking mode")
         return _as_bytes(chunk, "the input file must be opened in binary mode")
 
+    def sendfile_span(self) -> tuple[Any, int] | None:
+        # Only files whose read() gives the descriptor's bytes (a subclass's may not), and
+        # large enough for the copy saved to count.
+        plain = type(self._file) in (io.BufferedReader, io.FileIO)
+        if plain and self._start is not None and (self.length or 0) >= CHUNK:
+            return self._file, self._start
+        return None
+
+    def skip(self, sent: int) -> None:
+        assert self._start is not None
+        self._skipped = sent
+        self._file.seek(self._start + sent)  # through the file object: its buffer too
+
     async def chunks(self) -> Chunks:
         reader = self._reader = _Reader(self._produce)
-        sent = 0
+        sent = self._skipped
         while chunk := await reader.get():
             sent += len(chunk)
             if self.length is not None and sent > self.length:
@@ -170,6 +198,7 @@ class _File(Source):
     async def rewind(self) -> None:
         await self.aclose()
         assert self._start is not None
+        self._skipped = 0
         self._file.seek(self._start)
 
     async def aclose(self) -> None:

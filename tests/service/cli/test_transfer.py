@@ -101,6 +101,8 @@ class StalledPipe:
             if self.reads > 1:
                 self.returned.set()
 
+    read = read1  # a file object has both (the command passes stdin to the client as it is)
+
     def release(self) -> None:
         os.close(self.w)
         self.returned.wait()  # the client's reader thread is off the descriptor

@@ -4,6 +4,8 @@ header and the fallback when a proxy cannot carry it, TLS, threads, early exits.
 from __future__ import annotations
 
 import asyncio
+import errno
+import io
 import os
 import ssl
 import threading
@@ -13,7 +15,12 @@ from pathlib import Path
 import pytest
 
 from sealflow import AsyncClient, Client
-from sealflow.service.client import KeyNotFound, SealflowError, TransportError
+from sealflow.service.client import (
+    InputChanged,
+    KeyNotFound,
+    SealflowError,
+    TransportError,
+)
 from sealflow.service.client import _duplex as client_duplex
 from tests.service.client.proxy import proxy
 from tests.service.conftest import Server
@@ -134,13 +141,17 @@ def test_without_full_duplex_the_answer_still_streams(server: Server) -> None:
         assert api.decrypt(api.encrypt("default", data)) == data
 
 
-def test_tls(make_server: MakeServer, tmp_path: Path) -> None:
+def test_tls(make_server: MakeServer, tmp_path: Path, sendfile_calls: list[int]) -> None:
     cert, key = self_signed(tmp_path)
     srv = make_server(tls_cert=cert, tls_key=key)
     url = f"https://localhost:{srv.port}"
     data = os.urandom(8 << 20)
+    (tmp_path / "plain").write_bytes(data)
     with Client(url, srv.token, verify=str(cert)) as api:
         assert api.decrypt(api.encrypt("default", data)) == data
+        with open(tmp_path / "plain", "rb") as f:  # read and encrypted, never by sendfile
+            assert api.decrypt(api.encrypt("default", f)) == data
+        assert sendfile_calls == []
         for _ in range(5):
             api.list_keys()
         assert api.connections_opened == 1
@@ -153,6 +164,109 @@ def test_tls(make_server: MakeServer, tmp_path: Path) -> None:
     plain = Client(f"http://localhost:{srv.port}", srv.token)  # plain HTTP on the TLS port
     with plain, pytest.raises(TransportError):
         plain.list_keys()
+
+
+@pytest.fixture
+def sendfile_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The byte counts of this test's os.sendfile calls (asyncio's sock_sendfile makes them)."""
+    calls: list[int] = []
+    real = os.sendfile
+
+    def counting(out_fd: int, in_fd: int, offset: int | None, count: int) -> int:
+        calls.append(count)
+        return real(out_fd, in_fd, offset, count)
+
+    monkeypatch.setattr(os, "sendfile", counting)
+    return calls
+
+
+def test_a_regular_file_goes_by_sendfile(
+    api: Client, tmp_path: Path, sendfile_calls: list[int]
+) -> None:
+    data = os.urandom((5 << 20) + 123)
+    (tmp_path / "plain").write_bytes(data)
+    seen: list[tuple[int, int]] = []
+    with open(tmp_path / "plain", "rb") as f:
+        f.read(100)  # the upload starts where the file is
+        envelope = api.encrypt("default", f, on_progress=lambda s, r: seen.append((s, r)))
+        assert f.tell() == len(data)  # read to the end, as by read()
+        assert f.read() == b""
+    assert sendfile_calls
+    assert api.decrypt(envelope) == data[100:]
+    assert seen[-1] == (len(data) - 100, len(envelope))
+    assert seen == sorted(seen)
+
+
+def test_small_files_and_file_like_objects_are_read(
+    api: Client, tmp_path: Path, sendfile_calls: list[int]
+) -> None:
+    (tmp_path / "small").write_bytes(b"small")
+    with open(tmp_path / "small", "rb") as f:
+        assert api.decrypt(api.encrypt("default", f)) == b"small"
+
+    class Upper(io.FileIO):  # read() is not the descriptor's bytes: must be called
+        def read(self, size: int | None = -1, /) -> bytes:
+            return (super().read(size) or b"").upper()
+
+    (tmp_path / "big").write_bytes(b"abc" * (1 << 20))
+    with Upper(tmp_path / "big") as upper:
+        assert api.decrypt(api.encrypt("default", upper)) == b"ABC" * (1 << 20)
+    assert sendfile_calls == []
+
+
+@pytest.mark.parametrize("change", ["shrinks", "grows"])
+def test_a_file_that_changes_size_during_sendfile(
+    api: Client, tmp_path: Path, sendfile_calls: list[int], change: str
+) -> None:
+    path = tmp_path / "plain"
+    path.write_bytes(os.urandom(8 << 20))
+
+    def meanwhile(sent: int, received: int) -> None:
+        if sent == 1 << 20:  # after the first 1 MiB
+            if change == "shrinks":
+                os.truncate(path, 2 << 20)
+            else:
+                with open(path, "ab") as more:
+                    more.write(b"appended meanwhile")
+
+    with open(path, "rb") as f, pytest.raises(InputChanged):
+        api.encrypt("default", f, on_progress=meanwhile)
+    assert sendfile_calls
+    assert api.decrypt(api.encrypt("default", b"still fine")) == b"still fine"
+
+
+def test_without_sendfile_the_file_is_read(
+    api: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sent: list[int] = []
+    real = os.sendfile
+
+    def refusing(out_fd: int, in_fd: int, offset: int | None, count: int) -> int:
+        if len(sent) == 2:  # a file system without it would refuse the first call
+            raise OSError(errno.EINVAL, "Invalid argument")
+        sent.append(real(out_fd, in_fd, offset, count))
+        return sent[-1]
+
+    monkeypatch.setattr(os, "sendfile", refusing)
+    data = os.urandom(5 << 20)
+    (tmp_path / "plain").write_bytes(data)
+    with open(tmp_path / "plain", "rb") as f:
+        assert api.decrypt(api.encrypt("default", f)) == data
+    assert sum(sent) == 2 << 20  # two slices went by sendfile, the rest was read
+
+
+def test_a_refusal_during_sendfile(
+    api: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sendfile_calls: list[int]
+) -> None:
+    monkeypatch.setattr(client_duplex, "EXPECT_WAIT", 0.0)  # the body goes before the answer
+    (tmp_path / "plain").write_bytes(os.urandom(64 << 20))
+    with open(tmp_path / "plain", "rb") as f, pytest.raises(SealflowError) as caught:
+        api.encrypt("no-such-key", f)
+    # The 404, or the connection reset by the server that stopped reading (either way the
+    # call ends instead of sending the rest).
+    assert isinstance(caught.value, (KeyNotFound, TransportError))
+    assert sendfile_calls
+    assert api.decrypt(api.encrypt("default", b"still fine")) == b"still fine"
 
 
 def test_a_consumer_that_stops_early_leaves_a_working_client(server: Server) -> None:
