@@ -16,6 +16,7 @@ from . import _wire
 from ._wire import Body
 
 MISSING_BATCH = "missing batch input to process"
+_STRING = (str, type(None))
 
 
 @dataclass(slots=True)
@@ -53,11 +54,19 @@ def _batch(raw: object, field: str) -> list[Item]:
     for i, entry in enumerate(raw):
         if not isinstance(entry, dict):
             raise _parse_error([f"[{i}] expected a map, got '{_go_type(entry)}'"])
-        text = _string(entry, field, i, problems)
-        if field not in entry and field == "plaintext":
-            problems.append(f"'[{i}].plaintext' missing plaintext to encrypt")
+        # Inline type checks: this loop runs once per item of batches of thousands.
+        text = entry.get(field)
+        aad = entry.get("associated_data")
+        reference = entry.get("reference")
+        if type(text) is not str or type(aad) not in _STRING or type(reference) not in _STRING:
+            text, aad, reference = (
+                _string(entry, name, i, problems)
+                for name in (field, "associated_data", "reference")
+            )
+            if field not in entry and field == "plaintext":
+                problems.append(f"'[{i}].plaintext' missing plaintext to encrypt")
         version = entry.get("key_version")
-        if version is not None:
+        if version is not None and type(version) is not int:
             try:
                 version = _wire.as_int(entry, "key_version")
             except ApiError:
@@ -66,14 +75,7 @@ def _batch(raw: object, field: str) -> list[Item]:
                     f"'{_go_type(version)}'"
                 )
                 version = 0
-        found.append(
-            Item(
-                text or "",
-                version or 0,
-                _string(entry, "associated_data", i, problems) or "",
-                _string(entry, "reference", i, problems) or "",
-            )
-        )
+        found.append(Item(text or "", version or 0, aad or "", reference or ""))
     if problems:
         raise _parse_error(problems)
     return found
