@@ -44,6 +44,16 @@ class Settings(BaseSettings):
     max_batch_records: int = Field(
         16 * 1024 * 1024, ge=1, description="most records in one mode=records request (413)"
     )
+    max_json_bytes: int = Field(
+        64 * MiB,
+        ge=0,
+        description="largest JSON body of the Vault-Transit-compatible API (413 beyond)",
+    )
+    transit_mount: str = Field(
+        "/v1/transit",
+        pattern=r"^/v1/[a-z0-9][a-z0-9_-]*(/[a-z0-9][a-z0-9_-]*)*$",
+        description="path of the Vault-Transit-compatible API (docs/TRANSIT.md)",
+    )
     max_buffered_bytes: int = Field(
         1024 * MiB,
         ge=0,

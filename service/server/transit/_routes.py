@@ -1,0 +1,250 @@
+"""Routing and authorisation of the Vault-Transit-compatible API, as plain ASGI.
+
+Served in front of FastAPI like the data routes (``_front.Front``): a 1 KiB encrypt costs
+about as much as FastAPI's routing alone would (docs/BENCHMARKS.md). The front door
+authenticates from the head (``authenticate``: ``X-Vault-Token`` or ``Authorization:
+Bearer``, 403 ``permission denied`` like Vault) before a byte of the body is read; ``serve``
+then checks the scope the route needs against the key it names, reads the JSON body (at most
+``max_json_bytes``) and answers in Vault's envelope.
+
+Scopes: ``encrypt:<glob>`` covers encrypt, ``decrypt:<glob>`` decrypt, rewrap needs both;
+reading a key's metadata needs either (clients read ``latest_version``) or ``admin``; every
+other key route needs ``admin``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from starlette.types import Receive, Scope, Send
+
+from sealflow.service.keystore import KeyStore, TokenInfo
+
+from .. import _auth, _metrics, errors
+from .._logging import AccessRecord
+from .._state import Services
+from ..errors import ApiError
+from . import _data, _keys, _sys, _wire
+
+HEALTH_PATH = "/v1/sys/health"
+LOOKUP_SELF_PATH = "/v1/auth/token/lookup-self"
+_WRITE = frozenset(("POST", "PUT"))
+
+
+class Route:
+    """A Transit route; ``path`` is its template in the access log and metrics."""
+
+    __slots__ = ("kind", "methods", "path", "token")
+
+    def __init__(self, kind: str, path: str, methods: frozenset[str], token: bool = True) -> None:
+        self.kind = kind
+        self.path = path
+        self.methods = methods
+        self.token = token  # whether it needs one (health does not)
+
+
+HEALTH = Route("health", HEALTH_PATH, frozenset(("GET", "HEAD")), token=False)
+LOOKUP_SELF = Route("lookup-self", LOOKUP_SELF_PATH, frozenset(("GET",)))
+
+
+class Transit:
+    """The routes under one mount (``SEALFLOW_TRANSIT_MOUNT``)."""
+
+    def __init__(self, mount: str) -> None:
+        self.mount = mount
+        self._under = mount + "/"
+        get, any_write = frozenset(("GET",)), _WRITE
+        templates = {
+            "encrypt": (f"{mount}/encrypt/{{name}}", any_write),
+            "decrypt": (f"{mount}/decrypt/{{name}}", any_write),
+            "rewrap": (f"{mount}/rewrap/{{name}}", any_write),
+            "keys": (f"{mount}/keys", get),
+            "key": (f"{mount}/keys/{{name}}", get | any_write | {"DELETE"}),
+            "rotate": (f"{mount}/keys/{{name}}/rotate", any_write),
+            "config": (f"{mount}/keys/{{name}}/config", any_write),
+            "export": (f"{mount}/export/{{type}}/{{name}}[/{{version}}]", get),
+            "other": (f"{mount}/{{path}}", frozenset()),
+        }
+        self.routes = {kind: Route(kind, *spec) for kind, spec in templates.items()}
+
+    def match(self, path: str) -> Route | None:
+        if path.startswith(self._under):
+            return self.routes[_kind(path[len(self._under) :].split("/"))]
+        if path == HEALTH_PATH:
+            return HEALTH
+        if path == LOOKUP_SELF_PATH:
+            return LOOKUP_SELF
+        return None
+
+    async def serve(
+        self,
+        svc: Services | None,
+        route: Route,
+        token: TokenInfo | None,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+    ) -> None:
+        scope["route"] = route
+        log: AccessRecord = scope["sealflow.log"]
+        method: str = scope["method"]
+        try:
+            if route is HEALTH:
+                if method not in route.methods:
+                    raise _unsupported_operation()
+                status, body = _sys.health(svc, scope["query_string"])
+                await _wire.respond(send, status, body, log, head=method == "HEAD")
+                return
+            if svc is None or token is None:
+                raise errors.keystore_unavailable()
+            if method not in route.methods:
+                raise _unsupported_operation() if route.methods else _unsupported_path()
+            limit = svc.settings.max_json_bytes
+            status, answer = await self._answer(svc, route, token, scope, receive, limit, log)
+        except Exception as exc:  # every error leaves in Vault's shape, unexpected ones as 500
+            await _wire.refuse(errors.api_error(exc), scope, send, log)
+            return
+        await _wire.respond(send, status, answer, log, head=False)
+
+    async def _answer(
+        self,
+        svc: Services,
+        route: Route,
+        token: TokenInfo,
+        scope: Scope,
+        receive: Receive,
+        limit: int,
+        log: AccessRecord,
+    ) -> tuple[int, bytes]:
+        store, kind, method = svc.store, route.kind, scope["method"]
+        if kind == "lookup-self":
+            return 200, _sys.lookup_self(token, _secret(scope) or "")
+        if kind == "keys":
+            _admin(token)
+            if scope["query_string"] not in (b"list=true", b"list=1"):
+                raise _unsupported_operation()
+            return 200, _keys.names(store)
+        parts = scope["path"][len(self._under) :].split("/")
+        name = parts[2] if kind == "export" else parts[1]
+        log.key = name
+        operation = _DATA.get(kind)
+        if operation is not None:
+            for action in _SCOPES[kind]:
+                if not _auth.allows(token, action, name):
+                    raise _denied()
+            body = await _read(receive, limit)
+            return await operation(svc, name, _wire.parse(body), len(body))
+        if kind == "key" and method == "GET":
+            if "admin" not in token.scopes and not (
+                _auth.allows(token, "encrypt", name) or _auth.allows(token, "decrypt", name)
+            ):
+                raise _denied()
+            return 200, _keys.read(store, name)
+        _admin(token)
+        if kind == "export":
+            return 200, _keys.export(store, parts[1], name, parts[3] if len(parts) == 4 else None)
+        body = await _read(receive, limit) if method in _WRITE else b""
+        if kind == "rotate":
+            return 200, await _keys.rotate(store, name)
+        if kind == "config":
+            return 200, await _keys.config(store, name, _wire.parse(body))
+        if method == "DELETE":
+            _keys.delete(store, name)
+            return 204, b""
+        return 200, await _keys.create(store, name, _wire.parse(body))
+
+
+_DATA: dict[str, Callable[[Services, str, _wire.Body, int], Awaitable[tuple[int, bytes]]]] = {
+    "encrypt": _data.encrypt,
+    "decrypt": _data.decrypt,
+    "rewrap": _data.rewrap,
+}
+_SCOPES: dict[str, tuple[_auth.Action, ...]] = {
+    "encrypt": ("encrypt",),
+    "decrypt": ("decrypt",),
+    "rewrap": ("decrypt", "encrypt"),
+}
+
+
+def _kind(parts: list[str]) -> str:
+    n, first = len(parts), parts[0]
+    if not all(parts[1:]):
+        return "keys" if parts == ["keys", ""] else "other"
+    if first in _DATA and n == 2:
+        return first
+    if first == "keys":
+        if n == 1:
+            return "keys"
+        if n == 2:
+            return "key"
+        if n == 3 and parts[2] in ("rotate", "config"):
+            return parts[2]
+    if first == "export" and n in (3, 4):
+        return "export"
+    return "other"
+
+
+def authenticate(
+    store: KeyStore, vault_token: bytes | None, authorization: str | None
+) -> TokenInfo:
+    """The live token of ``X-Vault-Token`` (first) or ``Authorization: Bearer``; else 403."""
+    secret: str | None = None
+    if vault_token is not None:
+        secret = vault_token.decode("latin-1").strip()
+    elif authorization is not None:
+        scheme, _, rest = authorization.partition(" ")
+        if scheme.lower() == "bearer":
+            secret = rest.strip()
+    if not secret:
+        _metrics.AUTH_FAILURES.labels("missing").inc()
+        raise _wire.permission_denied()
+    token = store.find_token(secret)
+    if token is None:
+        _metrics.AUTH_FAILURES.labels("invalid").inc()
+        raise _wire.permission_denied()
+    return token
+
+
+def _secret(scope: Scope) -> str | None:
+    for name, value in scope["headers"]:
+        if name == b"x-vault-token":
+            return str(value.decode("latin-1").strip())
+    for name, value in scope["headers"]:
+        if name == b"authorization":
+            return str(value.decode("latin-1").partition(" ")[2].strip())
+    return None
+
+
+async def _read(receive: Receive, limit: int) -> bytes:
+    """The whole body, refused with 413 as soon as it exceeds ``limit``."""
+    pieces: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ApiError(400, "bad_request", "the client disconnected")
+        piece: bytes = message.get("body", b"")
+        size += len(piece)
+        if size > limit:
+            raise errors.too_large(limit)
+        pieces.append(piece)
+        if not message.get("more_body", False):
+            return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
+
+def _admin(token: TokenInfo) -> None:
+    if "admin" not in token.scopes:
+        raise _denied()
+
+
+def _denied() -> ApiError:
+    _metrics.AUTH_FAILURES.labels("forbidden").inc()
+    return _wire.permission_denied()
+
+
+def _unsupported_path() -> ApiError:
+    return ApiError(404, "not_found", "unsupported path")
+
+
+def _unsupported_operation() -> ApiError:
+    return ApiError(405, "method_not_allowed", "unsupported operation")

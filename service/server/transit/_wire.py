@@ -1,0 +1,145 @@
+"""Vault's JSON on the wire: request bodies read as leniently as Vault reads them, answers in
+Vault's envelope, errors as ``{"errors": [...]}``.
+
+Vault's field types (``framework.TypeInt``, ``TypeBool``, ``TypeString``) convert what real
+clients send: ``"key_version": "1"``, ``"exportable": "true"``, a literal ``null`` body from
+``vault write -f``. The helpers here do the same, and fail with Vault's wording.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import orjson
+from starlette.types import Scope, Send
+
+from .._body import has_body
+from .._logging import AccessRecord
+from ..errors import ApiError
+
+Body = dict[str, Any]
+
+_JSON = (b"content-type", b"application/json")
+_NO_STORE = (b"cache-control", b"no-store")
+_TRUE = frozenset(("1", "t", "T", "TRUE", "true", "True"))
+_FALSE = frozenset(("0", "f", "F", "FALSE", "false", "False"))
+
+
+def user_error(message: str, status: int = 400) -> ApiError:
+    return ApiError(status, "bad_request", message)
+
+
+def not_found() -> ApiError:
+    # Vault's answer for a key (or page) that is not there: 404 and no message at all.
+    return ApiError(404, "not_found", "")
+
+
+def permission_denied() -> ApiError:
+    return ApiError(403, "forbidden", "permission denied")
+
+
+def parse(body: bytes) -> Body:
+    """A request's JSON object; an empty body or ``null`` is ``{}``."""
+    if not body.strip():
+        return {}
+    try:
+        value = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise user_error(f"failed to parse JSON input: {exc.msg}") from None
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise user_error("failed to parse JSON input: the body must be a JSON object")
+    return value
+
+
+def _field_error(name: str, value: object, kind: str) -> ApiError:
+    got = "nil" if value is None else type(value).__name__
+    return user_error(
+        f'Field validation failed: error converting input for field "{name}": '
+        f"cannot parse {got} as {kind}"
+    )
+
+
+def as_int(body: Body, name: str, default: int = 0) -> int:
+    value = body.get(name)
+    if value is None:
+        return default
+    if type(value) is int:
+        return value
+    if isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            pass
+    elif isinstance(value, float) and value.is_integer():
+        return int(value)
+    raise _field_error(name, value, "int")
+
+
+def as_bool(body: Body, name: str, default: bool = False) -> bool:
+    value = body.get(name)
+    if value is None:
+        return default
+    if type(value) is bool:
+        return value
+    if isinstance(value, str):
+        if value in _TRUE:
+            return True
+        if value in _FALSE:
+            return False
+    elif type(value) is int:
+        return value != 0
+    raise _field_error(name, value, "bool")
+
+
+def as_str(body: Body, name: str, default: str = "") -> str:
+    value = body.get(name)
+    if value is None:
+        return default
+    if isinstance(value, str):
+        return value
+    if type(value) in (int, float):
+        return str(value)
+    raise _field_error(name, value, "string")
+
+
+def envelope(data: Any, warnings: list[str] | None = None) -> bytes:
+    """A success body in Vault's envelope."""
+    return orjson.dumps(
+        {
+            "request_id": str(uuid.uuid4()),
+            "lease_id": "",
+            "renewable": False,
+            "lease_duration": 0,
+            "data": data,
+            "wrap_info": None,
+            "warnings": warnings or None,
+            "auth": None,
+        }
+    )
+
+
+def error_body(error: ApiError) -> bytes:
+    return orjson.dumps({"errors": [error.message] if error.message else []})
+
+
+async def respond(send: Send, status: int, body: bytes, log: AccessRecord, head: bool) -> None:
+    log.status = status
+    headers = [_JSON, _NO_STORE, (b"content-length", b"%d" % len(body))]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": b"" if head else body})
+
+
+async def refuse(error: ApiError, scope: Scope, send: Send, log: AccessRecord) -> None:
+    """``_body.refuse`` in Vault's shape: answered from the head, the body left unread."""
+    log.status, log.error = error.status, error.code
+    body = error_body(error)
+    headers = [_JSON, _NO_STORE, (b"content-length", b"%d" % len(body))]
+    for name, value in error.headers.items():
+        headers.append((name.lower().encode("latin-1"), value.encode("latin-1")))
+    if has_body(scope):
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": error.status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,49 @@
+"""The ``vault:v`` format and Go's base64, sans-IO (offsets as OpenBao 2.7 reports them)."""
+
+from __future__ import annotations
+
+import pytest
+
+from sealflow.service.server.transit import _ciphertext
+from sealflow.service.server.transit._ciphertext import CiphertextError
+
+
+@pytest.mark.parametrize(
+    ("text", "offset"),
+    [("a!GVsbG8=", 1), ("aGVsbG8", 4), ("!!", 0), ("not base64!", 3), ("aGk=x", 4), ("a=", 1)],
+)
+def test_go_base64_error_offsets(text: str, offset: int) -> None:
+    with pytest.raises(CiphertextError, match=f"^illegal base64 data at input byte {offset}$"):
+        _ciphertext.b64decode(text)
+
+
+@pytest.mark.parametrize(("text", "data"), [("", b""), ("aGk=", b"hi"), ("aG\nk=", b"hi")])
+def test_go_base64_accepts(text: str, data: bytes) -> None:
+    assert _ciphertext.b64decode(text) == data
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("vaul:v1:AAAA", _ciphertext.NO_PREFIX),
+        ("vault:v1", _ciphertext.WRONG_FIELDS),
+        ("vault:vx:AAAA", _ciphertext.BAD_VERSION),
+        ("vault:v:AAAA", _ciphertext.BAD_VERSION),
+    ],
+)
+def test_split_refuses_with_transits_messages(text: str, message: str) -> None:
+    with pytest.raises(CiphertextError, match=f"^{message}$"):
+        _ciphertext.split(text)
+
+
+def test_split_reads_v0_as_version_1_and_keeps_the_payload() -> None:
+    assert _ciphertext.split("vault:v0:AAAA") == (1, "AAAA")
+    assert _ciphertext.split("vault:v12:a:b") == (12, "a:b")
+
+
+def test_payload_needs_a_nonce() -> None:
+    with pytest.raises(CiphertextError, match=_ciphertext.BAD_LENGTH):
+        _ciphertext.payload("AAAA")
+    with pytest.raises(CiphertextError, match=_ciphertext.BAD_BASE64):
+        _ciphertext.payload("AAA")
+    assert _ciphertext.encode(3, b"\0" * 12) == "vault:v3:AAAAAAAAAAAAAAAA"

@@ -1,0 +1,205 @@
+"""hvac 2.4, unchanged, against a real ``sealflow serve``: the calls Vault users make."""
+
+from __future__ import annotations
+
+import base64
+import functools
+import secrets
+from collections.abc import Callable
+
+import httpx
+import hvac
+import hvac.exceptions
+import pytest
+
+from tests.service.conftest import Server
+from tests.service.server.test_auth import new_token
+from tests.service.transit.conftest import unique
+
+TOO_OLD = "ciphertext or signature version is disallowed by policy (too old)"
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def test_create_encrypt_decrypt_with_associated_data(vault: hvac.Client) -> None:
+    name = unique("hv")
+    vault.secrets.transit.create_key(name, key_type="chacha20-poly1305")
+    aad = b64(b"order 17")
+    sealed = vault.secrets.transit.encrypt_data(name, b64(b"hello"), associated_data=aad)
+    ciphertext = sealed["data"]["ciphertext"]
+    assert ciphertext.startswith("vault:v1:")
+    assert sealed["data"]["key_version"] == 1
+    opened = vault.secrets.transit.decrypt_data(name, ciphertext, associated_data=aad)
+    assert base64.b64decode(opened["data"]["plaintext"]) == b"hello"
+    with pytest.raises(hvac.exceptions.InvalidRequest, match="message authentication failed"):
+        vault.secrets.transit.decrypt_data(name, ciphertext)  # AAD missing
+
+
+def test_key_read_and_list(vault: hvac.Client) -> None:
+    name = unique("hv")
+    vault.secrets.transit.create_key(name, exportable=True)
+    data = vault.secrets.transit.read_key(name)["data"]
+    assert (data["name"], data["type"], data["exportable"]) == (name, "aes256-gcm96", True)
+    assert (data["latest_version"], data["min_decryption_version"]) == (1, 1)
+    assert list(data["keys"]) == ["1"]
+    assert isinstance(data["keys"]["1"], int)
+    assert name in vault.secrets.transit.list_keys()["data"]["keys"]
+    with pytest.raises(hvac.exceptions.InvalidPath):
+        vault.secrets.transit.read_key(unique("absent"))
+
+
+def test_batch_of_1000_with_one_bad_item(vault: hvac.Client) -> None:
+    name = unique("hv")
+    vault.secrets.transit.create_key(name)
+    batch = [{"plaintext": b64(b"item %d" % i), "reference": str(i)} for i in range(1000)]
+    batch[500]["plaintext"] = "not base64!"
+    with pytest.raises(hvac.exceptions.InvalidRequest) as caught:
+        vault.secrets.transit.encrypt_data(name, batch_input=batch)
+    answer = caught.value.json
+    assert "errors" not in answer
+    results = answer["data"]["batch_results"]
+    assert [r["reference"] for r in results] == [str(i) for i in range(1000)]
+    assert results[500] == {"error": "illegal base64 data at input byte 3", "reference": "500"}
+    good = [r for r in results if "error" not in r]
+    assert len(good) == 999
+    assert all(r["key_version"] == 1 for r in good)
+
+    to_open = [{"ciphertext": r["ciphertext"], "reference": r["reference"]} for r in good]
+    opened = vault.secrets.transit.decrypt_data(name, batch_input=to_open)
+    plain = [base64.b64decode(r["plaintext"]) for r in opened["data"]["batch_results"]]
+    assert plain == [b"item %d" % i for i in range(1000) if i != 500]
+
+
+def test_partial_failure_response_code(server: Server) -> None:
+    name = unique("hv")
+    headers = {"X-Vault-Token": server.token}
+    with httpx.Client(base_url=server.url + "/v1/transit", headers=headers) as http:
+        http.post(f"/keys/{name}").raise_for_status()
+        body = {
+            "batch_input": [{"plaintext": "aGk="}, {"plaintext": "!"}],
+            "partial_failure_response_code": "207",
+        }
+        assert http.post(f"/encrypt/{name}", json=body).status_code == 207
+        body["batch_input"] = [{"plaintext": "!"}]  # nothing succeeded: 400 whatever was asked
+        assert http.post(f"/encrypt/{name}", json=body).status_code == 400
+        empty = http.post(f"/encrypt/{name}", json={"batch_input": []})
+        assert (empty.status_code, empty.json()) == (
+            400,
+            {"errors": ["missing batch input to process"]},
+        )
+        assert empty.headers["content-type"] == "application/json"
+
+
+def test_rotate_rewrap_and_min_decryption_version(vault: hvac.Client) -> None:
+    transit = vault.secrets.transit
+    name = unique("hv")
+    transit.create_key(name)
+    old = transit.encrypt_data(name, b64(b"secret"))["data"]["ciphertext"]
+    assert transit.rotate_key(name)["data"]["latest_version"] == 2
+    new = transit.rewrap_data(name, old)["data"]
+    assert new["ciphertext"].startswith("vault:v2:")
+    assert new["key_version"] == 2
+    transit.update_key_configuration(name, min_decryption_version=2)
+    with pytest.raises(hvac.exceptions.InvalidRequest, match="too old"):
+        transit.decrypt_data(name, old)
+    opened = transit.decrypt_data(name, new["ciphertext"])["data"]["plaintext"]
+    assert base64.b64decode(opened) == b"secret"
+    assert list(transit.read_key(name)["data"]["keys"]) == ["2"]
+    with pytest.raises(hvac.exceptions.InvalidRequest, match="version is too new"):
+        transit.decrypt_data(name, new["ciphertext"].replace("vault:v2:", "vault:v3:"))
+    with pytest.raises(hvac.exceptions.InvalidRequest, match="cannot set min decryption"):
+        transit.update_key_configuration(name, min_decryption_version=5)
+
+
+def test_v0_is_read_as_version_1(vault: hvac.Client) -> None:
+    name = unique("hv")
+    vault.secrets.transit.create_key(name)
+    sealed = vault.secrets.transit.encrypt_data(name, b64(b"zero"))["data"]["ciphertext"]
+    v0 = sealed.replace("vault:v1:", "vault:v0:")
+    opened = vault.secrets.transit.decrypt_data(name, v0)["data"]["plaintext"]
+    assert base64.b64decode(opened) == b"zero"
+
+
+def test_export_only_for_exportable_keys(vault: hvac.Client) -> None:
+    name = unique("hv")
+    vault.secrets.transit.create_key(name)
+    with pytest.raises(hvac.exceptions.InvalidRequest, match="not exportable"):
+        vault.secrets.transit.export_key(name, "encryption-key")
+    with pytest.raises(hvac.exceptions.InvalidRequest, match="cannot make an existing key"):
+        vault.secrets.transit.update_key_configuration(name, exportable=True)
+    name = unique("hv")
+    vault.secrets.transit.create_key(name, exportable=True)
+    vault.secrets.transit.rotate_key(name)
+    keys = vault.secrets.transit.export_key(name, "encryption-key")["data"]["keys"]
+    assert sorted(keys) == ["1", "2"]
+    latest = vault.secrets.transit.export_key(name, "encryption-key", "latest")
+    assert latest["data"]["keys"] == {"2": keys["2"]}
+
+
+def test_scopes(server: Server) -> None:
+    name = unique("scoped")
+    admin = hvac.Client(url=server.url, token=server.token, strict_http=True)
+    admin.secrets.transit.create_key(name)
+    encrypt_only = new_token(server, "encrypt:scoped-*")
+    client = hvac.Client(url=server.url, token=encrypt_only, strict_http=True)
+    sealed = client.secrets.transit.encrypt_data(name, "aGk=")["data"]["ciphertext"]
+    assert client.secrets.transit.read_key(name)["data"]["latest_version"] == 1
+    transit = client.secrets.transit
+    refused: list[Callable[[], object]] = [
+        functools.partial(transit.decrypt_data, name, sealed),
+        functools.partial(transit.rewrap_data, name, sealed),
+        functools.partial(transit.rotate_key, name),
+        transit.list_keys,
+        functools.partial(transit.encrypt_data, "other", "aGk="),
+    ]
+    for call in refused:
+        with pytest.raises(hvac.exceptions.Forbidden, match="permission denied"):
+            call()
+
+
+def test_tokens_and_authentication(server: Server, vault: hvac.Client) -> None:
+    assert vault.is_authenticated()
+    assert not hvac.Client(url=server.url, token=secrets.token_urlsafe(32)).is_authenticated()
+    data = vault.auth.token.lookup_self()["data"]
+    assert (data["ttl"], data["renewable"], data["type"]) == (0, False, "service")
+    assert "admin" in data["policies"]
+    bearer = httpx.get(
+        f"{server.url}/v1/transit/keys?list=true",
+        headers={"Authorization": f"Bearer {server.token}"},
+    )
+    assert bearer.status_code == 200
+    missing = httpx.post(f"{server.url}/v1/transit/encrypt/x", json={"plaintext": ""})
+    assert (missing.status_code, missing.json()) == (403, {"errors": ["permission denied"]})
+    assert missing.headers["content-type"] == "application/json"
+
+
+def test_sys_health(server: Server, vault: hvac.Client) -> None:
+    health = vault.sys.read_health_status(method="GET")
+    assert (health["initialized"], health["sealed"], health["standby"]) == (True, False, False)
+    assert isinstance(health["server_time_utc"], int)
+    head = httpx.head(f"{server.url}/v1/sys/health")
+    assert (head.status_code, head.content) == (200, b"")
+    custom = httpx.get(f"{server.url}/v1/sys/health?activecode=204")
+    assert custom.status_code == 204
+
+
+def test_lenient_typing(server: Server) -> None:
+    name = unique("lenient")
+    headers = {"X-Vault-Token": server.token}
+    with httpx.Client(base_url=server.url + "/v1/transit", headers=headers) as http:
+        # aes128-gcm96 is Transit's, though hvac's own list of types leaves it out.
+        created = http.put(f"/keys/{name}", json={"exportable": "true", "type": "aes128-gcm96"})
+        assert created.json()["data"]["exportable"] is True
+        assert created.json()["data"]["type"] == "aes128-gcm96"
+        rotated = http.post(f"/keys/{name}/rotate", content=b"null")  # `write -f`
+        assert rotated.json()["data"]["latest_version"] == 2
+        body: dict[str, object] = {"plaintext": "aGk=", "key_version": "1"}
+        assert http.post(f"/encrypt/{name}", json=body).json()["data"]["key_version"] == 1
+        body = {"plaintext": None, "batch_input": [{"plaintext": "aGk=", "key_version": "2"}]}
+        result = http.post(f"/encrypt/{name}", json=body).json()["data"]["batch_results"]
+        assert result[0]["key_version"] == 2
+        refused = http.put(f"/keys/{name.upper()}", json={})
+        assert refused.status_code == 400
+        assert "sealflow key names" in refused.json()["errors"][0]
