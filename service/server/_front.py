@@ -90,7 +90,8 @@ class Front:
                 await data.serve(svc, route, token, head, scope, receive, send)
             elif vault is not None and svc is not None:
                 app = functools.partial(self.transit.serve, svc, vault, token)
-                await self._watched(svc, app, scope, receive, send, log)
+                # Transit answers through _wire, which notes the status itself.
+                await self._watched(svc, app, scope, receive, send, log, notes_status=True)
             elif vault is not None:
                 await self.transit.serve(svc, vault, token, scope, receive, send)
             elif svc is not None and limited:
@@ -179,12 +180,14 @@ class Front:
         receive: Receive,
         send: Send,
         log: AccessRecord,
+        notes_status: bool = False,
     ) -> None:
         """FastAPI's and Transit's routes, their body reads under the receive deadline like
-        the data routes'."""
+        the data routes'. ``notes_status``: the app sets ``log.status`` itself."""
         watch = svc.watchdog.watch()
         try:
-            await app(scope, _watching(receive, watch), _noting_status(send, log))
+            sending = send if notes_status else _noting_status(send, log)
+            await app(scope, _watching(receive, watch), sending)
         except asyncio.CancelledError as exc:
             if not stalled(exc):
                 raise

@@ -8,7 +8,7 @@ clients send: ``"key_version": "1"``, ``"exportable": "true"``, a literal ``null
 
 from __future__ import annotations
 
-import uuid
+import os
 from typing import Any
 
 import orjson
@@ -105,11 +105,21 @@ def as_str(body: Body, name: str, default: str = "") -> str:
     raise _field_error(name, value, "string")
 
 
+def request_id() -> str:
+    """A random (version 4) UUID as text, as Vault's ``request_id``: ``str(uuid.uuid4())``
+    cost 3.5 us of a small request, this 1 us."""
+    raw = bytearray(os.urandom(16))
+    raw[6] = raw[6] & 0x0F | 0x40  # version 4
+    raw[8] = raw[8] & 0x3F | 0x80  # RFC 4122 variant
+    h = raw.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
 def envelope(data: Any, warnings: list[str] | None = None) -> bytes:
     """A success body in Vault's envelope."""
     return orjson.dumps(
         {
-            "request_id": str(uuid.uuid4()),
+            "request_id": request_id(),
             "lease_id": "",
             "renewable": False,
             "lease_duration": 0,

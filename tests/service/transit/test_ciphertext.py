@@ -47,3 +47,15 @@ def test_payload_needs_a_nonce() -> None:
     with pytest.raises(CiphertextError, match=_ciphertext.BAD_BASE64):
         _ciphertext.payload("AAA")
     assert _ciphertext.encode(3, b"\0" * 12) == "vault:v3:AAAAAAAAAAAAAAAA"
+
+
+def test_request_ids_are_distinct_version_4_uuids() -> None:
+    import uuid
+
+    from sealflow.service.server.transit._wire import request_id
+
+    ids = [request_id() for _ in range(2000)]
+    assert len(set(ids)) == len(ids)
+    for text in ids:
+        parsed = uuid.UUID(text)
+        assert (parsed.version, parsed.variant, str(parsed)) == (4, uuid.RFC_4122, text)
