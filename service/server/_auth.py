@@ -9,6 +9,7 @@ grant encryption or decryption, so an operator token cannot read data.
 
 from __future__ import annotations
 
+import functools
 from fnmatch import fnmatchcase
 from typing import Literal
 
@@ -35,24 +36,17 @@ def authenticate(store: KeyStore, authorization: str | None) -> TokenInfo:
     return token
 
 
-# Answers of ``allows`` by (scopes, action, key name): a token's scopes never change, and
-# matching them against a name (fnmatch per scope) cost a microsecond or two per request.
-_ALLOWED: dict[tuple[tuple[str, ...], str, str], bool] = {}
-_ALLOWED_MAX = 4096  # then start over: names come from requests
-
-
 def allows(token: TokenInfo, action: Action, name: str) -> bool:
-    key = (token.scopes, action, name)
-    answer = _ALLOWED.get(key)
-    if answer is None:
-        prefix = action + ":"
-        answer = any(
-            s.startswith(prefix) and fnmatchcase(name, s[len(prefix) :]) for s in token.scopes
-        )
-        if len(_ALLOWED) >= _ALLOWED_MAX:
-            _ALLOWED.clear()
-        _ALLOWED[key] = answer
-    return answer
+    return _allowed(token.scopes, action, name)
+
+
+# A token's scopes never change, and matching them against a name (fnmatch per scope) cost a
+# microsecond or two per request: the answers are kept, for the most recent (scopes, action,
+# name) triples (names come from requests, hence the bound).
+@functools.lru_cache(maxsize=4096)
+def _allowed(scopes: tuple[str, ...], action: str, name: str) -> bool:
+    prefix = action + ":"
+    return any(s.startswith(prefix) and fnmatchcase(name, s[len(prefix) :]) for s in scopes)
 
 
 def require(token: TokenInfo, action: Action, name: str) -> None:

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 from typing import Any
 
 from starlette.types import Receive, Scope, Send
 
+from sealflow.engine import Algorithm
 from sealflow.service.envelope import Mode, Prefix
 from sealflow.service.keystore import KeyInfo, KeyNotFound, KeyStore, KeyStoreError, TokenInfo
 
@@ -138,18 +140,15 @@ def _prepare(
 
 
 _MODE_NAMES = {mode: mode.name.lower() for mode in Mode}
-# Encoded prefixes by (mode, algorithm, version, name): the same few for every request.
-_PREFIXES: dict[tuple[Mode, str, int, str], bytes] = {}
 
 
 def _prefix(mode: Mode, key: KeyInfo) -> bytes:
-    index = (mode, key.algorithm, key.latest, key.name)
-    prefix = _PREFIXES.get(index)
-    if prefix is None:
-        if len(_PREFIXES) >= 4096:  # key names and versions come and go: start over
-            _PREFIXES.clear()
-        prefix = _PREFIXES[index] = Prefix(mode, key.algorithm, key.latest, key.name).encode()
-    return prefix
+    return _encoded(mode, key.algorithm, key.latest, key.name)
+
+
+@functools.lru_cache(maxsize=4096)  # the same few for every request; keys come and go
+def _encoded(mode: Mode, algorithm: Algorithm, version: int, name: str) -> bytes:
+    return Prefix(mode, algorithm, version, name).encode()
 
 
 def key_version(store: KeyStore, name: str, version: int | None = None) -> tuple[KeyInfo, bytes]:
