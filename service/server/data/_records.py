@@ -152,14 +152,15 @@ class RecordOpener(_Framed):
 
         pending = list(range(n))
         while pending:
-            prefix, why = _prefix_of(record(pending[0]))
+            prefix, parsed, why = _prefix_of(record(pending[0]))
             opened = None
-            if why is None:
-                found = self._material(prefix)
+            if parsed is not None:
+                found = self._material(parsed)
                 if isinstance(found, bytes):
                     records = batch if len(pending) == n else [record(i) for i in pending]
-                    algorithm = parse(prefix).algorithm
-                    opened = engine.open_many(algorithm, found, self._aad, records, prefix=prefix)
+                    opened = engine.open_many(
+                        parsed.algorithm, found, self._aad, records, prefix=prefix
+                    )
                 else:
                     why = found
             rest = []
@@ -188,25 +189,27 @@ class RecordOpener(_Framed):
             out += text
         return out
 
-    def _material(self, prefix: bytes) -> bytes | Status:
+    def _material(self, prefix: Prefix) -> bytes | Status:
         try:
-            return self._resolve(parse(prefix))
+            return self._resolve(prefix)
         except ApiError as exc:
             return _BY_CODE.get(exc.code, Status.DECRYPTION_FAILED)
 
 
-def _prefix_of(record: memoryview) -> tuple[bytes, Status | None]:
-    """A record's envelope prefix, or why it has none that a record may have."""
+def _prefix_of(record: memoryview) -> tuple[bytes, Prefix | None, Status | None]:
+    """A record's envelope prefix, as bytes and parsed, or why it has none a record may have
+    (then the parsed one is None)."""
     try:
         n = prefix_length(record)
         if n is None or len(record) < n:
-            return b"", Status.MALFORMED_ENVELOPE
+            return b"", None, Status.MALFORMED_ENVELOPE
         prefix = bytes(record[:n])
-        if parse(prefix).mode is not Mode.SINGLE:
-            return prefix, Status.MALFORMED_ENVELOPE  # records are single-shot envelopes
+        parsed = parse(prefix)
     except MalformedEnvelope:
-        return b"", Status.MALFORMED_ENVELOPE
-    return prefix, None
+        return b"", None, Status.MALFORMED_ENVELOPE
+    if parsed.mode is not Mode.SINGLE:
+        return prefix, None, Status.MALFORMED_ENVELOPE  # records are single-shot envelopes
+    return prefix, parsed, None
 
 
 class EncryptRecords(Transfer):
