@@ -105,6 +105,50 @@ async def rewrap(svc: Services, name: str, body: Body, size: int) -> Answer:
     return _answer(body, work, results, batch, _encrypted, partial=False)
 
 
+DATAKEY_KINDS = ("plaintext", "wrapped")
+_DATAKEY_BYTES = {128: 16, 256: 32, 512: 64}
+
+
+async def datakey(svc: Services, kind: str, name: str, body: Body) -> Answer:
+    """A fresh random key sealed under the named key (``datakey/plaintext|wrapped/:name``).
+
+    As in Transit, what is sealed is the data key itself (so ``decrypt`` answers it in
+    base64, as it answers every plaintext); ``plaintext`` also returns it, ``wrapped`` only
+    the ciphertext. Checks in Transit's order: the path, ``context`` as base64, the key,
+    ``bits`` (128, 256 or 512; default 256), then ``key_version`` as in encrypt. ``context`` is
+    otherwise ignored (no sealflow key is derived), and so is a ``nonce`` (OpenBao 2.7 has no
+    such field here): the nonce is always a fresh random one, never the client's.
+    """
+    if kind not in DATAKEY_KINDS:
+        raise _wire.user_error("Invalid path, must be 'plaintext' or 'wrapped'")
+    context = _wire.as_str(body, "context")
+    if context:
+        try:
+            _ciphertext.b64decode(context)
+        except CiphertextError:
+            raise _wire.user_error("failed to base64-decode context") from None
+    key = _key(svc.store, name)
+    size = _DATAKEY_BYTES.get(_wire.as_int(body, "bits", 256))
+    if size is None:
+        raise _wire.user_error("invalid bit length")
+    work = [Item("", _wire.as_int(body, "key_version"), "", "")]
+    results = _Results(1)
+    versions = _versions(key, work, results)
+    if results.errors[0] is not None:
+        raise _wire.user_error(results.errors[0])
+    version = versions[0]
+    material = svc.store.key_material(key.name, version)
+    data_key = os.urandom(size)
+    sealed = _seal(key.algorithm, {version: material}, versions, {0: b""}, {0: data_key})[0]
+    answer: dict[str, Any] = {
+        "ciphertext": _ciphertext.encode(version, sealed),
+        "key_version": version,
+    }
+    if kind == "plaintext":
+        answer["plaintext"] = _b64(data_key)
+    return 200, _wire.envelope(answer)
+
+
 # -- checks, in Transit's order
 
 

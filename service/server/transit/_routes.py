@@ -7,9 +7,9 @@ Bearer``, 403 ``permission denied`` like Vault) before a byte of the body is rea
 then checks the scope the route needs against the key it names, reads the JSON body (at most
 ``max_json_bytes``) and answers in Vault's envelope.
 
-Scopes: ``encrypt:<glob>`` covers encrypt, ``decrypt:<glob>`` decrypt, rewrap needs both;
-reading a key's metadata needs either (clients read ``latest_version``) or ``admin``; every
-other key route needs ``admin``.
+Scopes: ``encrypt:<glob>`` covers encrypt and datakey, ``decrypt:<glob>`` decrypt, rewrap
+needs both; reading a key's metadata needs either (clients read ``latest_version``) or
+``admin``; every other key route needs ``admin``.
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ class Transit:
             "encrypt": (f"{mount}/encrypt/{{name}}", any_write),
             "decrypt": (f"{mount}/decrypt/{{name}}", any_write),
             "rewrap": (f"{mount}/rewrap/{{name}}", any_write),
+            "datakey": (f"{mount}/datakey/{{type}}/{{name}}", any_write),
             "keys": (f"{mount}/keys", get),
             "key": (f"{mount}/keys/{{name}}", get | any_write | {"DELETE"}),
             "rotate": (f"{mount}/keys/{{name}}/rotate", any_write),
@@ -125,8 +126,13 @@ class Transit:
                 raise _unsupported_operation()
             return 200, _keys.names(store)
         parts = scope["path"][len(self._under) :].split("/")
-        name = parts[2] if kind == "export" else parts[1]
+        name = parts[2] if kind in ("export", "datakey") else parts[1]
         log.key = name
+        if kind == "datakey":
+            if not _auth.allows(token, "encrypt", name):
+                raise _denied()
+            body = await _read(receive, limit)
+            return await _data.datakey(svc, parts[1], name, _wire.parse(body))
         operation = _DATA.get(kind)
         if operation is not None:
             for action in _SCOPES[kind]:
@@ -181,6 +187,8 @@ def _kind(parts: list[str]) -> str:
             return parts[2]
     if first == "export" and n in (3, 4):
         return "export"
+    if first == "datakey" and n == 3:
+        return "datakey"
     return "other"
 
 
