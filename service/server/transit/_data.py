@@ -11,7 +11,6 @@ answers 200 whatever its items did.
 
 from __future__ import annotations
 
-import binascii
 import os
 from collections.abc import Callable
 from typing import Any
@@ -286,7 +285,7 @@ def _open(
 
 
 def _b64(data: bytes) -> str:
-    return binascii.b2a_base64(data, newline=False).decode()
+    return _ciphertext.b64encode(data)
 
 
 def _encrypted(value: tuple[int, str] | None, error: str | None, reference: str) -> dict[str, Any]:
