@@ -22,6 +22,7 @@ from sealflow.service.keystore import KeyStore, TokenInfo
 
 from .. import _auth, _metrics, errors
 from .._logging import AccessRecord
+from .._protocol import LIST_METHOD as LIST
 from .._state import Services
 from ..errors import ApiError
 from . import _data, _keys, _sys, _wire
@@ -59,7 +60,7 @@ class Transit:
             "decrypt": (f"{mount}/decrypt/{{name}}", any_write),
             "rewrap": (f"{mount}/rewrap/{{name}}", any_write),
             "datakey": (f"{mount}/datakey/{{type}}/{{name}}", any_write),
-            "keys": (f"{mount}/keys", get),
+            "keys": (f"{mount}/keys", get | {LIST}),
             "key": (f"{mount}/keys/{{name}}", get | any_write | {"DELETE"}),
             "rotate": (f"{mount}/keys/{{name}}/rotate", any_write),
             "config": (f"{mount}/keys/{{name}}/config", any_write),
@@ -99,7 +100,9 @@ class Transit:
             if svc is None or token is None:
                 raise errors.keystore_unavailable()
             if method not in route.methods:
-                raise _unsupported_operation() if route.methods else _unsupported_path()
+                # Vault routes a LIST to the path with a slash appended: only a listing matches.
+                unknown = not route.methods or method == LIST
+                raise _unsupported_path() if unknown else _unsupported_operation()
             limit = svc.settings.max_json_bytes
             status, answer = await self._answer(svc, route, token, scope, receive, limit, log)
         except Exception as exc:  # every error leaves in Vault's shape, unexpected ones as 500
@@ -122,7 +125,7 @@ class Transit:
             return 200, _sys.lookup_self(token, _secret(scope) or "")
         if kind == "keys":
             _admin(token)
-            if scope["query_string"] not in (b"list=true", b"list=1"):
+            if method != LIST and scope["query_string"] not in (b"list=true", b"list=1"):
                 raise _unsupported_operation()
             return 200, _keys.names(store)
         parts = scope["path"][len(self._under) :].split("/")
@@ -251,8 +254,13 @@ def _denied() -> ApiError:
 
 
 def _unsupported_path() -> ApiError:
-    return ApiError(404, "not_found", "unsupported path")
+    return ApiError(404, "not_found", _framework_error("unsupported path"))
 
 
 def _unsupported_operation() -> ApiError:
-    return ApiError(405, "method_not_allowed", "unsupported operation")
+    return ApiError(405, "method_not_allowed", _framework_error("unsupported operation"))
+
+
+def _framework_error(message: str) -> str:
+    """How Vault's request framework words its own refusals (a go-multierror of one)."""
+    return f"1 error occurred:\n\t* {message}\n\n"

@@ -189,6 +189,22 @@ def test_encrypt_errors_and_batches(both: Both) -> None:
         }
 
 
+def test_list_method(vault: hvac.Client, openbao: hvac.Client) -> None:
+    """hvac's default clients (strict_http=False) list with Vault's LIST method."""
+    plain = Both(
+        hvac.Client(url=vault.url, token=vault.token),
+        hvac.Client(url=openbao.url, token=openbao.token),
+    )
+    name = unique("diff")
+    plain.same(lambda c: transit(c).create_key(name))
+    listed = plain.same(lambda c: transit(c).list_keys())
+    assert all(name in answer["data"]["keys"] for answer in listed.values())
+    plain.same(lambda c: c.adapter.list(f"/v1/transit/encrypt/{name}"))
+    plain.same(lambda c: c.adapter.list(f"/v1/transit/keys/{name}"))
+    plain.same(lambda c: c.adapter.get(f"/v1/transit/encrypt/{name}"))
+    plain.same(lambda c: c.adapter.get("/v1/transit/nonsense"))
+
+
 def test_tokens_and_health(both: Both, vault: hvac.Client, openbao: hvac.Client) -> None:
     both.same(lambda c: c.auth.token.lookup_self())
     both.same(lambda c: c.sys.read_health_status(method="GET"))

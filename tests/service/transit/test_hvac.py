@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import base64
 import functools
+import json
 import secrets
+import subprocess
 from collections.abc import Callable
 
 import httpx
@@ -193,6 +195,23 @@ def test_data_key_errors(server: Server, vault: hvac.Client) -> None:
     refused = hvac.Client(url=server.url, token=decrypt_only, strict_http=True)
     with pytest.raises(hvac.exceptions.Forbidden, match="permission denied"):
         refused.secrets.transit.generate_data_key(name, key_type="wrapped")
+
+
+def test_list_method(server: Server) -> None:
+    """hvac's default client lists keys with Vault's LIST method, which httptools lacks."""
+    name = unique("listed")
+    plain = hvac.Client(url=server.url, token=server.token)  # strict_http=False: LIST
+    plain.secrets.transit.create_key(name)
+    assert name in plain.secrets.transit.list_keys()["data"]["keys"]
+    command = ["curl", "-sS", "-X", "LIST", "-H", f"X-Vault-Token: {server.token}"]
+    command += ["-w", "\n%{http_code}", f"{server.url}/v1/transit/keys"]
+    listed = subprocess.run(command, capture_output=True, text=True, check=True).stdout  # noqa: S603
+    body, status = listed.rsplit("\n", 1)
+    assert status == "200"
+    assert name in json.loads(body)["data"]["keys"]
+    # LIST elsewhere: no such path, as in Vault.
+    with pytest.raises(hvac.exceptions.InvalidPath, match="unsupported path"):
+        plain.adapter.list(f"/v1/transit/encrypt/{name}")
 
 
 def test_scopes(server: Server) -> None:
