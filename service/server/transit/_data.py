@@ -169,15 +169,19 @@ def _decode_all(work: list[Item], results: _Results) -> dict[int, bytes]:
 
 
 def _versions(key: KeyInfo, work: list[Item], results: _Results) -> dict[int, int]:
+    latest = key.latest
+    pending = results.pending()
+    if not any(item.version for item in work):  # the usual batch: every item the latest
+        return dict.fromkeys(pending, latest)
     chosen = {}
-    for i in results.pending():
+    for i in pending:
         version = work[i].version
         if version < 0:
             results.fail(i, _VERSION_NEGATIVE)
-        elif version > key.latest:
+        elif version > latest:
             results.fail(i, _VERSION_TOO_HIGH)
         else:
-            chosen[i] = version or key.latest
+            chosen[i] = version or latest
     return chosen
 
 
@@ -204,8 +208,11 @@ def _parse_all(
 
 
 def _aads(work: list[Item], results: _Results) -> dict[int, bytes]:
+    pending = results.pending()
+    if not any(item.aad for item in work):
+        return dict.fromkeys(pending, b"")
     aads = {}
-    for i in results.pending():
+    for i in pending:
         try:
             aads[i] = _ciphertext.b64decode(work[i].aad) if work[i].aad else b""
         except CiphertextError as exc:
@@ -227,10 +234,12 @@ def _materials(
 def _groups(
     versions: dict[int, int], aads: dict[int, bytes], inputs: dict[int, bytes]
 ) -> dict[tuple[int, bytes], list[int]]:
+    members = [i for i in inputs if i in versions and i in aads]
+    if len(set(versions.values())) == 1 and len(set(aads.values())) == 1:
+        return {(versions[members[0]], aads[members[0]]): members} if members else {}
     groups: dict[tuple[int, bytes], list[int]] = {}
-    for i in inputs:
-        if i in versions and i in aads:
-            groups.setdefault((versions[i], aads[i]), []).append(i)
+    for i in members:
+        groups.setdefault((versions[i], aads[i]), []).append(i)
     return groups
 
 
