@@ -58,6 +58,11 @@ class Settings(BaseSettings):
         pattern=r"^/v1/[a-z0-9][a-z0-9_-]*(/[a-z0-9][a-z0-9_-]*)*$",
         description="path of the Vault-Transit-compatible API (docs/TRANSIT.md)",
     )
+    small_lane: bool = Field(
+        True,
+        description="answer a small single-shot request that arrived whole straight from the"
+        " HTTP parser's callback (docs/SERVICE.md); off: every request through the ASGI app",
+    )
     max_buffered_bytes: int = Field(
         1024 * MiB,
         ge=0,

@@ -69,11 +69,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         svc = start_services(settings)
         assert isinstance(app, SealflowApp)
         app.state.services = app.front.svc = svc
+        if settings.small_lane:
+            _protocol.LANE = app.front
         _drain.install(settings.drain_seconds)
         sync = asyncio.create_task(_sync_metrics(app))
         try:
             yield
         finally:
+            _protocol.LANE = None
             app.state.services = app.front.svc = None
             sync.cancel()
             app.access_log.flush()
