@@ -126,8 +126,6 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             return
         if self._refused:
             return  # discarded unread, while the refusal lingers
-        if self._head_timer is None:
-            self._arm_head_timer()
         if not head and data.startswith(_LIST):
             data = _AS_GET + data[len(_LIST) :]
             self._listing = True
@@ -141,6 +139,10 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self._refuse(414)
         elif self._head > LIMITS.head_limit:
             self._refuse(431)
+        elif self._head and self._head_timer is None:
+            # A head still incomplete after this read: it has head_timeout from now. (Armed
+            # only then: a head that comes whole in one read, the usual case, costs no timer.)
+            self._arm_head_timer()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -223,7 +225,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         else:
             lane = self._lane
             body = lane[0] if len(lane) == 1 else b"".join(lane)
-            default = b"".join(b"%s: %s\r\n" % pair for pair in self.server_state.default_headers)
+            default = _default_lines(self.server_state.default_headers)
             answer = None if LANE is None else _guarded(LANE.lane_answer, ticket, body, default)
             if answer is None:
                 self._to_app(complete=True)
@@ -268,6 +270,20 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self.loop.call_later(_LINGER, transport.abort)
         else:  # TLS has no half-close
             transport.close()
+
+
+_defaults: tuple[object, bytes] = (None, b"")
+
+
+def _default_lines(headers: list[tuple[bytes, bytes]]) -> bytes:
+    """The server's default header lines (``date``) as uvicorn writes them, joined once per
+    list (uvicorn's server loop replaces the list when the second changes)."""
+    global _defaults
+    source, lines = _defaults
+    if source is not headers:
+        lines = b"".join(b"%s: %s\r\n" % pair for pair in headers)
+        _defaults = (headers, lines)
+    return lines
 
 
 def _guarded(call: Callable[..., _T], *args: Any) -> _T | None:
