@@ -1,0 +1,46 @@
+#!/bin/bash
+# The official postgres image's entry point, in brief (see the Dockerfile beside this file).
+set -euo pipefail
+
+if [[ ${1:-} == -* ]]; then
+    set -- postgres "$@"
+fi
+if [[ ${1:-} != postgres ]]; then
+    exec "$@"
+fi
+
+if (($(id -u) == 0)); then
+    install -d -o postgres -g postgres -m 0700 "$PGDATA"
+    install -d -o postgres -g postgres -m 3777 /var/run/postgresql
+    exec setpriv --reuid=postgres --regid=postgres --init-groups "$0" "$@"
+fi
+
+if [[ ! -s $PGDATA/PG_VERSION ]]; then
+    if [[ -z ${POSTGRES_PASSWORD:-} ]]; then
+        echo "Database is uninitialized and superuser password is not specified." >&2
+        echo "  You must specify POSTGRES_PASSWORD to a non-empty value for the superuser." >&2
+        exit 1
+    fi
+    user=${POSTGRES_USER:-postgres}
+    db=${POSTGRES_DB:-$user}
+    initdb --username="$user" --pwfile=<(printf '%s\n' "$POSTGRES_PASSWORD") \
+        --auth-local=trust --auth-host=scram-sha-256 -D "$PGDATA" >/dev/null
+    echo "listen_addresses = '*'" >>"$PGDATA/postgresql.conf"
+    echo "host all all all scram-sha-256" >>"$PGDATA/pg_hba.conf"
+    # A server on the socket only while the database and the init scripts are made.
+    pg_ctl -D "$PGDATA" -o "-c listen_addresses=''" -w start >/dev/null
+    psql=(psql -v ON_ERROR_STOP=1 --no-psqlrc --username "$user")
+    if [[ $db != postgres ]]; then
+        "${psql[@]}" --dbname postgres --set db="$db" <<<'CREATE DATABASE :"db";'
+    fi
+    for f in /docker-entrypoint-initdb.d/*; do
+        case "$f" in
+            *.sql) "${psql[@]}" --dbname "$db" -f "$f" ;;
+            *.sh) . "$f" ;;
+            *) ;;
+        esac
+    done
+    pg_ctl -D "$PGDATA" -m fast -w stop >/dev/null
+    echo "PostgreSQL init process complete; ready for start up."
+fi
+exec "$@"
