@@ -48,11 +48,12 @@ PORTS = {
     "LOCUST_PORT": "127.0.0.1:",
 }
 
-T0 = time.monotonic()
+# The clock of run.sh's lines, so that the times of one run read on (seconds since its start).
+T0 = float(os.environ.get("SEALFLOW_CI_T0", time.time()))
 
 
 def say(text: str) -> None:
-    print(f"[{time.monotonic() - T0:6.1f} s] {text}", flush=True)
+    print(f"[{time.time() - T0:6.1f} s] {text}", flush=True)
 
 
 @contextlib.contextmanager
@@ -282,6 +283,7 @@ class Checks:
             "the extension and Python load different OpenSSLs"
         )
         assert "=> /lib/" in libcrypto or "=> /usr/lib/" in libcrypto, libcrypto
+        self.pinned()
         # docker stop: /readyz turns 503 at once, requests are still served while draining, exit 0.
         stop = [self.docker_bin, "stop", "-t", "40", name]
         stopping = subprocess.Popen(stop, stdout=subprocess.DEVNULL)  # noqa: S603
@@ -294,6 +296,28 @@ class Checks:
         assert code == "0", f"exit code {code} after docker stop"
         self.docker("rm", "-v", name)
         self.docker("volume", "rm", "sfci-one-data")
+
+    def pinned(self) -> None:
+        """Every distribution in the image's venv is at the version its lock pins."""
+        locked: dict[str, str] = {}
+        for lock in ("runtime.txt", "build.txt"):
+            text = (self.project / "requirements" / lock).read_text()
+            for name, version in re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)", text, re.MULTILINE):
+                locked[re.sub(r"[-_.]+", "-", name).lower()] = version
+        listed = self.docker(
+            "run", "--rm", "--entrypoint", "pip", "sealflow:local", "list", "--format", "json"
+        )
+        installed = {
+            re.sub(r"[-_.]+", "-", d["name"]).lower(): d["version"] for d in json.loads(listed)
+        }
+        # pip is the venv's own (ensurepip), sealflow the project: neither is in a lock.
+        unpinned = {
+            name: version
+            for name, version in installed.items()
+            if name not in ("pip", "sealflow") and locked.get(name) != version
+        }
+        assert not unpinned, f"not at their locked versions in the image: {unpinned}"
+        say(f"    {len(installed) - 2} distributions in the image, each at its locked version")
 
     def stack_up(self) -> None:
         self.master_key(self.project / "deploy" / "master.key")
@@ -505,7 +529,7 @@ class Checks:
             ("postgres", "the postgres stand-in: initdb from POSTGRES_*, password auth, "
              "pg_isready, data kept", self.postgres),
             ("one", "one container: healthy, uid 10001, /readyz, curl round trips, "
-             "OpenSSL >= 3.2, docker stop drains, exit 0", self.one_container),
+             "OpenSSL >= 3.2, locked versions, docker stop drains, exit 0", self.one_container),
             ("up", f"the stack up: {REPLICAS} replicas healthy behind the balancer, "
              "Prometheus", self.stack_up),
             ("round-trips", "round trips through the balancer: 1 KiB, 64 MiB, 256 MiB, both "

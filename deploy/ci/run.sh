@@ -247,8 +247,20 @@ build_standins() {
             status=1
         fi
     done
-    "$docker" images --format '{{.Repository}}:{{.Tag}} {{.Size}}' | sort | sed 's/^/    /'
-    return "$status"
+    ((status == 0)) || return 1
+    # What each stand-in holds, beside the name it stands in for.
+    local what
+    for image in $("$docker" images --filter dangling=false --format '{{.Repository}}:{{.Tag}}' | sort); do
+        case "$image" in
+            python:*) what=$("$docker" run --rm "$image" python --version) ;;
+            haproxy:*) what=$("$docker" run --rm "$image" haproxy -v | sed -n 1p) ;;
+            postgres:*) what=$("$docker" run --rm "$image" postgres --version) ;;
+            prom/prometheus:*) what=$("$docker" run --rm "$image" --version 2>&1 | sed -n 1p) ;;
+            locustio/locust:*) what=$("$docker" run --rm "$image" --version 2>&1 | sed -n 1p) ;;
+            *) continue ;;
+        esac
+        echo "    $image: $what"
+    done
 }
 
 build_sealflow() {
@@ -257,7 +269,7 @@ build_sealflow() {
 }
 
 checks() {  # its own steps, each with PASS and its duration
-    "$python" "$repo/deploy/ci/checks.py" --docker "$docker" --project "$work/sealflow" \
+    SEALFLOW_CI_T0=$((t0 / 1000000)).$(printf '%06d' $((t0 % 1000000))) "$python" "$repo/deploy/ci/checks.py" --docker "$docker" --project "$work/sealflow" \
         --benchmarks "$repo/benchmarks" --postgres-image "$postgres_image" \
         ${SEALFLOW_CI_ONLY:+--only "$SEALFLOW_CI_ONLY"}
 }

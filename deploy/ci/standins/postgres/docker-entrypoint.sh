@@ -5,7 +5,8 @@ set -euo pipefail
 if [[ ${1:-} == -* ]]; then
     set -- postgres "$@"
 fi
-if [[ ${1:-} != postgres ]]; then
+# Anything else, or postgres asked for its version or help, runs as it is.
+if [[ ${1:-} != postgres ]] || [[ " $* " =~ \ (-V|--version|-\?|--help|--describe-config)\  ]]; then
     exec "$@"
 fi
 
@@ -34,6 +35,7 @@ if [[ ! -s $PGDATA/PG_VERSION ]]; then
         "${psql[@]}" --dbname postgres --set db="$db" <<<'CREATE DATABASE :"db";'
     fi
     for f in /docker-entrypoint-initdb.d/*; do
+        # shellcheck disable=SC1090  # the init scripts are the user's
         case "$f" in
             *.sql) "${psql[@]}" --dbname "$db" -f "$f" ;;
             *.sh) . "$f" ;;
