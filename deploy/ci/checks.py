@@ -34,6 +34,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
+import yaml
+
 from sealflow.service.client import Client
 
 KIB, MIB = 1024, 1024 * 1024
@@ -76,6 +78,7 @@ class Checks:
         self.postgres_image: str = args.postgres_image
         self.tmp = Path(tempfile.mkdtemp(prefix="sfci-checks-"))
         self.env = {**os.environ, **PORTS}
+        self.made: list[Path] = []  # the secret files written into the project's copy
 
     # -- tools ------------------------------------------------------------------------------
 
@@ -199,10 +202,14 @@ class Checks:
     def postgres(self) -> None:
         """The postgres stand-in behaves as the official image does for compose's variables."""
         name, password = "sfci-postgres", secrets.token_urlsafe(16)
+        secret = self.tmp / "postgres_password"
+        secret.write_text(password + "\n")
+        secret.chmod(0o600)  # root's: the entry point reads it before it drops privileges
         self.docker(
             "run", "-d", "--name", name, "-v", "sfci-postgres:/var/lib/postgresql/data",
-            "-e", f"POSTGRES_PASSWORD={password}", "-e", "POSTGRES_USER=sealflow",
-            "-e", "POSTGRES_DB=sealflow", self.postgres_image,
+            "--mount", f"type=bind,src={secret},dst=/run/secrets/postgres_password,readonly",
+            "-e", "POSTGRES_PASSWORD_FILE=/run/secrets/postgres_password",
+            "-e", "POSTGRES_USER=sealflow", "-e", "POSTGRES_DB=sealflow", self.postgres_image,
         )  # fmt: skip
         ready = ("exec", name, "pg_isready", "-h", "127.0.0.1", "-U", "sealflow", "-d", "sealflow")
         self.wait(
@@ -238,7 +245,7 @@ class Checks:
         self.docker("rm", "-f", "-v", name)
         self.docker("volume", "rm", "sfci-postgres")
         say(
-            f"    {self.postgres_image}: {who}, password auth, "
+            f"    {self.postgres_image}: {who}, POSTGRES_PASSWORD_FILE, password auth, "
             "data in /var/lib/postgresql/data kept"
         )
 
@@ -319,8 +326,32 @@ class Checks:
         assert not unpinned, f"not at their locked versions in the image: {unpinned}"
         say(f"    {len(installed) - 2} distributions in the image, each at its locked version")
 
+    def make_secrets(self) -> None:
+        """Every file secret the compose file names, made as its header comment says: the
+        master key, and with a PostgreSQL keystore its password and the URL that carries it.
+        Those the replicas read belong to uid 10001 (docs/DEPLOY.md); mode 0600 for all."""
+        config = yaml.safe_load(self.compose("--profile", "load", "config"))
+        files = {name: Path(spec["file"]) for name, spec in config.get("secrets", {}).items()}
+        postgres = config["services"].get("postgres", {}).get("environment", {})
+        password = secrets.token_urlsafe(24)
+        for name, path in sorted(files.items(), key=lambda item: "url" in item[0]):
+            if "master_key" in name:
+                self.master_key(path)
+            elif name == "postgres_password":
+                path.write_text(password + "\n")
+                path.chmod(0o600)  # read by the postgres entry point as root
+            elif "keystore_url" in name:
+                user, db = postgres.get("POSTGRES_USER", "postgres"), postgres.get("POSTGRES_DB")
+                path.write_text(f"postgresql://{user}:{password}@postgres/{db or user}\n")
+                path.chmod(0o600)
+                os.chown(path, int(UID), int(UID))
+            else:
+                raise AssertionError(f"no recipe here for the secret {name} ({path})")
+            self.made.append(path)
+        say(f"    secrets made: {', '.join(sorted(files))}")
+
     def stack_up(self) -> None:
-        self.master_key(self.project / "deploy" / "master.key")
+        self.make_secrets()
         self.compose("up", "-d")
         replicas = self.replicas()
         assert len(replicas) == REPLICAS, f"{len(replicas)} replicas, not {REPLICAS}"
@@ -512,7 +543,8 @@ class Checks:
 
     def stack_down(self) -> None:
         self.compose("--profile", "load", "down", "-v", env={**self.env, "SEALFLOW_TOKEN": ""})
-        (self.project / "deploy" / "master.key").unlink()
+        for path in self.made:
+            path.unlink()
 
     def benchmark(self) -> None:
         out = self.docker(

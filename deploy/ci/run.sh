@@ -57,7 +57,10 @@ docker=/usr/bin/docker
 
 now() { echo "${EPOCHREALTIME/./}"; }  # microseconds
 t0=$(now)
-since() { local us=$(($(now) - $1)); printf '%d.%d' $((us / 1000000)) $((us / 100000 % 10)); }
+since() {  # seconds since $1, rounded to tenths
+    local us=$(($(now) - $1 + 50000))
+    printf '%d.%d' $((us / 1000000)) $((us / 100000 % 10))
+}
 log() { printf '[%6s s] %s\n' "$(since "$t0")" "$*"; }
 
 # ---- the host's network state, before dockerd touches it -------------------------------
@@ -138,7 +141,7 @@ stop_everything() {
     local pid
     local f cmd
     for f in /proc/[0-9]*/cmdline; do
-        cmd=$(tr '\0' ' ' <"$f" 2>/dev/null) || continue
+        cmd=$(tr '\0' ' ' 2>/dev/null <"$f") || continue
         pid=${f#/proc/} pid=${pid%/cmdline}
         [[ $cmd == *"$work/"* && $pid != "$$" && $pid != "$BASHPID" ]] && kill -KILL "$pid" 2>/dev/null
     done
