@@ -410,6 +410,21 @@ class Checks:
             0.05,
         )
         say(f"    rotated on {ips[0]}: version {before[0]} -> {before[0] + 1} on {', '.join(ips)}")
+        # With a PostgreSQL keystore in the file, every replica holds a connection to it.
+        services = yaml.safe_load(self.compose("config"))["services"]
+        if "postgres" in services:
+            db = services["postgres"].get("environment", {})
+            user = db.get("POSTGRES_USER", "postgres")
+            query = (
+                "select distinct host(client_addr) from pg_stat_activity"
+                " where client_addr is not null"
+            )
+            clients = self.compose(
+                "exec", "-T", "postgres", "psql", "-U", user, "-d", db.get("POSTGRES_DB", user),
+                "-Atc", query,
+            ).split()  # fmt: skip
+            assert set(ips) <= set(clients), f"replicas {ips}, PostgreSQL's clients {clients}"
+            say(f"    every replica is connected to the postgres service ({len(clients)} clients)")
 
     def prometheus(self) -> None:
         url = "http://" + self.compose("port", "prometheus", "9090")
