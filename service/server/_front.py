@@ -90,8 +90,7 @@ class Front:
                 await data.serve(svc, route, token, head, scope, receive, send)
             elif vault is not None and svc is not None:
                 app = functools.partial(self.transit.serve, svc, vault, token)
-                # Transit answers through _wire, which notes the status itself.
-                await self._watched(svc, app, scope, receive, send, log, notes_status=True)
+                await self._watched(svc, app, scope, receive, send, log, vault=True)
             elif vault is not None:
                 await self.transit.serve(svc, vault, token, scope, receive, send)
             elif svc is not None and limited:
@@ -180,13 +179,14 @@ class Front:
         receive: Receive,
         send: Send,
         log: AccessRecord,
-        notes_status: bool = False,
+        vault: bool = False,
     ) -> None:
         """FastAPI's and Transit's routes, their body reads under the receive deadline like
-        the data routes'. ``notes_status``: the app sets ``log.status`` itself."""
+        the data routes'. ``vault``: Transit's, which note ``log.status`` themselves (through
+        ``_wire``) and whose timeout is answered in Vault's shape."""
         watch = svc.watchdog.watch()
         try:
-            sending = send if notes_status else _noting_status(send, log)
+            sending = send if vault else _noting_status(send, log)
             await app(scope, _watching(receive, watch), sending)
         except asyncio.CancelledError as exc:
             if not stalled(exc):
@@ -196,6 +196,9 @@ class Front:
                 drop_connection(scope)
                 return
             error = errors.timeout()
+            if vault:  # {"errors": [...]}, the connection closed (the body is left unread)
+                await transit.refuse(error, scope, send, log)
+                return
             log.status, log.error = error.status, error.code
             await send_error(send, error, close=True)
         finally:
