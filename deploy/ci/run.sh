@@ -29,7 +29,8 @@ while (($#)); do
         *) echo "unknown option $1" >&2; exit 2 ;;
     esac
 done
-python=$(command -v "$python")
+python=$(command -v "$python") || { echo "no Python at $python" >&2; exit 2; }
+[[ $python == /* ]] || python=$PWD/$python  # a venv's python: its path, not its symlink's target
 cd -P "$(dirname "${BASH_SOURCE[0]}")/../.."
 repo=$PWD
 ((EUID == 0)) || { echo "run.sh needs root (it starts dockerd)" >&2; exit 2; }
