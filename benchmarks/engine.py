@@ -7,8 +7,10 @@ benchmarks.engine`` (the scaling table needs two cores: run it unpinned).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
+import ssl
 import struct
 import sys
 import threading
@@ -16,6 +18,7 @@ import time
 import tracemalloc
 from collections.abc import Callable
 
+import cryptography
 from cryptography.cobblestone import Cobblestone256Decryptor, Cobblestone256Encryptor
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
 
@@ -216,32 +219,69 @@ def throughput(report: Report) -> None:
             )
 
 
+def _streams(alg: Algorithm, key: bytes, data: bytes, threads: int, seconds: float = 1.0) -> float:
+    """MB/s of 1 MiB chunked seals on `threads` threads at once, for `seconds`."""
+    counts = [0] * threads
+    stop = time.perf_counter() + seconds
+
+    def work(i: int) -> None:
+        seal, _ = _chunked_ours(alg, data, key)
+        while time.perf_counter() < stop:
+            seal()
+            counts[i] += 1
+
+    pool = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    return sum(counts) * len(data) / seconds / 1e6
+
+
 def scaling(report: Report) -> None:
     print("\n## 3. Scaling: 1 MiB chunked streams (seal), 1 vs 2 threads (MB/s)\n")
     print("| algorithm | 1 thread | 2 threads | ratio |\n|---|---:|---:|---:|")
     for alg in Algorithm:
         key, data = os.urandom(alg.spec.key_len), os.urandom(MIB)
-
-        def run(threads: int, seconds: float = 1.0) -> float:
-            counts = [0] * threads
-            stop = time.perf_counter() + seconds
-
-            def work(i: int) -> None:
-                seal, _ = _chunked_ours(alg, data, key)
-                while time.perf_counter() < stop:
-                    seal()
-                    counts[i] += 1
-
-            pool = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
-            for t in pool:
-                t.start()
-            for t in pool:
-                t.join()
-            return sum(counts) * MIB / seconds / 1e6
-
-        one, two = max(run(1) for _ in range(2)), max(run(2) for _ in range(2))
+        one = max(_streams(alg, key, data, 1) for _ in range(2))
+        two = max(_streams(alg, key, data, 2) for _ in range(2))
         print(f"| {alg.value} | {one:,.0f} | {two:,.0f} | {two / one:.2f}x |")
         report.check(f"{alg.value} chunked 1 MiB, 2 threads / 1 thread", two / one, 1.8)
+
+
+def by_provider(report: Report) -> None:
+    """AES-256-GCM streams on each provider, 1 and 2 threads. Run inside the Docker image
+    (deploy/ci/run.sh), whose OpenSSL (>= 3.2) has VAES AES-GCM: the native provider then
+    releases the GIL for a whole run of chunks at VAES speed, which Debian 12's OpenSSL 3.0
+    cannot give it."""
+    flags = ""
+    with contextlib.suppress(OSError, StopIteration), open("/proc/cpuinfo") as f:
+        flags = next(line for line in f if line.startswith("flags"))
+    vaes = "yes" if {"vaes", "vpclmulqdq"} <= set(flags.split()) else "no"
+    print(
+        "\n## 7. AES-256-GCM by provider: 1 MiB chunked streams (seal), 1 vs 2 threads (MB/s)\n"
+        f"\n{ssl.OPENSSL_VERSION} (the system's libcrypto, the native provider's); "
+        f"cryptography {cryptography.__version__}; CPU VAES + VPCLMULQDQ: {vaes}\n"
+    )
+    print("| provider | 1 thread | 2 threads | 2 / 1 |\n|---|---:|---:|---:|")
+    key, data = os.urandom(32), os.urandom(MIB)
+    rows = {}
+    try:
+        for provider in ("native", "cryptography"):
+            engine.set_provider(provider)
+            one = max(_streams(ALG, key, data, 1) for _ in range(2))
+            two = max(_streams(ALG, key, data, 2) for _ in range(2))
+            rows[provider] = (one, two)
+            print(f"| {provider} | {one:,.0f} | {two:,.0f} | {two / one:.2f}x |")
+    finally:
+        engine.set_provider(None)
+    (n1, n2), (c1, c2) = rows["native"], rows["cryptography"]
+    print(f"| native / cryptography | {n1 / c1:.2f}x | {n2 / c2:.2f}x | |")
+    report.check("aes-256-gcm chunked 1 MiB, native / cryptography, 1 thread", n1 / c1, 1.0)
+    report.check("aes-256-gcm chunked 1 MiB, native / cryptography, 2 threads", n2 / c2, 1.0)
+    report.check(
+        "aes-256-gcm chunked 1 MiB, native 2 threads / best 1 thread", n2 / max(n1, c1), 1.8
+    )
 
 
 def allocation(report: Report) -> None:
@@ -384,6 +424,7 @@ SECTIONS = {
     "allocation": allocation,
     "records": records,
     "records_reuse": records_reuse,
+    "by_provider": by_provider,
 }
 
 

@@ -5,7 +5,8 @@ Users create nothing: the key and the token come from the environment
 token needs ``encrypt`` and ``decrypt`` on the key). The mix, by weight: 70 %
 1 KiB single-shot, 25 % 64 KiB stream, 5 % 4 MiB stream, half of each with an
 ``X-AAD``. A wrong answer, a wrong status or a short body is a Locust failure
-with the reason.
+with the reason; a decrypt is sent only for an envelope that arrived whole (a reply cut off
+mid-body is the encrypt's failure, never a second one of the decrypt).
 
 ``FastHttpUser`` (geventhttpclient): several times the requests per second of
 ``HttpUser`` from one load-generator core, and it sends a bytes body in one
@@ -19,6 +20,7 @@ from __future__ import annotations
 import base64
 import os
 import random
+from typing import Any
 
 from locust import FastHttpUser, task
 
@@ -26,6 +28,22 @@ KEY = os.environ.get("SEALFLOW_LOAD_KEY", "default")
 TOKEN = os.environ.get("SEALFLOW_TOKEN", "")
 # Payloads are drawn once per size: the check compares bytes, not random streams.
 PAYLOADS = {size: os.urandom(size) for size in (1024, 64 * 1024, 4 * 1024 * 1024)}
+
+
+def whole_body(reply: Any) -> bytes | None:
+    """The reply's body if all of it arrived, else None: no error while it was read, and as
+    many bytes as its Content-Length says (every reply of the default transport has one).
+    A reply cut off mid-body keeps its 200 status, and Locust can hand over what arrived."""
+    if reply.request_meta.get("exception") is not None or getattr(reply, "error", None):
+        return None
+    try:
+        body = reply.content
+    except Exception:
+        return None
+    length = reply.headers.get("Content-Length")
+    if body is None or length is None or not length.isdigit() or int(length) != len(body):
+        return None
+    return bytes(body)
 
 
 class RoundTrip(FastHttpUser):
@@ -55,8 +73,11 @@ class RoundTrip(FastHttpUser):
             if sealed.status_code != 200:
                 sealed.failure(f"encrypt: HTTP {sealed.status_code}: {(sealed.text or '')[:200]}")
                 return
-            envelope = sealed.content
-            if envelope is None or envelope[:4] != b"SFL1":
+            envelope = whole_body(sealed)
+            if envelope is None:
+                sealed.failure("encrypt: the reply was cut off (no decrypt sent)")
+                return
+            if envelope[:4] != b"SFL1":
                 sealed.failure("encrypt: the reply is not a sealflow envelope")
                 return
         with self.client.post(
@@ -65,9 +86,12 @@ class RoundTrip(FastHttpUser):
         ) as opened:  # fmt: skip
             if opened.status_code != 200:
                 opened.failure(f"decrypt: HTTP {opened.status_code}: {(opened.text or '')[:200]}")
-            elif opened.content != data:
-                got = len(opened.content or b"")
-                opened.failure(f"decrypt: plaintext differs ({got} bytes, {size} sent)")
+                return
+            plain = whole_body(opened)
+            if plain is None:
+                opened.failure("decrypt: the reply was cut off")
+            elif plain != data:
+                opened.failure(f"decrypt: plaintext differs ({len(plain)} bytes, {size} sent)")
 
     @task(70)
     def small_single(self) -> None:

@@ -8,11 +8,14 @@ and run with real traffic by tests/matrix.
 
 from __future__ import annotations
 
+import fnmatch
+import os
 import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,7 +72,8 @@ def test_balancer_is_haproxy_with_the_shipped_config() -> None:
     balancer = compose()["services"]["balancer"]
     assert balancer["image"].startswith("haproxy:")
     assert "./deploy/haproxy.cfg:/usr/local/etc/haproxy/haproxy.cfg:ro" in balancer["volumes"]
-    assert balancer["ports"] == ["8080:8080"]
+    # Port 8080 on the host unless BALANCER_PORT says otherwise (CI: a free loopback port).
+    assert balancer["ports"] == ["${BALANCER_PORT:-8080}:8080"]
     assert balancer["depends_on"]["sealflow"]["condition"] == "service_healthy"
 
 
@@ -156,3 +160,61 @@ def test_dockerfile_runs_as_non_root_with_a_readiness_healthcheck() -> None:
     assert any(line.startswith("HEALTHCHECK") for line in lines)
     assert "/readyz" in "\n".join(lines)
     assert 'VOLUME ["/data"]' in lines
+
+
+def resolved(directory: Path = ROOT, **env: str) -> dict[str, Any]:
+    """The file as docker-compose reads it, variables substituted."""
+    tool = shutil.which("docker-compose")
+    assert tool, "docker-compose is missing: apt-get install docker-compose (see README)"
+    done = subprocess.run(  # noqa: S603 (the docker-compose on PATH)
+        [tool, "--profile", "load", "config"],
+        cwd=directory,
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, **env},
+    )
+    assert done.returncode == 0, done.stderr
+    loaded: dict[str, Any] = yaml.safe_load(done.stdout)
+    return loaded
+
+
+def test_the_replica_count_is_in_the_file_so_every_up_keeps_it() -> None:
+    # `up --scale sealflow=3` then `--profile load up -d` went back to one replica: the count
+    # is deploy.replicas (3, or SEALFLOW_REPLICAS), which every `up` applies.
+    # (deploy/ci/run.sh checks it on a real stack.)
+    assert resolved()["services"]["sealflow"]["deploy"]["replicas"] == 3
+    assert resolved(SEALFLOW_REPLICAS="5")["services"]["sealflow"]["deploy"]["replicas"] == 5
+    workers = resolved()["services"]["locust-worker"]["deploy"]["replicas"]
+    assert workers == 2
+
+
+def test_published_ports_can_be_moved_to_loopback() -> None:
+    services = resolved(
+        BALANCER_PORT="127.0.0.1:18080", PROMETHEUS_PORT="127.0.0.1:", LOCUST_PORT="18089"
+    )["services"]
+    assert services["balancer"]["ports"] == ["127.0.0.1:18080:8080/tcp"]
+    assert services["prometheus"]["ports"] == ["127.0.0.1::9090/tcp"]
+    assert services["locust-master"]["ports"] == [{"published": 18089, "target": 8089}]
+
+
+@pytest.mark.parametrize(
+    "path", ["deploy/master.key", "master.key", ".env", "deploy/tls/server.key", ".venv/bin/x"]
+)
+def test_keys_and_local_environments_stay_out_of_git_and_the_build_context(path: str) -> None:
+    ignored = subprocess.run(  # noqa: S603
+        ["git", "check-ignore", "--no-index", "-q", path],  # noqa: S607
+        cwd=ROOT,
+        check=False,
+    )
+    assert ignored.returncode == 0, f"{path} is not git-ignored"
+    patterns = [
+        line.strip()
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    # Docker's rules: a folder excludes what is in it; "**/" matches any folders, or none.
+    forms = {f for p in patterns for f in (p.rstrip("/"), p.rstrip("/").removeprefix("**/"))}
+    assert any(fnmatch.fnmatch(path, f) or fnmatch.fnmatch(path, f + "/*") for f in forms), (
+        f"{path} would be sent to the Docker daemon in the build context"
+    )

@@ -8,8 +8,10 @@ import csv
 import os
 import re
 import shutil
+import socketserver
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -80,6 +82,69 @@ def test_any_failed_request_fails_the_run(tmp_path: Path) -> None:
     assert int(rows["Aggregated"]["Failure Count"]) > 0
     with (tmp_path / "out" / "locust_failures.csv").open() as f:
         assert any("HTTP 403" in row["Error"] for row in csv.DictReader(f))
+
+
+class CuttingServer(socketserver.ThreadingTCPServer):
+    """A server that fails the way a proxy cutting a stream does: every encrypt gets a 200
+    whose body stops short of its Content-Length (it starts like an envelope), then the
+    connection closes. It counts the decrypts it is sent. (A stand-in for a fault no real
+    sealflow makes on purpose; the balancer of issue 15 made it.)"""
+
+    daemon_threads = True
+    allow_reuse_address = True
+    decrypts = 0
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), CutReply)
+
+
+class CutReply(socketserver.StreamRequestHandler):
+    server: CuttingServer
+
+    def handle(self) -> None:
+        head = b""
+        while not head.endswith(b"\r\n\r\n"):
+            line = self.rfile.readline()
+            if not line:
+                return
+            head += line
+        request, *fields = head.decode("latin-1").split("\r\n")
+        length = next(
+            (int(f.split(":", 1)[1]) for f in fields if f.lower().startswith("content-length:")), 0
+        )
+        self.rfile.read(length)
+        if request.startswith("POST /v1/decrypt"):
+            self.server.decrypts += 1
+            self.wfile.write(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+            return
+        self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Length: 5000\r\n\r\nSFL1" + bytes(996))
+        # ... and the connection closes 4,000 bytes short.
+
+
+def test_an_encrypt_cut_off_is_a_failure_and_its_envelope_is_never_decrypted(
+    tmp_path: Path,
+) -> None:
+    server = CuttingServer()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        # Any token: this server checks none.
+        env = {"SEALFLOW_TOKEN": "unused"}
+        done = run(tmp_path, "--users", "2", "--duration", "3s", "--url", url, **env)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert done.returncode == 1, done.stderr[-2000:]
+    rows = stats(tmp_path)
+    encrypts = [row for name, row in rows.items() if name.startswith("encrypt")]
+    assert sum(int(row["Failure Count"]) for row in encrypts) > 10
+    assert not any(name.startswith("decrypt") for name in rows)
+    assert server.decrypts == 0
+    with (tmp_path / "locust_failures.csv").open() as f:
+        failures = list(csv.DictReader(f))
+    assert failures
+    assert all(row["Name"].startswith("encrypt") for row in failures), failures
 
 
 @pytest.fixture(scope="module")
