@@ -155,7 +155,9 @@ class FramingOpener(_Framing):
         self._header_buf = bytearray()
 
     def update_size(self, n: int) -> int:
-        """An upper bound: header bytes still to come are counted as body."""
+        """Exactly what ``update_into`` writes for n more bytes (the bytes API allocates it)."""
+        if self._base_nonce == b"":
+            n = max(n - (HEADER_LEN - len(self._header_buf)), 0)
         return (len(self._pending) + n) // SEALED_CHUNK_LEN * CHUNK_LEN
 
     def finalize_size(self) -> int:
