@@ -50,7 +50,9 @@ class Measurement:
     size_class: SizeClass
     provider: str
     single: float  # one thread
-    aggregate: float  # `threads` threads at once, all together (= single for one thread)
+    # `threads` threads at once, all together (= single for one thread or an inline class;
+    # None when not measured because it could not win, see ``measure``)
+    aggregate: float | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,13 +68,17 @@ class Calibration:
         """Which figure decides: "single" for inline jobs or one thread, else "aggregate"."""
         return "single" if size_class is SizeClass.SMALL or threads == 1 else "aggregate"
 
+    def _score(self, m: Measurement) -> float:
+        if self.basis(m.size_class, self.threads) == "single":
+            return m.single
+        return m.aggregate if m.aggregate is not None else 0.0
+
     def choice(self) -> dict[tuple[Algorithm, SizeClass], str]:
         """The faster provider per (algorithm, size class), by the figure that decides."""
         best: dict[tuple[Algorithm, SizeClass], Measurement] = {}
         for m in self.measurements:
             key = (m.algorithm, m.size_class)
-            field = self.basis(m.size_class, self.threads)
-            if key not in best or getattr(m, field) > getattr(best[key], field):
+            if key not in best or self._score(m) > self._score(best[key]):
                 best[key] = m
         return {key: m.provider for key, m in best.items()}
 
@@ -120,53 +126,99 @@ def _single(job: Callable[[], None], reps: int) -> float:
     return best
 
 
-def _together(
-    provider: Provider, spec: AlgorithmSpec, cls: SizeClass, threads: int, reps: int
-) -> float:
-    """Best seconds for `threads` threads each running reps jobs at once: from the first
-    thread's start to the last one's end (each thread reads its own clock, so a late wake-up
-    of the calling thread cannot shorten the span)."""
-    go = threading.Barrier(threads)
-    spans: list[list[tuple[float, float]]] = [[] for _ in range(_POOL_ROUNDS)]
-    failures: list[BaseException] = []
+class _Team:
+    """`threads` threads that run the same timed job at once, kept for a whole calibration
+    (starting threads per measurement cost more than measuring)."""
 
-    def work() -> None:
-        try:
-            job = _job(provider, spec, cls)  # buffers and contexts of this thread's own
-            job()
-            for r in range(_POOL_ROUNDS):
-                go.wait()
+    def __init__(self, threads: int) -> None:
+        self._go = threading.Barrier(threads + 1)
+        self._done = threading.Barrier(threads + 1)
+        self._task: tuple[Provider, AlgorithmSpec, SizeClass, int] | None = None
+        self._spans: list[list[tuple[float, float]]] = []
+        self._failures: list[BaseException] = []
+        self._threads = [
+            threading.Thread(target=self._work, name=f"sealflow-calibrate-{i}", daemon=True)
+            for i in range(threads)
+        ]
+        for t in self._threads:
+            t.start()
+
+    def _work(self) -> None:
+        while True:
+            self._go.wait()
+            task = self._task
+            if task is None:
+                return
+            provider, spec, cls, reps = task
+            try:
+                job = _job(provider, spec, cls)  # buffers and warm contexts of its own
+                job()
+            except BaseException as exc:  # raised by run(), in the calibrating thread
+                self._failures.append(exc)
+                job = None
+            self._done.wait()
+            for spans in self._spans:
+                self._go.wait()
                 start = time.perf_counter()
-                for _ in range(reps):
-                    job()
-                spans[r].append((start, time.perf_counter()))
-        except BaseException as exc:  # raised in the calling thread below
-            failures.append(exc)
-            go.abort()
+                for _ in range(reps if job is not None else 0):
+                    job()  # type: ignore[misc]
+                spans.append((start, time.perf_counter()))
+                self._done.wait()
 
-    pool = [threading.Thread(target=work, name=f"sealflow-calibrate-{i}") for i in range(threads)]
-    for t in pool:
-        t.start()
-    for t in pool:
-        t.join()
-    if failures:
-        raise failures[0]
-    return min(max(e for _, e in r) - min(s for s, _ in r) for r in spans)
+    def run(self, provider: Provider, spec: AlgorithmSpec, cls: SizeClass, reps: int) -> float:
+        """Best seconds, over a few rounds, for every thread running reps jobs at once: from
+        the first thread's start to the last one's end (each thread reads its own clock, so a
+        late wake-up of the calibrating thread cannot shorten the span)."""
+        self._task = (provider, spec, cls, reps)
+        self._spans = [[] for _ in range(_POOL_ROUNDS)]
+        self._go.wait()  # set up
+        self._done.wait()
+        for _ in range(_POOL_ROUNDS):
+            self._go.wait()
+            self._done.wait()
+        if self._failures:
+            raise self._failures[0]
+        return min(max(e for _, e in r) - min(b for b, _ in r) for r in self._spans)
+
+    def close(self) -> None:
+        self._task = None
+        self._go.wait()
+        for t in self._threads:
+            t.join()
 
 
 def measure(threads: int) -> Calibration:
-    """Time every provider per algorithm and size class, on one thread and on `threads`."""
+    """Time every provider per algorithm and size class, on one thread and on `threads`.
+
+    The aggregate of a provider is not measured (None) when it cannot win: when even
+    `threads` times its one-thread figure is below another provider's aggregate.
+    """
     began = time.perf_counter()
-    rows = []
-    for alg in Algorithm:
-        spec = alg.spec
-        for cls in SizeClass:
-            size, count, reps, pool_reps = _JOBS[cls]
-            for name, provider in PROVIDERS.items():
-                single = size * count * reps / _single(_job(provider, spec, cls), reps)
-                aggregate = single
-                if threads > 1 and Calibration.basis(cls, threads) == "aggregate":
-                    seconds = _together(provider, spec, cls, threads, pool_reps)
-                    aggregate = threads * size * count * pool_reps / seconds
-                rows.append(Measurement(alg, cls, name, single, aggregate))
+    rows: list[Measurement] = []
+    team = _Team(threads) if threads > 1 else None
+    try:
+        for alg in Algorithm:
+            spec = alg.spec
+            for cls in SizeClass:
+                size, count, reps, pool_reps = _JOBS[cls]
+                single = {
+                    name: size * count * reps / _single(_job(provider, spec, cls), reps)
+                    for name, provider in PROVIDERS.items()
+                }
+                aggregate: dict[str, float | None] = dict(single)
+                if team is not None and Calibration.basis(cls, threads) == "aggregate":
+                    best = 0.0
+                    for name in sorted(single, key=lambda n: -single[n]):
+                        if threads * single[name] < best:
+                            aggregate[name] = None
+                            continue
+                        seconds = team.run(PROVIDERS[name], spec, cls, pool_reps)
+                        result = threads * size * count * pool_reps / seconds
+                        aggregate[name], best = result, max(best, result)
+                rows.extend(
+                    Measurement(alg, cls, name, single[name], aggregate[name]) for name in single
+                )
+    finally:
+        if team is not None:
+            team.close()
     return Calibration(threads, time.perf_counter() - began, tuple(rows))

@@ -55,13 +55,14 @@ def _print_calibration(calibration: Calibration | None) -> None:
     threads = calibration.threads
     print(
         f"calibration for {threads} job(s) at once, {calibration.seconds * 1000:.0f} ms; "
-        "MB/s on one thread / on all threads together:"
+        "MB/s on one thread / on all threads together (-: not measured, it could not win):"
     )
     choice = calibration.choice()
     rows: dict[tuple[Algorithm, SizeClass], list[str]] = {}
     for m in calibration.measurements:
         rows.setdefault((m.algorithm, m.size_class), []).append(
-            f"{m.provider} {m.single / 1e6:,.0f} / {m.aggregate / 1e6:,.0f}"
+            f"{m.provider} {m.single / 1e6:,.0f} / "
+            + ("-" if m.aggregate is None else f"{m.aggregate / 1e6:,.0f}")
         )
     for (alg, cls), figures in rows.items():
         basis = calibration.basis(cls, threads)

@@ -221,7 +221,8 @@ def publish_providers() -> None:
     for m in calibration.measurements if calibration is not None else ():
         labels = (m.algorithm.value, m.size_class.name.lower(), m.provider)
         CALIBRATION.labels(*labels, "one").set(m.single)
-        CALIBRATION.labels(*labels, "pool").set(m.aggregate)
+        if m.aggregate is not None:  # None: not measured, it could not have won
+            CALIBRATION.labels(*labels, "pool").set(m.aggregate)
 
 
 def registry() -> CollectorRegistry:

@@ -29,10 +29,24 @@ def test_calibration_measures_every_provider_per_algorithm_and_class(threads: in
     assert calibration.seconds > 0
     cells = {(m.algorithm, m.size_class, m.provider) for m in calibration.measurements}
     assert cells == {(a, c, p) for a in Algorithm for c in SizeClass for p in engine.PROVIDERS}
-    assert all(m.single > 0 and m.aggregate > 0 for m in calibration.measurements)
-    for m in calibration.measurements:
-        if threads == 1 or m.size_class is SizeClass.SMALL:
-            assert m.aggregate == m.single  # not measured apart: one thread, or inline jobs
+    assert all(m.single > 0 for m in calibration.measurements)
+    for alg in Algorithm:
+        for cls in SizeClass:
+            cell = [
+                m for m in calibration.measurements if (m.algorithm, m.size_class) == (alg, cls)
+            ]
+            if threads == 1 or cls is SizeClass.SMALL:
+                # Not measured apart: one thread, or inline jobs.
+                assert all(m.aggregate == m.single for m in cell)
+            else:
+                # The aggregate of the provider with the best figure alone is always measured;
+                # another's is skipped only when `threads` times its figure alone cannot win.
+                top = max(cell, key=lambda m: m.single)
+                assert top.aggregate is not None
+                assert top.aggregate > 0
+                for m in cell:
+                    if m.aggregate is None:
+                        assert threads * m.single < max(x.aggregate or 0 for x in cell)
     # The choice in use is the calibration's.
     assert choice == {
         alg: {cls.name.lower(): calibration.choice()[alg, cls] for cls in SizeClass}
@@ -41,7 +55,7 @@ def test_calibration_measures_every_provider_per_algorithm_and_class(threads: in
     assert engine.provider_choice() == choice
 
 
-def _m(cls: SizeClass, provider: str, single: float, aggregate: float) -> Measurement:
+def _m(cls: SizeClass, provider: str, single: float, aggregate: float | None) -> Measurement:
     return Measurement(Algorithm.AES_256_GCM, cls, provider, single, aggregate)
 
 
@@ -60,6 +74,11 @@ def test_the_rule_small_by_one_thread_the_rest_by_all_threads_together() -> None
     assert Calibration.basis(SizeClass.SMALL, 2) == "single"
     assert Calibration.basis(SizeClass.RECORDS_SMALL, 2) == "aggregate"
     assert Calibration.basis(SizeClass.LARGE, 1) == "single"
+    # A provider whose aggregate was not measured (it could not win) is never chosen by it.
+    skipped = (_m(SizeClass.LARGE, "native", 9.0, None), _m(SizeClass.LARGE, "cryptography", 1, 2))
+    assert Calibration(2, 0.05, skipped).choice()[Algorithm.AES_256_GCM, SizeClass.LARGE] == (
+        "cryptography"
+    )
 
 
 def test_forcing_a_provider_has_no_figures_and_auto_keeps_the_thread_count() -> None:
