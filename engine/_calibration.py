@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ._chunked import CODECS
+from ._native import release_thread_contexts
 from ._providers import PROVIDERS, Provider, SizeClass
 from ._records import Records
 from ._types import CHUNK_LEN, NONCE_LEN, TAG_LEN, Algorithm, AlgorithmSpec
@@ -144,6 +145,14 @@ class _Team:
             t.start()
 
     def _work(self) -> None:
+        try:
+            self._serve()
+        finally:
+            # Now, not in the thread's TLS destructor: that runs after join() has returned,
+            # so its events would land in whatever the caller measures next.
+            release_thread_contexts()
+
+    def _serve(self) -> None:
         while True:
             self._go.wait()
             task = self._task

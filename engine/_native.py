@@ -79,6 +79,9 @@ SCRATCH_LIMIT = lib.SF_SCRATCH_LEN - TAG_LEN
 _uninitialized = ctypes.pythonapi.PyBytes_FromStringAndSize
 _uninitialized.restype = ctypes.py_object
 _uninitialized.argtypes = (ctypes.c_void_p, ctypes.c_ssize_t)
+_uninitialized_array = ctypes.pythonapi.PyByteArray_FromStringAndSize
+_uninitialized_array.restype = ctypes.py_object
+_uninitialized_array.argtypes = (ctypes.c_void_p, ctypes.c_ssize_t)
 _HUGE_OUTPUT = lib.SF_HUGE_OUTPUT
 _buffer = ffi.buffer
 
@@ -100,6 +103,16 @@ def new_bytes(size: int) -> tuple[bytes, Any]:
     if size >= _HUGE_OUTPUT:
         lib.sf_advise_huge(p, size)
     return out, p
+
+
+def new_bytearray(size: int) -> bytearray:
+    """A new ``bytearray`` of size bytes that are not zeroed (``bytearray(size)`` zeroes them,
+    which faults fresh memory in 4 KiB pages before the huge-page advice could apply): for
+    a caller that writes every byte before the buffer is seen, and drops it if it cannot."""
+    out: bytearray = _uninitialized_array(None, size)
+    if size >= _HUGE_OUTPUT:
+        lib.sf_advise_huge(_from_buffer(out), size)
+    return out
 
 
 def writable(p: Any, size: int) -> memoryview:
