@@ -376,6 +376,17 @@ def release_thread_contexts() -> None:
     lib.sf_thread_release()
 
 
+def hkdf_expand_sha512(key: bytes, info: bytes, length: int) -> bytes:
+    """HKDF-Expand (RFC 5869) with HMAC-SHA-512, up to 128 bytes (sf_hkdf_expand_sha512)."""
+    out = ffi.new("char[]", length)
+    rc = lib.sf_hkdf_expand_sha512(key, len(key), info, len(info), out, length)
+    if rc:
+        _raise(rc)
+    result: bytes = _unpack(out, length)
+    lib.sf_cleanse(out, length)
+    return result
+
+
 def cleanse_at(p: Any, size: int) -> None:
     """Overwrite size bytes at p (a ``new_bytes`` pointer) with zeros."""
     if size:
