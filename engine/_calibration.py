@@ -35,7 +35,7 @@ from ._types import CHUNK_LEN, NONCE_LEN, TAG_LEN, Algorithm, AlgorithmSpec
 _JOBS = {
     SizeClass.SMALL: (1024, 1, 200, 0),
     SizeClass.LARGE: (65536, 1, 8, 8),
-    SizeClass.CHUNKS: (16 * CHUNK_LEN, 1, 3, 2),
+    SizeClass.CHUNKS: (16 * CHUNK_LEN, 1, 3, 8),
     SizeClass.RECORDS_SMALL: (256, 64, 3, 8),
     SizeClass.RECORDS_LARGE: (16384, 8, 3, 4),
 }
