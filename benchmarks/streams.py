@@ -60,7 +60,7 @@ def chosen(srv: Server) -> str:
     import urllib.request
 
     with urllib.request.urlopen(srv.url + "/metrics", timeout=10) as r:  # noqa: S310 (loopback)
-        text = r.read().decode()
+        text: str = r.read().decode()
     for line in text.splitlines():
         if line.startswith("sealflow_provider_info{") and all(
             label in line for label in ('size_class="chunks"', 'algorithm="aes-256-gcm"')
