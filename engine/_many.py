@@ -80,7 +80,9 @@ def open_many(
     key = check_key(spec, key)
     bound, prefix_len = _bound(prefix, aad)
     batch = as_records(records)
-    out = bytearray(_native.records_size(batch.lengths, 0, prefix_len + _FIXED, True))
+    # Not zeroed first either: every record's region is written, with its plaintext or,
+    # for a record not OK, with zeros (sf_open_batch and the cryptography provider).
+    out = _native.new_bytearray(_native.records_size(batch.lengths, 0, prefix_len + _FIXED, True))
     offsets = bytearray(8 * (len(batch) + 1))
     status = bytearray(len(batch))
     select(spec, _size_class(batch)).open_many(

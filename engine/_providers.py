@@ -123,9 +123,10 @@ class Provider(Protocol):
         offsets: bytearray,
         status: bytearray,
     ) -> None:
-        """Open each prefix || nonce || ciphertext || tag record into out (zeroed on entry).
+        """Open each prefix || nonce || ciphertext || tag record into out.
 
-        status gets a RecordStatus per record; a record not OK leaves zeros in out.
+        out is not zeroed on entry: every byte of it is written, a record's plaintext or, for
+        a record not OK, zeros. status gets a RecordStatus per record.
         """
 
 
