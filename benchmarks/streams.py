@@ -37,8 +37,8 @@ DUPLEX = os.environ.get("SEALFLOW_BENCH_DUPLEX", "") == "1"
 @contextmanager
 def server(workdir: Path, provider: str) -> Iterator[Server]:
     port = free_port()
-    data = workdir / f"data-{provider}"
-    out = workdir / f"{provider}.out"
+    data = Path(tempfile.mkdtemp(dir=workdir))  # a new data dir: the root token is printed
+    out = data.with_suffix(".out")
     with out.open("wb") as stdout:
         cmd = [
             str(Path(sys.executable).with_name("sealflow")), "serve", "--port", str(port),
