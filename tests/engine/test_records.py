@@ -272,6 +272,30 @@ def test_wider_memoryview_items_count_their_bytes(impl: object) -> None:
     assert list(opened) == [words.tobytes(), b"ab"]
 
 
+def test_large_list_batches_are_copied_into_one_buffer_of_any_item_types(impl: object) -> None:
+    """From 4 MiB a list batch is copied item by item into a buffer of its own (not
+    b"".join): the same records come out, for every bytes-like item, wider memoryviews too."""
+    import array
+
+    key = os.urandom(32)
+    plains = [os.urandom(1000 + i % 7) for i in range(4500)]  # about 4.3 MiB
+    items: list[bytes | bytearray | memoryview] = [
+        (bytes, bytearray, memoryview)[i % 3](p) for i, p in enumerate(plains)
+    ]
+    batch = Records.from_list(items)
+    assert type(batch.data) is bytearray  # gathered, not joined
+    assert bytes(batch.data) == b"".join(plains)
+    opened = engine.open_many(
+        "aes-256-gcm", key, b"", engine.seal_many("aes-256-gcm", key, b"", items)
+    )
+    assert list(opened) == plains
+    words = array.array("I", range(300_000))  # 1.2 MB whose len() counts 300,000 items
+    wide: list[bytes | memoryview] = [memoryview(words), *plains]  # over 4 MiB by len()
+    joined = Records.from_list(wide)
+    assert bytes(joined.data) == words.tobytes() + b"".join(plains)
+    assert list(joined.lengths) == [len(words.tobytes()), *map(len, plains)]
+
+
 @pytest.mark.parametrize("wrap", [bytes, bytearray, memoryview])
 def test_bytes_like_inputs(impl: object, wrap: type) -> None:
     alg, key, plains = "chacha20-poly1305", os.urandom(32), [b"one", b"", b"three"]
