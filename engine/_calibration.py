@@ -31,7 +31,7 @@ from ._types import CHUNK_LEN, NONCE_LEN, TAG_LEN, Algorithm, AlgorithmSpec
 # round on one thread and per thread in a round of all threads. A round of all threads is
 # made longer (512 KiB a thread; 128 KiB of small records) than thread wake-ups; the best
 # of three rounds counts, so a moment when another process holds a core is not what is
-# kept. The whole calibration takes about 60-90 ms on two threads (docs/ENGINE.md).
+# kept. The whole calibration takes about 55-70 ms on two threads (docs/ENGINE.md).
 _JOBS = {
     SizeClass.SMALL: (1024, 1, 200, 0),
     SizeClass.LARGE: (65536, 1, 8, 8),

@@ -158,7 +158,7 @@ _calibration: Calibration | None = None
 
 
 def calibrate(threads: int | None = None) -> dict[Algorithm, dict[str, str]]:
-    """Time both providers per algorithm and size class and keep the faster (about 50 ms).
+    """Time both providers per algorithm and size class and keep the faster (20-70 ms).
 
     threads: how many crypto jobs the process runs at once (``CryptoPool.parallelism``);
     by default what a default ``CryptoPool`` runs on this process's cores. With more than
