@@ -5,16 +5,18 @@ Importable on its own: ``from engine import seal, open, Algorithm``.
 
 from ._aead import AEAD, open, open_into, seal, seal_into
 from ._buffers import AEADBuffer, BufferPool
+from ._calibration import Calibration, Measurement
 from ._chunked import ChunkedDecryptor, ChunkedEncryptor, opened_size, sealed_size
 from ._errors import DecryptionError, NativeError, SelfTestError
 from ._many import open_many, seal_many
-from ._pool import CryptoPool
+from ._pool import CryptoPool, parallelism
 from ._providers import (
     PROVIDERS,
     SMALL_LIMIT,
     Provider,
     SizeClass,
     calibrate,
+    calibration,
     provider_choice,
     set_provider,
 )
@@ -34,11 +36,13 @@ __all__ = [
     "AEADBuffer",
     "Algorithm",
     "BufferPool",
+    "Calibration",
     "ChunkedDecryptor",
     "ChunkedEncryptor",
     "ContextStrategy",
     "CryptoPool",
     "DecryptionError",
+    "Measurement",
     "NativeError",
     "OpenedRecords",
     "Provider",
@@ -48,12 +52,14 @@ __all__ = [
     "SelfTestError",
     "SizeClass",
     "calibrate",
+    "calibration",
     "context_stats",
     "get_context_strategy",
     "open",
     "open_into",
     "open_many",
     "opened_size",
+    "parallelism",
     "provider_choice",
     "seal",
     "seal_into",

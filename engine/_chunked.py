@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple, Protocol
 
+from . import _native
 from ._aead import algorithm_spec, as_bytes_view, check_key
 from ._cobble import CobbleOpener, CobbleSealer
 from ._errors import DecryptionError
@@ -123,9 +124,11 @@ class ChunkedEncryptor:
         return self._codec.update_into(view, out)
 
     def update(self, data: BytesLike) -> bytes:
-        out = bytearray(self.update_size(len(as_bytes_view(data, "data"))))
-        n = self.update_into(data, out)
-        return bytes(out) if n == len(out) else bytes(memoryview(out)[:n])
+        """The header (first call) and every completed chunk, as one new ``bytes``."""
+        if self._finished:
+            raise ValueError(_FINISHED)
+        view = as_bytes_view(data, "data")
+        return _fill(self._codec.update_size(len(view)), self._codec.update_into, view)
 
     def finalize_into(self, out: bytearray | memoryview) -> int:
         """Seal the short final chunk (possibly empty); return bytes written."""
@@ -137,9 +140,11 @@ class ChunkedEncryptor:
         return n
 
     def finalize(self) -> bytes:
-        out = bytearray(self.finalize_size())
-        self.finalize_into(out)
-        return bytes(out)
+        if self._finished:
+            raise ValueError(_FINISHED)
+        result = _fill(self._codec.finalize_size(), self._codec.finalize_into)
+        self._finished = True
+        return result
 
 
 class ChunkedDecryptor:
@@ -182,9 +187,14 @@ class ChunkedDecryptor:
             raise
 
     def update(self, data: BytesLike) -> bytes:
-        out = bytearray(self.update_size(len(as_bytes_view(data, "data"))))
-        n = self.update_into(data, out)
-        return bytes(out) if n == len(out) else bytes(memoryview(out)[:n])
+        """The plaintext of every completed, authenticated chunk, as one new ``bytes``."""
+        self._check_usable()
+        view = as_bytes_view(data, "data")
+        try:
+            return _fill(self._codec.update_size(len(view)), self._codec.update_into, view)
+        except DecryptionError:
+            self._failed = True
+            raise
 
     def finalize_into(self, out: bytearray | memoryview) -> int:
         """Open the final chunk; raise ``DecryptionError`` if the message is truncated."""
@@ -199,15 +209,33 @@ class ChunkedDecryptor:
         return n
 
     def finalize(self) -> bytes:
-        out = bytearray(self.finalize_size())
-        n = self.finalize_into(out)
-        return bytes(memoryview(out)[:n])
+        self._check_usable()
+        try:
+            result = _fill(self._codec.finalize_size(), self._codec.finalize_into)
+        except DecryptionError:
+            self._failed = True
+            raise
+        self._finished = True
+        return result
 
     def _check_usable(self) -> None:
         if self._failed:
             raise DecryptionError()
         if self._finished:
             raise ValueError(_FINISHED)
+
+
+def _fill(size: int, write: Callable[..., int], *args: BytesLike) -> bytes:
+    """Run write(*args, out) into a new ``bytes`` of size bytes, filled in place: one
+    allocation and no copy (the sizes are exact, so the sliced copy is a fallback). On any
+    failure the partly written object is wiped before it is dropped."""
+    out, p = _native.new_bytes(size)
+    try:
+        n = write(*args, _native.writable(p, size))
+    except BaseException:
+        _native.cleanse_at(p, size)
+        raise
+    return out if n == size else out[:n]
 
 
 def _check_room(out: bytearray | memoryview, size: int) -> None:

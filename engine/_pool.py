@@ -23,6 +23,15 @@ T = TypeVar("T")
 _Job = tuple[Callable[..., Any], tuple[Any, ...], asyncio.AbstractEventLoop, "asyncio.Future[Any]"]
 
 DEFAULT_INLINE_BELOW = 64 * 1024
+MAX_DEFAULT_THREADS = 8
+
+
+def parallelism(threads: int | None = None) -> int:
+    """How many crypto jobs a pool of `threads` threads (None: the default number) runs at
+    once on the cores this process may use (taskset, cgroups). The calibration measures
+    the providers at this concurrency."""
+    cores = len(os.sched_getaffinity(0))
+    return min(threads or min(cores, MAX_DEFAULT_THREADS), cores)
 
 
 class CryptoPool:
@@ -33,7 +42,9 @@ class CryptoPool:
         inline_below: int | None = None,
     ) -> None:
         cores = len(os.sched_getaffinity(0))  # what this process may run on (taskset, cgroups)
-        self.threads = threads or min(cores, 8)
+        self.threads = threads or min(cores, MAX_DEFAULT_THREADS)
+        # Jobs running at once: what engine.calibrate(threads=...) should measure.
+        self.parallelism = parallelism(self.threads)
         if inline_below is None:
             # On one core a worker thread cannot run beside the loop: a hop would only cost.
             inline_below = DEFAULT_INLINE_BELOW if cores > 1 else sys.maxsize

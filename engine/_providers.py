@@ -4,25 +4,25 @@ Two providers implement one small interface: ``native`` (the system libcrypto
 through cffi) and ``cryptography`` (pyca's bundled OpenSSL). Which is faster
 depends on the algorithm and the message size: on Debian 12's OpenSSL 3.0,
 AES-GCM lacks VAES, so ``cryptography`` wins for large AES messages while the
-native call's lower per-call cost wins for small ones. A calibration of at most
-about 50 ms picks one provider per algorithm and size class; the choice can be
-overridden with ``set_provider`` (the service's ``SEALFLOW_PROVIDER``).
+native call's lower per-call cost wins for small ones, and under concurrency the
+provider that releases the GIL wins. A calibration of about 50 ms (``_calibration``)
+picks one provider per algorithm and size class for the concurrency the process runs;
+the choice can be overridden with ``set_provider`` (the service's ``SEALFLOW_PROVIDER``).
 """
 
 from __future__ import annotations
 
 import enum
-import os
 import threading
-import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from ._native import NativeProvider
+from ._pool import parallelism
 from ._pyca import CryptographyProvider
-from ._types import NONCE_LEN, TAG_LEN, Algorithm, AlgorithmSpec, BytesLike
+from ._types import Algorithm, AlgorithmSpec, BytesLike
 
 if TYPE_CHECKING:
+    from ._calibration import Calibration
     from ._records import Records
 
 
@@ -123,9 +123,10 @@ class Provider(Protocol):
         offsets: bytearray,
         status: bytearray,
     ) -> None:
-        """Open each prefix || nonce || ciphertext || tag record into out (zeroed on entry).
+        """Open each prefix || nonce || ciphertext || tag record into out.
 
-        status gets a RecordStatus per record; a record not OK leaves zeros in out.
+        out is not zeroed on entry: every byte of it is written, a record's plaintext or, for
+        a record not OK, zeros. status gets a RecordStatus per record.
         """
 
 
@@ -150,83 +151,51 @@ _table: list[list[Provider]] | None = None
 _lock = threading.Lock()
 
 
-# Per size class: bytes per message (or record), repetitions, records per batch.
-_JOBS = {
-    SizeClass.SMALL: (1024, 200, 1),
-    SizeClass.LARGE: (65536, 8, 1),
-    SizeClass.CHUNKS: (16 * 16384, 3, 1),
-    SizeClass.RECORDS_SMALL: (256, 3, 64),
-    SizeClass.RECORDS_LARGE: (16384, 3, 8),
-}
+# The concurrency to calibrate for (None: what a default CryptoPool runs), and what the last
+# calibration measured (None before the first and while set_provider forces a choice).
+_threads: int | None = None
+_calibration: Calibration | None = None
 
 
-def _measure(provider: Provider, spec: AlgorithmSpec, cls: SizeClass) -> float:
-    """Seconds for the best of a few repetitions of a representative job."""
-    from ._records import Records  # a cycle at import time: _records needs _aead, which needs us
+def calibrate(threads: int | None = None) -> dict[Algorithm, dict[str, str]]:
+    """Time both providers per algorithm and size class and keep the faster (20-70 ms).
 
-    key = os.urandom(spec.key_len)
-    nonce = os.urandom(NONCE_LEN)
-    size, reps, count = _JOBS[cls]
-    data = bytes(size)
-    job: Callable[[], None]
-    if cls in (SizeClass.RECORDS_SMALL, SizeClass.RECORDS_LARGE):
-        records = Records.from_lengths(bytes(size * count), [size] * count)
-        out = bytearray((size + NONCE_LEN + TAG_LEN) * count)
-        offsets = bytearray(8 * (count + 1))
+    threads: how many crypto jobs the process runs at once (``CryptoPool.parallelism``);
+    by default what a default ``CryptoPool`` runs on this process's cores. With more than
+    one, every class but ``small`` (inline on the event loop) is chosen by the throughput
+    of that many threads together (see ``_calibration``). The number is kept for later
+    calibrations (``set_provider(None)``).
+    """
+    global _table, _threads, _calibration
+    from ._calibration import measure  # it needs _chunked and _records, which need us
 
-        def job() -> None:
-            provider.seal_many(spec, key, b"", 0, records, False, out, offsets)
-
-    elif cls is SizeClass.CHUNKS:
-        out = bytearray(size + (size // 16384 + 1) * TAG_LEN)
-
-        def job() -> None:
-            provider.chunks_seal_into(spec, key, nonce, 0, data, True, out)
-
-    elif cls is SizeClass.SMALL:
-
-        def job() -> None:
-            provider.seal(spec, key, nonce, b"", data)
-
-    else:
-        out = bytearray(size + TAG_LEN)
-
-        def job() -> None:
-            provider.seal_into(spec, key, nonce, b"", data, out)
-
-    job()  # warm the thread's cached context
-    best = float("inf")
-    for _ in range(3):
-        start = time.perf_counter()
-        for _ in range(reps):
-            job()
-        best = min(best, time.perf_counter() - start)
-    return best
-
-
-def calibrate() -> dict[Algorithm, dict[str, str]]:
-    """Time both providers per algorithm and size class and keep the faster (about 30 ms)."""
-    global _table
-    table = []
-    for alg in Algorithm:
-        row = []
-        for cls in SizeClass:
-            timed = {name: _measure(p, alg.spec, cls) for name, p in PROVIDERS.items()}
-            row.append(PROVIDERS[min(timed, key=lambda name: timed[name])])
-        table.append(row)
-    _table = table
+    if threads is not None:
+        if threads < 1:
+            raise ValueError("threads must be at least 1")
+        _threads = threads
+    result = measure(_threads or parallelism())
+    choice = result.choice()
+    _table = [[PROVIDERS[choice[alg, cls]] for cls in SizeClass] for alg in Algorithm]
+    _calibration = result
     return provider_choice()
+
+
+def calibration() -> Calibration | None:
+    """What the calibration in use measured (None while ``set_provider`` forces a provider)."""
+    _ensure_table()
+    return _calibration
 
 
 def set_provider(name: str | None) -> None:
     """Use one provider for everything ("native" or "cryptography"), or None to calibrate."""
-    global _table
+    global _table, _calibration
     if name is None or name == "auto":
-        _table = None
+        _table = _calibration = None
         return
     if name not in PROVIDERS:
         raise ValueError(f"unknown provider {name!r}; expected one of {sorted(PROVIDERS)} or auto")
     _table = [[PROVIDERS[name]] * len(SizeClass) for _ in Algorithm]
+    _calibration = None
 
 
 def _ensure_table() -> list[list[Provider]]:

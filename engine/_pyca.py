@@ -284,7 +284,9 @@ class CryptographyProvider:
             s += n
             if record[:prefix_len] != prefix:
                 status[i] = _OTHER_PREFIX
-                o += max(0, n - fixed)
+                skip_out = max(0, n - fixed)
+                dst[o : o + skip_out] = bytes(skip_out)  # out is not zeroed beforehand
+                o += skip_out
                 continue
             if n < fixed:
                 status[i] = _FAILED

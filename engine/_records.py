@@ -32,6 +32,29 @@ def _lengths(values: Iterable[int]) -> array[int]:
         raise ValueError("records: every length must be between 0 and 2**32 - 1") from None
 
 
+# From this many bytes, a list batch is copied into a buffer of its own rather than joined.
+_GATHER_FROM = 4 << 20
+
+
+def _gather(items: list[BytesLike] | tuple[BytesLike, ...], total: int) -> bytearray | None:
+    """items end to end in a new buffer that is not zeroed and comes in huge pages (None if
+    an item is not plain bytes-like). ``b"".join`` writes a fresh buffer in 4 KiB page
+    faults: once a process's allocator has handed such memory back (as it does between
+    batches), 2,100 faults per 8 MiB batch cost more than copying it (docs/BENCHMARKS.md,
+    issue 16: 1.07x -> 2.05x of the AESGCM loop at 1 KiB records)."""
+    buf = _native.new_bytearray(total)
+    o = 0
+    try:
+        for item in items:
+            end = o + len(item)
+            buf[o:end] = item
+            o = end
+    except (TypeError, ValueError, BufferError):
+        return None
+    # A memoryview of wider items copies more bytes than its len(): the buffer then grew.
+    return buf if o == total == len(buf) else None
+
+
 class Records:
     """One batch of records over one buffer, validated once: build it with a ``from_`` method."""
 
@@ -55,13 +78,19 @@ class Records:
             )
         items = items if isinstance(items, (list, tuple)) else list(items)
         try:
-            data = b"".join(items)
+            lengths = _lengths(map(len, items))
         except TypeError:
             raise TypeError("records must be bytes-like objects") from None
-        lengths = _lengths(map(len, items))
-        if _native.records_size(lengths, 0, 0, False) != len(data):
-            # A memoryview of wider items: its len() counts items, join() takes its bytes.
-            lengths = _lengths(memoryview(item).nbytes for item in items)
+        total = _native.records_size(lengths, 0, 0, False)
+        data: bytes | bytearray | None = _gather(items, total) if total >= _GATHER_FROM else None
+        if data is None:
+            try:
+                data = b"".join(items)
+            except TypeError:
+                raise TypeError("records must be bytes-like objects") from None
+            if total != len(data):
+                # A memoryview of wider items: its len() counts items, join() takes its bytes.
+                lengths = _lengths(memoryview(item).nbytes for item in items)
         return cls(data, lengths, False)
 
     @classmethod

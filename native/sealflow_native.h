@@ -15,6 +15,10 @@
 #define SF_TAG_LEN 16
 #define SF_CHUNK 16384
 #define SF_SCRATCH_LEN 8192
+/* Output buffers from this size on are asked to use transparent huge pages (sf_advise_huge). */
+#define SF_HUGE_OUTPUT 4194304
+/* Longest HKDF-Expand output sf_hkdf_expand_sha512 makes (two SHA-512 blocks). */
+#define SF_HKDF_MAX 128
 
 /* Algorithms, by index: AES-128-GCM, AES-256-GCM, ChaCha20-Poly1305. */
 #define SF_ALGORITHMS 3
@@ -78,6 +82,9 @@ int sf_seal_many(int alg, const char *key, const char *aad, size_t aadlen, size_
 int sf_open_many(int alg, const char *key, const char *aad, size_t aadlen, size_t prefixlen,
                  const char *in, size_t inlen, const uint32_t *lens, size_t count, int in_framed,
                  char *out, size_t outlen, uint64_t *offsets, unsigned char *status);
+int sf_hkdf_expand_sha512(const char *key, size_t keylen, const char *info, size_t infolen,
+                          char *out, size_t outlen);
 void sf_cleanse(char *buf, size_t len);
+void sf_advise_huge(char *buf, size_t len);
 
 #endif

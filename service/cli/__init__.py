@@ -14,6 +14,10 @@ import os
 import signal
 import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sealflow.engine import Calibration
 
 _PROG = "sealflow"
 _DESCRIPTION = (
@@ -30,12 +34,42 @@ def _selftest(args: argparse.Namespace) -> int:
     engine.set_context_strategy(settings.context_strategy)
     engine.set_provider(None if settings.provider == "auto" else settings.provider)
     engine.self_test()
+    if settings.provider == "auto":  # for the pool `sealflow serve` would run
+        engine.calibrate(threads=engine.parallelism(settings.crypto_threads or None))
     print("self-test passed")
     print(f"context strategy: {engine.get_context_strategy().name.lower()}")
     for alg, classes in engine.provider_choice().items():
         choice = ", ".join(f"{cls}={name}" for cls, name in classes.items())
         print(f"{alg.value}: {choice}")
+    if args.verbose:
+        _print_calibration(engine.calibration())
     return 0
+
+
+def _print_calibration(calibration: Calibration | None) -> None:
+    from sealflow.engine import Algorithm, SizeClass
+
+    if calibration is None:
+        print("calibration: none (a provider was forced)")
+        return
+    threads = calibration.threads
+    print(
+        f"calibration for {threads} job(s) at once, {calibration.seconds * 1000:.0f} ms; "
+        "MB/s on one thread / on all threads together (-: not measured, it could not win):"
+    )
+    choice = calibration.choice()
+    rows: dict[tuple[Algorithm, SizeClass], list[str]] = {}
+    for m in calibration.measurements:
+        rows.setdefault((m.algorithm, m.size_class), []).append(
+            f"{m.provider} {m.single / 1e6:,.0f} / "
+            + ("-" if m.aggregate is None else f"{m.aggregate / 1e6:,.0f}")
+        )
+    for (alg, cls), figures in rows.items():
+        basis = calibration.basis(cls, threads)
+        print(
+            f"  {alg.value} {cls.name.lower()}: {', '.join(figures)} "
+            f"-> {choice[alg, cls]} (by {basis})"
+        )
 
 
 def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
@@ -87,7 +121,14 @@ def _main(argv: list[str] | None) -> int:
     selftest = commands.add_parser(
         "selftest", help="run the engine self-test and show the provider choice"
     )
-    add_settings(selftest, ["context_strategy", "provider"])
+    add_settings(selftest, ["context_strategy", "provider", "crypto_threads"])
+    selftest.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="also print what the provider calibration measured (MB/s per provider, one "
+        "thread and the crypto pool's threads together)",
+    )
     selftest.set_defaults(func=_selftest)
     args = parser.parse_args(argv)
     args.settings = {k[len(PREFIX) :]: v for k, v in vars(args).items() if k.startswith(PREFIX)}

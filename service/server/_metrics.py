@@ -97,6 +97,18 @@ PROVIDER = Gauge(
     ["algorithm", "size_class", "provider"],
     multiprocess_mode="livemax",
 )
+CALIBRATION = Gauge(
+    "sealflow_provider_calibration_bytes_per_second",
+    "Provider throughput measured by the start-up calibration: one thread alone (threads=one) "
+    "or as many threads as the crypto pool runs at once, together (threads=pool)",
+    ["algorithm", "size_class", "provider", "threads"],
+    multiprocess_mode="livemax",
+)
+CALIBRATION_THREADS = Gauge(
+    "sealflow_provider_calibration_threads",
+    "Jobs at once the provider choice was calibrated for (0: a provider was forced)",
+    multiprocess_mode="livemax",
+)
 
 LANE_ANSWERED = Counter(
     "sealflow_lane_requests_total",
@@ -214,9 +226,17 @@ def sync_engine(
 
 
 def publish_providers() -> None:
+    """The provider choice and, when it was calibrated, the figures it was made from."""
     for alg, classes in engine.provider_choice().items():
         for size_class, name in classes.items():
             PROVIDER.labels(alg.value, size_class, name).set(1)
+    calibration = engine.calibration()
+    CALIBRATION_THREADS.set(calibration.threads if calibration is not None else 0)
+    for m in calibration.measurements if calibration is not None else ():
+        labels = (m.algorithm.value, m.size_class.name.lower(), m.provider)
+        CALIBRATION.labels(*labels, "one").set(m.single)
+        if m.aggregate is not None:  # None: not measured, it could not have won
+            CALIBRATION.labels(*labels, "pool").set(m.aggregate)
 
 
 def registry() -> CollectorRegistry:

@@ -24,12 +24,14 @@ def start_services(settings: Settings) -> Services:
     engine.set_context_strategy(engine.ContextStrategy[settings.context_strategy.upper()])
     engine.set_provider(None if settings.provider == "auto" else settings.provider)
     engine.self_test()
+    store = open_store(settings, SERVICE_STALENESS)
+    crypto = engine.CryptoPool(threads=settings.crypto_threads or None)
+    if settings.provider == "auto":  # for as many jobs at once as the pool runs
+        engine.calibrate(threads=crypto.parallelism)
     choice = engine.provider_choice()
     _metrics.publish_providers()
     for alg, classes in choice.items():
         log.info("provider", extra={"fields": {"algorithm": alg.value, **classes}})
-    store = open_store(settings, SERVICE_STALENESS)
-    crypto = engine.CryptoPool(threads=settings.crypto_threads or None)
     log.info(
         "ready",
         extra={

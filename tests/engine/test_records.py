@@ -213,6 +213,33 @@ def test_short_records_and_other_prefixes_are_statuses_not_crashes(
 
 
 @pytest.mark.parametrize("alg", ALGS)
+def test_records_not_ok_are_zeros_in_an_output_that_is_not_zeroed_first(
+    impl: object, alg: Algorithm
+) -> None:
+    """open_many's output is allocated without zeroing (every byte is written): a record that
+    fails or has another prefix must read as zeros even where the memory held other bytes."""
+    key, prefix = os.urandom(alg.spec.key_len), b"PFX"
+    plains = [os.urandom(1000) for _ in range(60)]
+    records = list(engine.seal_many(alg, key, b"", plains, prefix=prefix))
+    for i in range(0, 60, 3):
+        records[i] = b"QFX" + records[i][3:]  # another prefix
+    for i in range(1, 60, 3):
+        records[i] = records[i][:-1] + bytes([records[i][-1] ^ 1])  # a bad tag
+    for _ in range(3):
+        junk = bytearray(b"\xa5") * (60 * 1000)  # freed just before: likely the output's memory
+        del junk
+        opened = engine.open_many(alg, key, b"", records, prefix=prefix)
+        for i in range(60):
+            region = bytes(opened.data[opened.offsets[i] : opened.offsets[i + 1]])
+            if i % 3 == 2:
+                assert opened.status[i] == RecordStatus.OK
+                assert region == plains[i]
+            else:
+                assert opened.status[i] != RecordStatus.OK
+                assert region == bytes(1000)
+
+
+@pytest.mark.parametrize("alg", ALGS)
 def test_nonces_are_distinct_across_records_and_batches(impl: object, alg: Algorithm) -> None:
     key = os.urandom(alg.spec.key_len)
     # More records than the C side draws nonces for in one RAND_bytes call (1024).
@@ -243,6 +270,30 @@ def test_wider_memoryview_items_count_their_bytes(impl: object) -> None:
     sealed = engine.seal_many("aes-128-gcm", key, b"", [memoryview(words), b"ab"])
     opened = engine.open_many("aes-128-gcm", key, b"", sealed)
     assert list(opened) == [words.tobytes(), b"ab"]
+
+
+def test_large_list_batches_are_copied_into_one_buffer_of_any_item_types(impl: object) -> None:
+    """From 4 MiB a list batch is copied item by item into a buffer of its own (not
+    b"".join): the same records come out, for every bytes-like item, wider memoryviews too."""
+    import array
+
+    key = os.urandom(32)
+    plains = [os.urandom(1000 + i % 7) for i in range(4500)]  # about 4.3 MiB
+    items: list[bytes | bytearray | memoryview] = [
+        (bytes, bytearray, memoryview)[i % 3](p) for i, p in enumerate(plains)
+    ]
+    batch = Records.from_list(items)
+    assert type(batch.data) is bytearray  # gathered, not joined
+    assert bytes(batch.data) == b"".join(plains)
+    opened = engine.open_many(
+        "aes-256-gcm", key, b"", engine.seal_many("aes-256-gcm", key, b"", items)
+    )
+    assert list(opened) == plains
+    words = array.array("I", range(300_000))  # 1.2 MB whose len() counts 300,000 items
+    wide: list[bytes | memoryview] = [memoryview(words), *plains]  # over 4 MiB by len()
+    joined = Records.from_list(wide)
+    assert bytes(joined.data) == words.tobytes() + b"".join(plains)
+    assert list(joined.lengths) == [len(words.tobytes()), *map(len, plains)]
 
 
 @pytest.mark.parametrize("wrap", [bytes, bytearray, memoryview])

@@ -97,3 +97,18 @@ def test_keys_tokens_encrypt_decrypt_load_no_server_module(
         [sys.executable, "-c", code], capture_output=True, timeout=120, check=True
     )
     assert done.stdout.decode().strip().splitlines()[-1] == "[]"
+
+
+def test_selftest_verbose_prints_what_the_calibration_measured_and_chose() -> None:
+    done = run("selftest", "--verbose", "--crypto-threads", "1")
+    text = done.stdout.decode()
+    assert done.returncode == 0, done.stderr
+    assert "self-test passed" in text
+    assert "calibration for 1 job(s) at once" in text
+    lines = [line for line in text.splitlines() if line.startswith("  ")]
+    assert len(lines) == 3 * 5  # algorithm x size class
+    assert "aes-256-gcm chunks: native " in text
+    assert all(", cryptography " in line and "(by single)" in line for line in lines)
+    forced = run("selftest", "--verbose", SEALFLOW_PROVIDER="native").stdout.decode()
+    assert "calibration: none (a provider was forced)" in forced
+    assert "aes-256-gcm: small=native, large=native, chunks=native" in forced

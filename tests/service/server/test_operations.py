@@ -211,6 +211,26 @@ def test_metrics_cover_the_spec_list_with_fixed_label_values(
         assert secret not in labels
 
 
+def test_metrics_export_the_provider_calibration(server: Server) -> None:
+    """The choice and the figures it was made from: each provider's MB/s alone and with the
+    crypto pool's threads together, per algorithm and size class."""
+    text = httpx.get(server.url + "/metrics").text
+    (threads,) = metric_lines(text, "sealflow_provider_calibration_threads ")
+    assert float(threads.split()[-1]) >= 1
+    figures = metric_lines(text, "sealflow_provider_calibration_bytes_per_second{")
+    labels = {re.search(r"\{(.*)\}", line).group(1) for line in figures}  # type: ignore[union-attr]
+    for alg in ("aes-128-gcm", "aes-256-gcm", "chacha20-poly1305"):
+        for provider in ("native", "cryptography"):
+            for threads_label in ("one",):  # "pool" is left out where it could not win
+                expected = (  # the exposition sorts labels by name
+                    f'algorithm="{alg}",provider="{provider}",size_class="chunks",'
+                    f'threads="{threads_label}"'
+                )
+                assert expected in labels
+    assert all(float(line.split()[-1]) > 0 for line in figures)
+    assert any('threads="pool"' in line for line in figures)
+
+
 def test_request_logs_are_structured_and_hold_no_secrets(
     server: Server, client: httpx.Client
 ) -> None:
