@@ -75,7 +75,7 @@ def _tokens(args: argparse.Namespace, store: KeyStore) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    store = open_store(Settings(**args.settings))
+    store = open_store(Settings(**args.settings), watch=False)
     try:
         (_keys if args.command == "keys" else _tokens)(args, store)
     finally:

@@ -6,6 +6,7 @@ Nothing here knows about HTTP; the server, the CLI and the tests all use this pa
 from ._base import (
     KeyInfo,
     KeyStore,
+    KeyStoreHealth,
     KeyVersionInfo,
     TokenInfo,
     export_material,
@@ -13,7 +14,8 @@ from ._base import (
     valid_secret,
 )
 from ._masterkey import KeyWrapper, create_master_key_file, load_master_key, read_secret
-from ._provision import ROOT_SCOPES, open_store, prepare
+from ._postgres import PostgresKeyStore
+from ._provision import ROOT_SCOPES, describe, keystore_url, open_store, prepare
 from ._sqlite import SQLiteKeyStore
 from .errors import (
     InvalidRequest,
@@ -36,16 +38,20 @@ __all__ = [
     "KeyStore",
     "KeyStoreCorrupt",
     "KeyStoreError",
+    "KeyStoreHealth",
     "KeyStoreUnavailable",
     "KeyVersionInfo",
     "KeyWrapper",
     "NotExportable",
+    "PostgresKeyStore",
     "SQLiteKeyStore",
     "TokenInfo",
     "TokenNotFound",
     "VersionRetired",
     "create_master_key_file",
+    "describe",
     "export_material",
+    "keystore_url",
     "load_master_key",
     "open_store",
     "prepare",

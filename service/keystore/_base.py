@@ -1,8 +1,8 @@
 """The keystore interface: named, versioned keys and bearer tokens.
 
 The service only talks to a ``KeyStore``; ``SQLiteKeyStore`` (``_sqlite``) is
-the embedded implementation, and a PostgreSQL one can follow behind the same
-methods. Implementations must make every write one transaction (a key version
+the embedded implementation, ``PostgresKeyStore`` (``_postgres``) the shared one for
+replicas on several hosts. Implementations must make every write one transaction (a key version
 once written is never lost, reused or changed) and must show writes made by
 other processes on the next call, without a restart. Any method may raise
 ``KeyStoreUnavailable`` when the store itself fails (I/O error, lock held too long).
@@ -50,6 +50,16 @@ class TokenInfo:
     label: str
     created_at: float
     revoked: bool
+
+
+@dataclass(frozen=True, slots=True)
+class KeyStoreHealth:
+    """What readiness and metrics need to know of a store's cache."""
+
+    reachable: bool  # the last attempt to reach the store succeeded
+    synced_at: float  # time.monotonic() of the last successful check for changes
+    invalidation: str  # "notify", "poll" (notifications lost), or "none" (checked on each read)
+    fallbacks: int  # times notifications were lost and polling took over
 
 
 SCOPE_RE = re.compile(r"admin|(?:encrypt|decrypt):[a-z0-9._*?\[\]!-]{1,64}")
@@ -118,6 +128,9 @@ class KeyStore(Protocol):
 
     def find_token(self, secret: str) -> TokenInfo | None:
         """The live (not revoked) token with this secret, or None; constant-time comparison."""
+
+    def health(self) -> KeyStoreHealth:
+        """Whether the store answers and how old the cache is (for /readyz and /metrics)."""
 
     def close(self) -> None: ...
 

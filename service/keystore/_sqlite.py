@@ -6,7 +6,6 @@ what the master key vouches for in each row is ``_integrity``'s.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import itertools
 import logging
@@ -18,15 +17,15 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
-from typing import Any
 
 from sealflow.engine import Algorithm
 from sealflow.service.envelope import valid_name
 
 from . import _sqlite_file
-from ._base import KeyInfo, KeyVersionInfo, TokenInfo, valid_scope, valid_secret
+from ._base import KeyInfo, KeyStoreHealth, TokenInfo, valid_scope, valid_secret
 from ._integrity import KEY_ROW, TOKEN_ROW, Integrity, refuse
 from ._masterkey import KeyWrapper
+from ._rows import MAX_VERSION, digest, key_info, present, token_info
 from .errors import (
     InvalidRequest,
     KeyExists,
@@ -38,7 +37,6 @@ from .errors import (
 
 log = logging.getLogger("sealflow.keystore")
 
-_MAX_VERSION = 0xFFFFFFFF  # four bytes in the envelope
 # The row's columns in KEY_ROW.columns order, its MAC, then one version per result row.
 _KEYS_SQL = (
     "SELECT k.name, k.algorithm, k.exportable, k.min_decryption_version, k.created_at, k.mac,"
@@ -117,6 +115,10 @@ class SQLiteKeyStore:
             self._material.clear()
             self._keys = self._tokens = None
 
+    def health(self) -> KeyStoreHealth:
+        # A local file: every read checks it, so the cache is never older than max_staleness.
+        return KeyStoreHealth(True, time.monotonic(), "none", 0)
+
     # -- keys
 
     def create_key(self, name: str, algorithm: Algorithm, exportable: bool = False) -> KeyInfo:
@@ -181,25 +183,25 @@ class SQLiteKeyStore:
         if keys is None or not self._fresh():
             with self._locked():
                 keys = self._key_cache()
-        return _present(keys, name)
+        return present(keys, name)
 
     def list_keys(self) -> list[KeyInfo]:
         with self._locked():
             return [info for info in self._key_cache().values() if info is not None]
 
     def key_material(self, name: str, version: int) -> bytes:
-        if not 1 <= version <= _MAX_VERSION:
+        if not 1 <= version <= MAX_VERSION:
             raise KeyNotFound(f"key {name!r} version {version} not found")
         keys = self._keys
         if keys is not None and self._fresh():
             # The common case, without the lock: a fresh cache and a version seen before.
-            _present(keys, name)
+            present(keys, name)
             material = self._material.get((name, version))
             if material is not None:
                 return material
         with self._locked():
             # The key's row is checked on every call; a cached version cannot change.
-            info = _present(self._key_cache(), name)
+            info = present(self._key_cache(), name)
             material = self._material.get((name, version))
             if material is not None:
                 return material
@@ -229,7 +231,7 @@ class SQLiteKeyStore:
         )
 
     def _locked_key(self, db: sqlite3.Connection, name: str) -> KeyInfo:
-        return _present(self._query_keys(db, name), name)
+        return present(self._query_keys(db, name), name)
 
     def _key_cache(self) -> dict[str, KeyInfo | None]:
         self._refresh()
@@ -244,24 +246,9 @@ class SQLiteKeyStore:
         where, args = (" WHERE k.name = ?", (name,)) if name is not None else ("", ())
         rows = db.execute(_KEYS_SQL + where + " ORDER BY k.name, v.version", args).fetchall()
         return {
-            key_name: self._key_info(list(group))
+            key_name: key_info(self._integrity, list(group), str(self._path))
             for key_name, group in itertools.groupby(rows, key=lambda row: row[0])
         }
-
-    def _key_info(self, rows: list[tuple[Any, ...]]) -> KeyInfo | None:
-        row, mac = rows[0][:5], rows[0][5]
-        if self._integrity.verify(KEY_ROW, row, mac):
-            name, algorithm, exportable, min_version, _ = row
-            if algorithm in _ALGORITHMS:
-                return KeyInfo(
-                    name=name,
-                    algorithm=Algorithm(algorithm),
-                    exportable=bool(exportable),
-                    min_decryption_version=min_version,
-                    versions=tuple(KeyVersionInfo(r[6], r[7]) for r in rows),
-                )
-        refuse(str(self._path), f"key {row[0]!r}")
-        return None
 
     # -- tokens
 
@@ -274,13 +261,13 @@ class SQLiteKeyStore:
             raise InvalidRequest("a given token must be 43 or more URL-safe base64 characters")
         token_id = "tok_" + secrets.token_hex(8)
         secret = secret if secret is not None else secrets.token_urlsafe(32)
-        row = (token_id, _digest(secret), " ".join(scopes), label, time.time(), None)
+        row = (token_id, digest(secret), " ".join(scopes), label, time.time(), None)
         with self._transaction() as db:
             db.execute(
                 "INSERT INTO tokens VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (*row, self._integrity.mac(TOKEN_ROW, row)),
             )
-        return _token(row), secret
+        return token_info(row), secret
 
     def list_tokens(self) -> list[TokenInfo]:
         with self._locked():
@@ -305,21 +292,21 @@ class SQLiteKeyStore:
                     "UPDATE tokens SET revoked_at = ?, mac = ? WHERE id = ?",
                     (row[5], self._integrity.mac(TOKEN_ROW, row), token_id),
                 )
-        return _token(row)
+        return token_info(row)
 
     def find_token(self, secret: str) -> TokenInfo | None:
-        digest = _digest(secret)
+        wanted = digest(secret)
         tokens = self._tokens
         if tokens is None or not self._fresh():
             with self._locked():
                 tokens = self._token_cache()
-        entry = tokens.get(digest)
+        entry = tokens.get(wanted)
         if entry is None:
             return None
         # The lookup is keyed by a SHA-256 digest, so its timing says nothing useful about
         # the secret; the final equality check is still constant-time, as the spec asks.
         stored, info = entry
-        return info if hmac.compare_digest(stored, digest) and not info.revoked else None
+        return info if hmac.compare_digest(stored, wanted) and not info.revoked else None
 
     def _token_cache(self) -> dict[bytes, tuple[bytes, TokenInfo]]:
         self._refresh()
@@ -329,7 +316,7 @@ class SQLiteKeyStore:
             for stored in self._conn.execute(_TOKENS_SQL + " ORDER BY rowid").fetchall():
                 row, mac = stored[:6], stored[6]
                 if self._integrity.verify(TOKEN_ROW, row, mac):
-                    tokens[row[1]] = (row[1], _token(row))
+                    tokens[row[1]] = (row[1], token_info(row))
                 else:
                     refuse(str(self._path), f"token {row[0]!r}")
             self._tokens = tokens
@@ -376,25 +363,3 @@ class SQLiteKeyStore:
                 raise
             finally:
                 self._keys = self._tokens = None
-
-
-_ALGORITHMS = {alg.value for alg in Algorithm}
-
-
-def _present(keys: dict[str, KeyInfo | None], name: str) -> KeyInfo:
-    """The key, KeyNotFound, or KeyStoreCorrupt for a key whose row failed its check."""
-    if name not in keys:
-        raise KeyNotFound(f"key {name!r} not found")
-    info = keys[name]
-    if info is None:
-        raise KeyStoreCorrupt(f"key {name!r} fails its integrity check")
-    return info
-
-
-def _token(row: tuple[Any, ...]) -> TokenInfo:
-    token_id, _, scopes, label, created_at, revoked_at = row
-    return TokenInfo(token_id, tuple(scopes.split()), label, created_at, revoked_at is not None)
-
-
-def _digest(secret: str) -> bytes:
-    return hashlib.sha256(secret.encode()).digest()

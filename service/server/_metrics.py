@@ -13,11 +13,13 @@ from __future__ import annotations
 import bisect
 import math
 import os
+import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, multiprocess
 from prometheus_client.registry import REGISTRY
 
 from sealflow import engine
+from sealflow.service.keystore import KeyStoreHealth
 
 REQUESTS = Counter(
     "sealflow_requests", "HTTP requests by route, method and status", ["route", "method", "status"]
@@ -96,6 +98,28 @@ PROVIDER = Gauge(
     "The crypto provider chosen per algorithm and size class (value 1)",
     ["algorithm", "size_class", "provider"],
     multiprocess_mode="livemax",
+)
+
+KEYSTORE_REACHABLE = Gauge(
+    "sealflow_keystore_reachable",
+    "1 while the keystore answers, 0 while it is unreachable (cached keys are served)",
+    multiprocess_mode="livemin",
+)
+KEYSTORE_CACHE_AGE = Gauge(
+    "sealflow_keystore_cache_age_seconds",
+    "Seconds since the keystore was last checked for changes",
+    multiprocess_mode="livemax",
+)
+KEYSTORE_INVALIDATION = Gauge(
+    "sealflow_keystore_invalidation_info",
+    "How changes by other processes reach this one: notify (LISTEN/NOTIFY), poll (the"
+    " notifications were lost) or none (checked on every read); value 1",
+    ["mode"],
+    multiprocess_mode="livemax",
+)
+KEYSTORE_FALLBACKS = Counter(
+    "sealflow_keystore_notify_fallbacks",
+    "Times the keystore's notification connection was lost and polling took over",
 )
 
 # Fixed label sets are exported from the start, at zero.
@@ -197,6 +221,17 @@ def sync_engine(
         _add(BUFFER_EVENTS, ("growth",), buffers.growths)
     if crypto is not None:
         QUEUE_DEPTH.set(crypto.queued)
+
+
+def sync_keystore(health: KeyStoreHealth) -> None:
+    KEYSTORE_REACHABLE.set(int(health.reachable))
+    KEYSTORE_CACHE_AGE.set(round(time.monotonic() - health.synced_at, 3))
+    for mode in ("notify", "poll", "none"):
+        KEYSTORE_INVALIDATION.labels(mode).set(int(mode == health.invalidation))
+    delta = health.fallbacks - _seen.get((id(KEYSTORE_FALLBACKS), ()), 0)
+    if delta > 0:
+        KEYSTORE_FALLBACKS.inc(delta)
+        _seen[id(KEYSTORE_FALLBACKS), ()] = health.fallbacks
 
 
 def publish_providers() -> None:

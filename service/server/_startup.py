@@ -6,7 +6,7 @@ import logging
 
 from sealflow import engine
 from sealflow.service.config import Settings
-from sealflow.service.keystore import open_store
+from sealflow.service.keystore import describe, open_store
 
 from . import _metrics
 from ._budget import MemoryBudget, SpoolBudget
@@ -36,7 +36,7 @@ def start_services(settings: Settings) -> Services:
             "fields": {
                 "context_strategy": settings.context_strategy,
                 "crypto_threads": crypto.threads,
-                "keystore": str(settings.keystore_path),
+                "keystore": describe(settings),
             }
         },
     )
