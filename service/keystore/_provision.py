@@ -123,6 +123,13 @@ def _prepare_postgres(settings: Settings, url: str) -> str | None:
     """The same for a PostgreSQL keystore: the schema and its first contents in one
     transaction, by whichever replica gets there first. The master key must be given:
     replicas on several hosts share it, so none may make one up."""
+    env = settings.master_key.get_secret_value() if settings.master_key else ""
+    if not env.strip() and not settings.master_key_path.exists():
+        raise KeyStoreUnavailable(
+            "a shared keystore (SEALFLOW_KEYSTORE_URL) needs its master key, the same on every"
+            " replica: set SEALFLOW_MASTER_KEY or SEALFLOW_MASTER_KEY_FILE; no master key"
+            f" at {settings.master_key_path}"
+        )
     _warn_if_open(settings)
     master = _master_key(settings)
     given = _given_root_token(settings)
