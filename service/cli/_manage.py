@@ -1,4 +1,5 @@
-"""``sealflow keys ...`` and ``sealflow tokens ...``: the keystore, from the command line.
+"""``sealflow keys ...``, ``sealflow tokens ...`` and ``sealflow keystore migrate``: the keystore,
+from the command line.
 
 They open the keystore directly (same settings as ``serve``), so they work with
 the service running: it sees their writes on its next request.
@@ -11,11 +12,22 @@ import base64
 import json
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from sealflow.engine import Algorithm
 from sealflow.service.config import Settings
-from sealflow.service.keystore import KeyInfo, KeyStore, TokenInfo, export_material, open_store
+from sealflow.service.keystore import (
+    KeyInfo,
+    KeyStore,
+    KeyStoreUnavailable,
+    TokenInfo,
+    export_material,
+    load_master_key,
+    migrate_keystore,
+    open_store,
+    redact,
+)
 
 
 def _key_json(key: KeyInfo) -> dict[str, Any]:
@@ -74,6 +86,29 @@ def _tokens(args: argparse.Namespace, store: KeyStore) -> None:
         _print(_token_json(store.revoke_token(args.id)))
 
 
+def migrate(args: argparse.Namespace) -> int:
+    """``sealflow keystore migrate --from sqlite:PATH --to postgresql://...``"""
+    if not args.source.startswith("sqlite:"):
+        raise KeyStoreUnavailable("--from takes sqlite:PATH (the SQLite keystore file)")
+    source = Path(args.source.removeprefix("sqlite:"))
+    if not source.is_file():
+        raise KeyStoreUnavailable(f"no SQLite keystore at {source}")
+    if not args.target.startswith(("postgresql://", "postgres://")):
+        raise KeyStoreUnavailable("--to takes a postgresql:// URL")
+    settings = Settings(**args.settings)
+    env = settings.master_key.get_secret_value() if settings.master_key else None
+    # The SQLite keystore's own master key: the variable, --master-key-file, or the file
+    # beside it (where `sealflow serve` keeps it in the data dir).
+    master = load_master_key(env, settings.master_key_file or source.with_name("master.key"))
+    done = migrate_keystore(source, args.target, master)
+    print(
+        f"copied {done.keys} keys ({done.versions} versions) and {done.tokens} tokens from"
+        f" {source} to {redact(args.target)}; every key version and token verified",
+        file=sys.stderr,
+    )
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     store = open_store(Settings(**args.settings), watch=False)
     try:
@@ -113,6 +148,17 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     tcreate.add_argument("--label", default="")
     tokens.add_parser("list", parents=[common], help="list tokens (never their secrets)")
     tokens.add_parser("revoke", parents=[common], help="revoke a token").add_argument("id")
+    store = commands.add_parser("keystore", help="move a keystore").add_subparsers(
+        dest="action", required=True
+    )
+    move = store.add_parser(
+        "migrate",
+        parents=[common],
+        help="copy an SQLite keystore into an empty PostgreSQL one, verbatim, and verify it",
+    )
+    move.add_argument("--from", dest="source", required=True, metavar="sqlite:PATH")
+    move.add_argument("--to", dest="target", required=True, metavar="postgresql://...")
+    move.set_defaults(func=migrate)
     for sub in (keys, tokens):
         for parser in sub.choices.values():
             parser.set_defaults(func=run)

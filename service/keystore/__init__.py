@@ -14,7 +14,9 @@ from ._base import (
     valid_secret,
 )
 from ._masterkey import KeyWrapper, create_master_key_file, load_master_key, read_secret
-from ._postgres import PostgresKeyStore
+from ._migrate import Migrated
+from ._migrate import migrate as migrate_keystore
+from ._postgres import PostgresKeyStore, redact
 from ._provision import ROOT_SCOPES, describe, keystore_url, open_store, prepare
 from ._sqlite import SQLiteKeyStore
 from .errors import (
@@ -42,6 +44,7 @@ __all__ = [
     "KeyStoreUnavailable",
     "KeyVersionInfo",
     "KeyWrapper",
+    "Migrated",
     "NotExportable",
     "PostgresKeyStore",
     "SQLiteKeyStore",
@@ -53,9 +56,11 @@ __all__ = [
     "export_material",
     "keystore_url",
     "load_master_key",
+    "migrate_keystore",
     "open_store",
     "prepare",
     "read_secret",
+    "redact",
     "valid_scope",
     "valid_secret",
 ]

@@ -301,6 +301,37 @@ class PostgresKeyStore:
         stored, info = entry
         return info if hmac.compare_digest(stored, wanted) and not info.revoked else None
 
+    # -- migration
+
+    def import_rows(
+        self,
+        keys: list[tuple[object, ...]],
+        versions: list[tuple[object, ...]],
+        tokens: list[tuple[object, ...]],
+    ) -> None:
+        """Rows of another store, as stored (``_migrate``), in one transaction, into an empty
+        keystore: KeyStoreUnavailable if it holds keys or tokens already."""
+        with self._transaction() as db:
+            held = db.execute(
+                "SELECT (SELECT count(*) FROM sealflow_keys),"
+                " (SELECT count(*) FROM sealflow_tokens)"
+            ).fetchone()
+            if held is not None and any(held):
+                raise KeyStoreUnavailable(
+                    f"keystore {self._where} is not empty ({held[0]} keys, {held[1]} tokens):"
+                    " migrate into a new database, before any replica starts on it"
+                )
+            with db.cursor() as cur:
+                cur.executemany("INSERT INTO sealflow_keys VALUES (%s, %s, %s, %s, %s, %s)", keys)
+                cur.executemany(
+                    "INSERT INTO sealflow_key_versions VALUES (%s, %s, %s, %s)", versions
+                )
+                cur.executemany(
+                    "INSERT INTO sealflow_tokens (id, digest, scopes, label, created_at,"
+                    " revoked_at, mac) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                    tokens,
+                )
+
     # -- the cache
 
     def _read(self) -> None:
