@@ -30,6 +30,10 @@ class Settings(BaseSettings):
         description="postgresql://... for a keystore shared by replicas on several hosts"
         " (default: SQLite in the data dir); a password in it never shows in logs",
     )
+    keystore_url_file: Path | None = Field(
+        None,
+        description="a file holding the keystore URL (a deployment secret: it has the password)",
+    )
     keystore_max_cache_age: float = Field(
         30.0,
         gt=0,

@@ -22,23 +22,38 @@ from sealflow.service.keystore import (
     KeyStore,
     KeyStoreUnavailable,
     TokenInfo,
+    VersionUsage,
     export_material,
     load_master_key,
     migrate_keystore,
+    next_rotation,
     open_store,
     redact,
 )
 
 
-def _key_json(key: KeyInfo) -> dict[str, Any]:
+def _key_json(key: KeyInfo, store: KeyStore) -> dict[str, Any]:
+    usage = store.usage(key.name)
+    none = VersionUsage(0, 0)
+    when = next_rotation(key)
     return {
         "name": key.name,
         "algorithm": key.algorithm.value,
         "exportable": key.exportable,
         "latest": key.latest,
         "min_decryption_version": key.min_decryption_version,
+        "max_encryptions": key.max_encryptions,
+        "auto_rotate_period": key.auto_rotate_period,
+        "encryptions_left": max(key.max_encryptions - usage.get(key.latest, none).encryptions, 0),
+        "next_rotation_at": None if when is None else _when(when),
         "versions": [
-            {"version": v.version, "created_at": _when(v.created_at)} for v in key.versions
+            {
+                "version": v.version,
+                "created_at": _when(v.created_at),
+                "encryptions": usage.get(v.version, none).encryptions,
+                "bytes": usage.get(v.version, none).bytes,
+            }
+            for v in key.versions
         ],
     }
 
@@ -62,14 +77,18 @@ def _print(obj: object) -> None:
 
 
 def _keys(args: argparse.Namespace, store: KeyStore) -> None:
+    limits = getattr(args, "max_encryptions", None), getattr(args, "auto_rotate_period", None)
     if args.action == "create":
-        _print(_key_json(store.create_key(args.name, Algorithm(args.algorithm), args.exportable)))
+        key = store.create_key(args.name, Algorithm(args.algorithm), args.exportable, *limits)
+        _print(_key_json(key, store))
     elif args.action == "list":
-        _print([_key_json(k) for k in store.list_keys()])
+        _print([_key_json(k, store) for k in store.list_keys()])
     elif args.action == "show":
-        _print(_key_json(store.get_key(args.name)))
+        _print(_key_json(store.get_key(args.name), store))
     elif args.action == "rotate":
-        _print(_key_json(store.rotate_key(args.name)))
+        _print(_key_json(store.rotate_key(args.name), store))
+    elif args.action == "limits":
+        _print(_key_json(store.set_limits(args.name, *limits), store))
     elif args.action == "export":
         key, version, material = export_material(store, args.name, args.version)
         _print({"name": key.name, "version": version, "key": base64.b64encode(material).decode()})
@@ -128,6 +147,23 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
         "--algorithm", choices=[a.value for a in Algorithm], default=Algorithm.AES_256_GCM.value
     )
     create.add_argument("--exportable", action="store_true", help="allow export (cannot change)")
+    limits = keys.add_parser(
+        "limits", parents=[common], help="change a key's usage limits (automatic rotation)"
+    )
+    limits.add_argument("name")
+    for parser in (create, limits):
+        parser.add_argument(
+            "--max-encryptions",
+            type=int,
+            metavar="N",
+            help="sealings per version before an automatic rotation (default 2^32)",
+        )
+        parser.add_argument(
+            "--auto-rotate-period",
+            type=float,
+            metavar="SECONDS",
+            help="seconds a version is used before an automatic rotation (0: never)",
+        )
     keys.add_parser("list", parents=[common], help="list keys")
     for action, what in (("show", "show a key"), ("rotate", "add a version")):
         keys.add_parser(action, parents=[common], help=what).add_argument("name")

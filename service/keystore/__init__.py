@@ -9,6 +9,7 @@ from ._base import (
     KeyStoreHealth,
     KeyVersionInfo,
     TokenInfo,
+    VersionUsage,
     export_material,
     valid_scope,
     valid_secret,
@@ -19,6 +20,7 @@ from ._migrate import migrate as migrate_keystore
 from ._postgres import PostgresKeyStore, redact
 from ._provision import ROOT_SCOPES, describe, keystore_url, open_store, prepare
 from ._sqlite import SQLiteKeyStore
+from ._usage import SCARCE, UsageMeter, next_rotation
 from .errors import (
     InvalidRequest,
     KeyExists,
@@ -33,6 +35,7 @@ from .errors import (
 
 __all__ = [
     "ROOT_SCOPES",
+    "SCARCE",
     "InvalidRequest",
     "KeyExists",
     "KeyInfo",
@@ -50,13 +53,16 @@ __all__ = [
     "SQLiteKeyStore",
     "TokenInfo",
     "TokenNotFound",
+    "UsageMeter",
     "VersionRetired",
+    "VersionUsage",
     "create_master_key_file",
     "describe",
     "export_material",
     "keystore_url",
     "load_master_key",
     "migrate_keystore",
+    "next_rotation",
     "open_store",
     "prepare",
     "read_secret",

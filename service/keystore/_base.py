@@ -30,6 +30,10 @@ class KeyVersionInfo:
     created_at: float  # Unix time
 
 
+# NIST SP 800-38D, 8.3: with random 96-bit nonces, at most 2^32 invocations of GCM per key.
+DEFAULT_MAX_ENCRYPTIONS = 2**32
+
+
 @dataclass(frozen=True, slots=True)
 class KeyInfo:
     name: str
@@ -37,10 +41,22 @@ class KeyInfo:
     exportable: bool
     min_decryption_version: int
     versions: tuple[KeyVersionInfo, ...]  # ascending, never empty
+    # Per version: sealings before an automatic rotation (docs/OPERATIONS.md, Usage limits).
+    max_encryptions: int = DEFAULT_MAX_ENCRYPTIONS
+    auto_rotate_period: float = 0.0  # seconds a version is used before a rotation; 0: never
 
     @property
     def latest(self) -> int:
         return self.versions[-1].version
+
+
+@dataclass(frozen=True, slots=True)
+class VersionUsage:
+    """What a version has sealed: ``encryptions`` counts reservations (never fewer than the
+    sealings made, more by what a crashed process had reserved); ``bytes`` of plaintext."""
+
+    encryptions: int
+    bytes: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,10 +95,19 @@ def valid_scope(scope: str) -> bool:
 
 
 class KeyStore(Protocol):
-    def create_key(self, name: str, algorithm: Algorithm, exportable: bool = False) -> KeyInfo:
-        """Create a key with version 1 of fresh random material.
+    def create_key(
+        self,
+        name: str,
+        algorithm: Algorithm,
+        exportable: bool = False,
+        max_encryptions: int | None = None,
+        auto_rotate_period: float | None = None,
+    ) -> KeyInfo:
+        """Create a key with version 1 of fresh random material, and its limits (None: the
+        defaults), in one transaction.
 
-        KeyExists if taken; InvalidRequest for an invalid name or a non-``Algorithm``.
+        KeyExists if taken; InvalidRequest for an invalid name, a non-``Algorithm`` or a limit
+        out of range (``set_limits``).
         """
 
     def rotate_key(self, name: str) -> KeyInfo:
@@ -99,6 +124,32 @@ class KeyStore(Protocol):
 
     def get_key(self, name: str) -> KeyInfo:
         """KeyNotFound if absent."""
+
+    def set_limits(
+        self, name: str, max_encryptions: int | None = None, auto_rotate_period: float | None = None
+    ) -> KeyInfo:
+        """Change a key's usage limits (None: unchanged). InvalidRequest unless
+        ``1 <= max_encryptions <= 2^32`` and ``auto_rotate_period`` is 0 (never) or >= 1 s."""
+
+    def rotate_if_latest(self, name: str, version: int) -> KeyInfo:
+        """Rotate only if ``version`` is still the latest: of several processes that saw the
+        same limit reached, exactly one adds a version."""
+
+    def reserve_usage(
+        self, name: str, version: int, want: int, limit: int, nbytes: int = 0
+    ) -> tuple[int, int]:
+        """Reserve up to ``want`` sealings of a version, never past ``limit`` (``limit`` 0: no
+        bound, for sealings already made), and add ``nbytes``; one transaction. The number
+        granted (0: the limit is reached) and the total reserved after it."""
+
+    def release_usage(self, name: str, version: int, count: int, nbytes: int = 0) -> None:
+        """Give back ``count`` reserved, unused sealings; add ``nbytes``."""
+
+    def reserved(self, versions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """The total reserved of each version (a version never reserved is left out)."""
+
+    def usage(self, name: str) -> dict[int, VersionUsage]:
+        """What each version of a key has sealed (versions never used are left out)."""
 
     def list_keys(self) -> list[KeyInfo]:
         """Sorted by name."""

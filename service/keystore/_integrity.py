@@ -51,6 +51,8 @@ class Row:
 
 KEY_ROW = Row("key", ("name", "algorithm", "exportable", "min_decryption_version", "created_at"))
 TOKEN_ROW = Row("token", ("id", "digest", "scopes", "label", "created_at", "revoked_at"))
+# A key's usage limits (a key without this row has the defaults).
+LIMITS_ROW = Row("limits", ("name", "max_encryptions", "auto_rotate_period"))
 
 
 def encode(label: str, values: Sequence[object]) -> bytes:
@@ -94,7 +96,7 @@ class Integrity:
 
     def __init__(self, master_key: bytes) -> None:
         self._wrapper = KeyWrapper(master_key)
-        self._mac_keys = {row: _derive(master_key, row) for row in (KEY_ROW, TOKEN_ROW)}
+        self._mac_keys = {row: _derive(master_key, row) for row in (KEY_ROW, TOKEN_ROW, LIMITS_ROW)}
 
     def wrap(
         self, name: str, version: int, algorithm: Algorithm, exportable: bool, material: bytes

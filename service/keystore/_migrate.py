@@ -1,6 +1,7 @@
 """``sealflow keystore migrate``: an SQLite keystore copied into PostgreSQL, verbatim, then checked.
 
-Rows are copied as they are stored (wrapped material, MACs, times, ids, digests): both stores
+Rows are copied as they are stored (wrapped material, MACs, times, ids, digests, usage limits
+and counts): both stores
 authenticate the same columns with the same types (``_integrity``), so nothing is rewrapped or
 re-signed and a row that was refused in SQLite stays refused. The copy is one transaction into
 an empty PostgreSQL keystore; then both stores are opened with the master key and every key,
@@ -37,9 +38,9 @@ def migrate(source: Path, url: str, master_key: bytes) -> Migrated:
         raise KeyStoreUnavailable(f"no SQLite keystore at {source}")
     # Opening checks the file and the master key (and upgrades a schema-1 file in place first).
     with closing(SQLiteKeyStore(source, master_key)) as old:
-        keys, versions, tokens = _rows(source)
+        keys, versions, tokens, limits, usage = _rows(source)
         with closing(PostgresKeyStore(url, master_key, watch=False)) as new:
-            new.import_rows(keys, versions, tokens)
+            new.import_rows(keys, versions, tokens, limits, usage)
             _verify(old, new)
     return Migrated(len(keys), len(versions), len(tokens))
 
@@ -47,7 +48,7 @@ def migrate(source: Path, url: str, master_key: bytes) -> Migrated:
 Rows = list[tuple[object, ...]]
 
 
-def _rows(path: Path) -> tuple[Rows, Rows, Rows]:
+def _rows(path: Path) -> tuple[Rows, Rows, Rows, Rows, Rows]:
     with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
         db.execute("BEGIN")  # one snapshot of all three tables
         keys = db.execute(
@@ -61,7 +62,16 @@ def _rows(path: Path) -> tuple[Rows, Rows, Rows]:
             "SELECT id, digest, scopes, label, created_at, revoked_at, mac FROM tokens"
             " ORDER BY rowid"
         ).fetchall()
-    return keys, versions, tokens
+        # Absent from a keystore no release with usage limits has opened: none to copy.
+        tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master")}
+        limits = usage = []
+        if "key_limits" in tables:
+            limits = db.execute(
+                "SELECT name, max_encryptions, auto_rotate_period, mac FROM key_limits"
+            ).fetchall()
+        if "key_usage" in tables:
+            usage = db.execute("SELECT name, version, reserved, bytes FROM key_usage").fetchall()
+    return keys, versions, tokens, limits, usage
 
 
 def _verify(old: SQLiteKeyStore, new: PostgresKeyStore) -> None:
@@ -78,5 +88,7 @@ def _verify(old: SQLiteKeyStore, new: PostgresKeyStore) -> None:
         for v in key.versions:
             if old.key_material(key.name, v.version) != new.key_material(key.name, v.version):
                 raise fail(f"key {key.name!r} version {v.version} differs")
+        if old.usage(key.name) != new.usage(key.name):
+            raise fail(f"the usage of key {key.name!r} differs")
     if old.list_tokens() != new.list_tokens():
         raise fail("the tokens differ")

@@ -49,6 +49,20 @@ MIGRATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "INSERT INTO sealflow_changes VALUES (1, 0)",
         ),
     ),
+    (
+        "usage limits and usage per key version",
+        (
+            # mac: over the other columns, in LIMITS_ROW.columns order. No row: the defaults.
+            "CREATE TABLE sealflow_key_limits (name text PRIMARY KEY REFERENCES sealflow_keys,"
+            " max_encryptions bigint NOT NULL, auto_rotate_period double precision NOT NULL,"
+            " mac bytea NOT NULL)",
+            # Sealings reserved (never fewer than made) and plaintext bytes; no MAC: a counter
+            # that UPDATE raises cannot carry one (docs/SERVICE.md, Usage).
+            "CREATE TABLE sealflow_usage (name text NOT NULL, version bigint NOT NULL,"
+            " reserved bigint NOT NULL, bytes bigint NOT NULL, PRIMARY KEY (name, version),"
+            " FOREIGN KEY (name, version) REFERENCES sealflow_key_versions)",
+        ),
+    ),
 )
 
 

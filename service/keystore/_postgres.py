@@ -32,10 +32,19 @@ from sealflow.engine import Algorithm
 from sealflow.service.envelope import valid_name
 
 from . import _pg_schema
-from ._base import KeyInfo, KeyStoreHealth, TokenInfo, valid_scope, valid_secret
-from ._integrity import KEY_ROW, TOKEN_ROW, Integrity, refuse
+from ._base import KeyInfo, KeyStoreHealth, TokenInfo, VersionUsage, valid_scope, valid_secret
+from ._integrity import KEY_ROW, LIMITS_ROW, TOKEN_ROW, Integrity, refuse
 from ._pg_watch import Watcher
-from ._rows import MAX_VERSION, digest, key_info, present, token_info
+from ._rows import (
+    MAX_VERSION,
+    digest,
+    grant,
+    key_info,
+    limits_row,
+    present,
+    token_info,
+    with_limits,
+)
 from .errors import (
     InvalidRequest,
     KeyExists,
@@ -52,6 +61,7 @@ _KEYS_SQL = (
     " v.version, v.created_at FROM sealflow_keys k"
     " JOIN sealflow_key_versions v ON v.name = k.name"
 )
+_LIMITS_SQL = "SELECT name, max_encryptions, auto_rotate_period, mac FROM sealflow_key_limits"
 _TOKENS_SQL = "SELECT id, digest, scopes, label, created_at, revoked_at, mac FROM sealflow_tokens"
 # Seconds a write waits for a connection before it is KeyStoreUnavailable (503).
 _WRITE_TIMEOUT = 5.0
@@ -147,7 +157,14 @@ class PostgresKeyStore:
 
     # -- keys
 
-    def create_key(self, name: str, algorithm: Algorithm, exportable: bool = False) -> KeyInfo:
+    def create_key(
+        self,
+        name: str,
+        algorithm: Algorithm,
+        exportable: bool = False,
+        max_encryptions: int | None = None,
+        auto_rotate_period: float | None = None,
+    ) -> KeyInfo:
         if not valid_name(name):
             raise InvalidRequest(f"invalid key name {name!r}")
         if not isinstance(algorithm, Algorithm):
@@ -162,6 +179,9 @@ class PostgresKeyStore:
             if inserted.rowcount != 1:
                 raise KeyExists(f"key {name!r} already exists")
             self._add_version(db, name, 1, algorithm, exportable)
+            if max_encryptions is not None or auto_rotate_period is not None:
+                info = self._locked_key(db, name)
+                self._write_limits(db, limits_row(info, max_encryptions, auto_rotate_period))
             return self._locked_key(db, name)
 
     def rotate_key(self, name: str) -> KeyInfo:
@@ -172,6 +192,86 @@ class PostgresKeyStore:
                 raise InvalidRequest(f"key {name!r} has no version left")
             self._add_version(db, name, info.latest + 1, info.algorithm, info.exportable)
             return self._locked_key(db, name)
+
+    def rotate_if_latest(self, name: str, version: int) -> KeyInfo:
+        with self._transaction() as db:
+            info = self._locked_key(db, name)
+            if info.latest != version:
+                return info
+            self._add_version(db, name, info.latest + 1, info.algorithm, info.exportable)
+            info = self._locked_key(db, name)
+        log.warning(
+            "key %r rotated automatically to version %d",
+            name,
+            info.latest,
+            extra={"fields": {"key": name, "version": info.latest}},
+        )
+        return info
+
+    def set_limits(
+        self, name: str, max_encryptions: int | None = None, auto_rotate_period: float | None = None
+    ) -> KeyInfo:
+        with self._transaction() as db:
+            info = self._locked_key(db, name)
+            self._write_limits(db, limits_row(info, max_encryptions, auto_rotate_period))
+            return self._locked_key(db, name)
+
+    def _write_limits(self, db: Db, row: tuple[str, int, float]) -> None:
+        db.execute(
+            "INSERT INTO sealflow_key_limits VALUES (%s, %s, %s, %s) ON CONFLICT (name) DO UPDATE"
+            " SET max_encryptions = excluded.max_encryptions,"
+            " auto_rotate_period = excluded.auto_rotate_period, mac = excluded.mac",
+            (*row, self._integrity.mac(LIMITS_ROW, row)),
+        )
+
+    # -- usage: no change counted or announced (caches do not hold it)
+
+    def reserve_usage(
+        self, name: str, version: int, want: int, limit: int, nbytes: int = 0
+    ) -> tuple[int, int]:
+        with self._transaction(bump=False) as db:
+            db.execute(
+                "INSERT INTO sealflow_usage VALUES (%s, %s, 0, 0) ON CONFLICT DO NOTHING",
+                (name, version),
+            )
+            # The row lock orders reservations of all replicas; the grant is computed under it.
+            row = db.execute(
+                "SELECT reserved FROM sealflow_usage WHERE name = %s AND version = %s FOR UPDATE",
+                (name, version),
+            ).fetchone()
+            granted = grant(want, limit, int(row[0]) if row else 0)
+            after = db.execute(
+                "UPDATE sealflow_usage SET reserved = reserved + %s, bytes = bytes + %s"
+                " WHERE name = %s AND version = %s RETURNING reserved",
+                (granted, nbytes, name, version),
+            ).fetchone()
+        return granted, int(after[0]) if after else granted
+
+    def release_usage(self, name: str, version: int, count: int, nbytes: int = 0) -> None:
+        with self._transaction(bump=False) as db:
+            db.execute(
+                "UPDATE sealflow_usage SET reserved = reserved - %s, bytes = bytes + %s"
+                " WHERE name = %s AND version = %s",
+                (count, nbytes, name, version),
+            )
+
+    def reserved(self, versions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        if not versions:
+            return {}
+        with self._transaction(bump=False) as db:
+            rows = db.execute(
+                "SELECT name, version, reserved FROM sealflow_usage"
+                " WHERE (name, version) IN (SELECT * FROM unnest(%s::text[], %s::bigint[]))",
+                ([n for n, _ in versions], [v for _, v in versions]),
+            ).fetchall()
+        return {(n, int(v)): int(r) for n, v, r in rows}
+
+    def usage(self, name: str) -> dict[int, VersionUsage]:
+        with self._transaction(bump=False) as db:
+            rows = db.execute(
+                "SELECT version, reserved, bytes FROM sealflow_usage WHERE name = %s", (name,)
+            ).fetchall()
+        return {int(v): VersionUsage(int(r), int(b)) for v, r, b in rows}
 
     def set_min_decryption_version(
         self, name: str, version: int, allow_lowering: bool = False
@@ -244,6 +344,8 @@ class PostgresKeyStore:
         if db.execute("SELECT 1 FROM sealflow_keys WHERE name = %s FOR UPDATE", (name,)).rowcount:
             rows = db.execute(_KEYS_SQL + " WHERE k.name = %s ORDER BY v.version", (name,))
             keys = {name: key_info(self._integrity, rows.fetchall(), self._where)}
+            limits = db.execute(_LIMITS_SQL + " WHERE name = %s", (name,)).fetchall()
+            keys = with_limits(self._integrity, keys, limits, self._where)
         else:
             keys = {}
         return present(keys, name)
@@ -308,6 +410,8 @@ class PostgresKeyStore:
         keys: list[tuple[object, ...]],
         versions: list[tuple[object, ...]],
         tokens: list[tuple[object, ...]],
+        limits: list[tuple[object, ...]],
+        usage: list[tuple[object, ...]],
     ) -> None:
         """Rows of another store, as stored (``_migrate``), in one transaction, into an empty
         keystore: KeyStoreUnavailable if it holds keys or tokens already."""
@@ -331,6 +435,8 @@ class PostgresKeyStore:
                     " revoked_at, mac) VALUES (%s, %s, %s, %s, %s, %s, %s)",
                     tokens,
                 )
+                cur.executemany("INSERT INTO sealflow_key_limits VALUES (%s, %s, %s, %s)", limits)
+                cur.executemany("INSERT INTO sealflow_usage VALUES (%s, %s, %s, %s)", usage)
 
     # -- the cache
 
@@ -352,17 +458,24 @@ class PostgresKeyStore:
                     if generation == self._generation and not force:
                         return
                     keys = db.execute(_KEYS_SQL + " ORDER BY k.name, v.version").fetchall()
+                    limits = db.execute(_LIMITS_SQL).fetchall()
                     tokens = db.execute(_TOKENS_SQL + " ORDER BY seq").fetchall()
             except psycopg.Error as exc:
                 raise KeyStoreUnavailable(f"keystore {self._where}: {_reason(exc)}") from None
-            self._load(keys, tokens)
+            self._load(keys, limits, tokens)
             self._generation = generation
 
-    def _load(self, key_rows: list[tuple[Any, ...]], token_rows: list[tuple[Any, ...]]) -> None:
+    def _load(
+        self,
+        key_rows: list[tuple[Any, ...]],
+        limit_rows: list[tuple[Any, ...]],
+        token_rows: list[tuple[Any, ...]],
+    ) -> None:
         keys = {
             name: key_info(self._integrity, list(group), self._where)
             for name, group in itertools.groupby(key_rows, key=lambda row: row[0])
         }
+        keys = with_limits(self._integrity, keys, limit_rows, self._where)
         wanted = [
             (info, v.version)
             for info in keys.values()

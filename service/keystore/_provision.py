@@ -41,9 +41,13 @@ def open_store(settings: Settings, max_staleness: float = 0.0, watch: bool = Tru
 
 def keystore_url(settings: Settings) -> str | None:
     """The PostgreSQL URL, or None for the SQLite keystore in the data dir."""
-    if settings.keystore_url is None:
+    if settings.keystore_url is not None:
+        url = settings.keystore_url.get_secret_value().strip()
+    elif settings.keystore_url_file is not None:
+        path = settings.keystore_url_file
+        url = read_secret(path, f"keystore URL file {path}").strip()
+    else:
         return None
-    url = settings.keystore_url.get_secret_value().strip()
     if not url:
         return None
     if not url.startswith(("postgresql://", "postgres://")):

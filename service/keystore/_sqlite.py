@@ -22,10 +22,19 @@ from sealflow.engine import Algorithm
 from sealflow.service.envelope import valid_name
 
 from . import _sqlite_file
-from ._base import KeyInfo, KeyStoreHealth, TokenInfo, valid_scope, valid_secret
-from ._integrity import KEY_ROW, TOKEN_ROW, Integrity, refuse
+from ._base import KeyInfo, KeyStoreHealth, TokenInfo, VersionUsage, valid_scope, valid_secret
+from ._integrity import KEY_ROW, LIMITS_ROW, TOKEN_ROW, Integrity, refuse
 from ._masterkey import KeyWrapper
-from ._rows import MAX_VERSION, digest, key_info, present, token_info
+from ._rows import (
+    MAX_VERSION,
+    digest,
+    grant,
+    key_info,
+    limits_row,
+    present,
+    token_info,
+    with_limits,
+)
 from .errors import (
     InvalidRequest,
     KeyExists,
@@ -46,6 +55,7 @@ _KEY_ROW_SQL = (
     "SELECT name, algorithm, exportable, min_decryption_version, created_at FROM keys"
     " WHERE name = ?"
 )
+_LIMITS_SQL = "SELECT name, max_encryptions, auto_rotate_period, mac FROM key_limits"
 # TOKEN_ROW.columns order, then the MAC.
 _TOKENS_SQL = "SELECT id, digest, scopes, label, created_at, revoked_at, mac FROM tokens"
 
@@ -121,7 +131,14 @@ class SQLiteKeyStore:
 
     # -- keys
 
-    def create_key(self, name: str, algorithm: Algorithm, exportable: bool = False) -> KeyInfo:
+    def create_key(
+        self,
+        name: str,
+        algorithm: Algorithm,
+        exportable: bool = False,
+        max_encryptions: int | None = None,
+        auto_rotate_period: float | None = None,
+    ) -> KeyInfo:
         if not valid_name(name):
             raise InvalidRequest(f"invalid key name {name!r}")
         if not isinstance(algorithm, Algorithm):
@@ -136,6 +153,9 @@ class SQLiteKeyStore:
                 (*row, self._integrity.mac(KEY_ROW, row)),
             )
             self._add_version(db, name, 1, algorithm, exportable)
+            if max_encryptions is not None or auto_rotate_period is not None:
+                info = self._locked_key(db, name)
+                self._write_limits(db, limits_row(info, max_encryptions, auto_rotate_period))
             return self._locked_key(db, name)
 
     def rotate_key(self, name: str) -> KeyInfo:
@@ -144,6 +164,83 @@ class SQLiteKeyStore:
             info = self._locked_key(db, name)
             self._add_version(db, name, info.latest + 1, info.algorithm, info.exportable)
             return self._locked_key(db, name)
+
+    def rotate_if_latest(self, name: str, version: int) -> KeyInfo:
+        with self._transaction() as db:
+            info = self._locked_key(db, name)
+            if info.latest != version:
+                return info
+            self._add_version(db, name, info.latest + 1, info.algorithm, info.exportable)
+            info = self._locked_key(db, name)
+        log.warning(
+            "key %r rotated automatically to version %d",
+            name,
+            info.latest,
+            extra={"fields": {"key": name, "version": info.latest}},
+        )
+        return info
+
+    def set_limits(
+        self, name: str, max_encryptions: int | None = None, auto_rotate_period: float | None = None
+    ) -> KeyInfo:
+        with self._transaction() as db:
+            info = self._locked_key(db, name)
+            self._write_limits(db, limits_row(info, max_encryptions, auto_rotate_period))
+            return self._locked_key(db, name)
+
+    def _write_limits(self, db: sqlite3.Connection, row: tuple[str, int, float]) -> None:
+        db.execute(
+            "INSERT OR REPLACE INTO key_limits VALUES (?, ?, ?, ?)",
+            (*row, self._integrity.mac(LIMITS_ROW, row)),
+        )
+
+    # -- usage
+
+    def reserve_usage(
+        self, name: str, version: int, want: int, limit: int, nbytes: int = 0
+    ) -> tuple[int, int]:
+        with self._locked():
+            db = self._conn
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                db.execute("INSERT OR IGNORE INTO key_usage VALUES (?, ?, 0, 0)", (name, version))
+                (reserved,) = db.execute(
+                    "SELECT reserved FROM key_usage WHERE name = ? AND version = ?",
+                    (name, version),
+                ).fetchone()
+                granted = grant(want, limit, reserved)
+                db.execute(
+                    "UPDATE key_usage SET reserved = reserved + ?, bytes = bytes + ?"
+                    " WHERE name = ? AND version = ?",
+                    (granted, nbytes, name, version),
+                )
+                db.execute("COMMIT")
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
+        return granted, reserved + granted
+
+    def release_usage(self, name: str, version: int, count: int, nbytes: int = 0) -> None:
+        with self._locked():
+            self._conn.execute(
+                "UPDATE key_usage SET reserved = reserved - ?, bytes = bytes + ?"
+                " WHERE name = ? AND version = ?",
+                (count, nbytes, name, version),
+            )
+
+    def reserved(self, versions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        with self._locked():
+            rows = self._conn.execute("SELECT name, version, reserved FROM key_usage").fetchall()
+        wanted = set(versions)
+        return {(n, v): r for n, v, r in rows if (n, v) in wanted}
+
+    def usage(self, name: str) -> dict[int, VersionUsage]:
+        with self._locked():
+            rows = self._conn.execute(
+                "SELECT version, reserved, bytes FROM key_usage WHERE name = ?", (name,)
+            ).fetchall()
+        return {v: VersionUsage(r, b) for v, r, b in rows}
 
     def set_min_decryption_version(
         self, name: str, version: int, allow_lowering: bool = False
@@ -245,10 +342,13 @@ class SQLiteKeyStore:
         # One statement, so the keys and their versions come from one consistent snapshot.
         where, args = (" WHERE k.name = ?", (name,)) if name is not None else ("", ())
         rows = db.execute(_KEYS_SQL + where + " ORDER BY k.name, v.version", args).fetchall()
-        return {
+        keys = {
             key_name: key_info(self._integrity, list(group), str(self._path))
             for key_name, group in itertools.groupby(rows, key=lambda row: row[0])
         }
+        where = where.replace("k.name", "name")
+        limits = db.execute(_LIMITS_SQL + where, args).fetchall()
+        return with_limits(self._integrity, keys, limits, str(self._path))
 
     # -- tokens
 

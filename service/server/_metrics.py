@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, mult
 from prometheus_client.registry import REGISTRY
 
 from sealflow import engine
-from sealflow.service.keystore import KeyStoreHealth
+from sealflow.service.keystore import KeyStore, KeyStoreHealth, next_rotation
 
 REQUESTS = Counter(
     "sealflow_requests", "HTTP requests by route, method and status", ["route", "method", "status"]
@@ -120,6 +120,26 @@ KEYSTORE_INVALIDATION = Gauge(
 KEYSTORE_FALLBACKS = Counter(
     "sealflow_keystore_notify_fallbacks",
     "Times the keystore's notification connection was lost and polling took over",
+)
+
+# Keys by name: names from the keystore (made by admins), never from a request.
+KEY_ENCRYPTIONS = Gauge(
+    "sealflow_key_encryptions",
+    "Sealings counted under each key's latest version (reserved in blocks: never fewer than made)",
+    ["key"],
+    multiprocess_mode="livemax",
+)
+KEY_MAX_ENCRYPTIONS = Gauge(
+    "sealflow_key_max_encryptions",
+    "Sealings a version of the key makes before it rotates automatically",
+    ["key"],
+    multiprocess_mode="livemax",
+)
+KEY_NEXT_ROTATION = Gauge(
+    "sealflow_key_next_rotation_timestamp_seconds",
+    "When the key rotates by its auto_rotate_period (keys that have one)",
+    ["key"],
+    multiprocess_mode="livemax",
 )
 
 # Fixed label sets are exported from the start, at zero.
@@ -232,6 +252,17 @@ def sync_keystore(health: KeyStoreHealth) -> None:
     if delta > 0:
         KEYSTORE_FALLBACKS.inc(delta)
         _seen[id(KEYSTORE_FALLBACKS), ()] = health.fallbacks
+
+
+def sync_usage(store: KeyStore) -> None:
+    """Usage of every key's latest version (reads the keystore: call it on a thread)."""
+    for key in store.list_keys():
+        used = store.usage(key.name).get(key.latest)
+        KEY_ENCRYPTIONS.labels(key.name).set(used.encryptions if used else 0)
+        KEY_MAX_ENCRYPTIONS.labels(key.name).set(key.max_encryptions)
+        when = next_rotation(key)
+        if when is not None:
+            KEY_NEXT_ROTATION.labels(key.name).set(when)
 
 
 def publish_providers() -> None:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.responses import Response
+
+from sealflow.service.keystore import KeyStoreError
 
 from .. import _metrics
 from .._state import DRAINING
@@ -48,4 +52,6 @@ async def metrics(request: Request) -> Response:
     if svc is not None:
         _metrics.sync_engine(svc.crypto, svc.buffers, request.app.front.active)
         _metrics.sync_keystore(svc.store.health())
+        with contextlib.suppress(KeyStoreError):  # the keystore's own metrics say why
+            await asyncio.to_thread(_metrics.sync_usage, svc.store)
     return Response(generate_latest(_metrics.registry()), media_type=CONTENT_TYPE_LATEST)

@@ -251,3 +251,16 @@ def test_first_start_provisions_once_however_many_replicas_start(
 def test_a_shared_keystore_needs_a_master_key(pg_url: str, tmp_path: Path) -> None:
     with pytest.raises(KeyStoreUnavailable, match="master key"):
         prepare(Settings(data_dir=tmp_path / "d", keystore_url=pg_url))
+
+
+def test_a_limit_raised_without_the_master_key_refuses_the_key(
+    pg_url: str, master_key: bytes
+) -> None:
+    with closing(PostgresKeyStore(pg_url, master_key)) as store:
+        store.create_key("k", Algorithm.AES_256_GCM, max_encryptions=1000)
+    with psycopg.connect(pg_url) as conn:
+        conn.execute("UPDATE sealflow_key_limits SET max_encryptions = 4294967296")
+    with closing(PostgresKeyStore(pg_url, master_key)) as store:
+        with pytest.raises(KeyStoreCorrupt, match="'k' fails its integrity check"):
+            store.get_key("k")
+        assert store.list_keys() == []

@@ -5,6 +5,8 @@ replica loses nothing, and an outage of the database is survived."""
 from __future__ import annotations
 
 import base64
+import functools
+import json
 import os
 import signal
 import subprocess
@@ -91,6 +93,10 @@ def test_a_rotation_on_one_replica_is_used_by_another_within_a_second(
     with a.client() as c:
         assert c.post("/v1/keys/orders/rotate").json()["latest"] == 2
     eventually(lambda: version_of(encrypt(b, "orders")) == 2)
+
+
+def uses_version(srv: Server, key: str, version: int) -> bool:
+    return version_of(encrypt(srv, key)) == version
 
 
 def httpx_status(srv: Server, path: str) -> int:
@@ -189,6 +195,8 @@ def test_a_database_outage_is_served_from_cache_refuses_writes_and_recovers(
     a, b = start_replicas(tmp_path, cluster.new_database(), master, n=2, keystore_max_cache_age=1)
     try:
         sealed = encrypt(a, "default", b"before the outage")
+        # B's first sealing under the version reserves a block of them: it needs the database.
+        encrypt(b, "default", b"before too")
         cluster.stop()
         try:
             stopped = time.monotonic()
@@ -232,3 +240,54 @@ def test_serve_without_a_master_key_on_a_shared_keystore_says_so(
     )
     assert done.returncode != 0
     assert b"shared keystore (SEALFLOW_KEYSTORE_URL) needs its master key" in done.stderr
+
+
+def test_max_encryptions_1000_over_three_replicas_rotates_exactly_once(
+    replicas: list[Server],
+) -> None:
+    with replicas[0].client() as c:
+        body = {"name": "limited", "algorithm": "aes-256-gcm", "max_encryptions": 1000}
+        assert c.post("/v1/keys", json=body).json()["max_encryptions"] == 1000
+    eventually(lambda: all(httpx_status(r, "/v1/keys/limited") == 200 for r in replicas))
+
+    def seal(i: int) -> int:
+        return version_of(encrypt(replicas[i % 3], "limited"))
+
+    with ThreadPoolExecutor(12) as pool:
+        first = list(pool.map(seal, range(1000)))
+    assert first == [1] * 1000  # never earlier than the limit allows
+    for srv in replicas:
+        eventually(functools.partial(uses_version, srv, "limited", 2))
+    with ThreadPoolExecutor(12) as pool:
+        later = list(pool.map(seal, range(300)))
+    assert later == [2] * 300
+    with replicas[1].client() as c:
+        info = c.get("/v1/keys/limited").json()
+    assert [v["version"] for v in info["versions"]] == [1, 2]  # one new version, not more
+    assert info["versions"][0]["encryptions"] == 1000
+    assert info["encryptions_left"] <= 1000 - 300
+
+
+def test_a_replica_killed_with_reserved_sealings_over_counts_never_under(
+    postgres: Cluster, tmp_path: Path
+) -> None:
+    master = base64.b64encode(os.urandom(32)).decode()
+    a, b = start_replicas(tmp_path, postgres.new_database(), master, n=2)
+    try:
+        for _ in range(100):
+            encrypt(a, "default")
+        a.proc.send_signal(signal.SIGKILL)  # with most of its block unused
+        a.proc.wait()
+        for _ in range(50):
+            encrypt(b, "default")
+        with b.client() as c:
+            counted = c.get("/v1/keys/default").json()["versions"][0]["encryptions"]
+        assert counted >= 150
+        b.stop()  # a clean stop gives back what it did not use
+        shown = b.cli("keys", "show", "default")
+        assert shown.returncode == 0, shown.stderr
+        after = json.loads(shown.stdout)["versions"][0]["encryptions"]
+        assert 150 <= after < counted
+    finally:
+        for srv in (a, b):
+            srv.stop()
