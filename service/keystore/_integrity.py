@@ -7,7 +7,8 @@ volume, a restored backup, a careless chmod) must not be able to change what it 
   name, the version, the algorithm and exportability: a relabelled key or a moved blob no
   longer unwraps;
 - every other row that decides something, a key's row (algorithm, exportable,
-  min_decryption_version) and a token's row (digest, scopes, revocation), carries an
+  min_decryption_version), its limits row (max_encryptions, auto_rotate_period) and a token's
+  row (digest, scopes, revocation), carries an
   HMAC-SHA-256 over every one of its columns, under a key derived from the master key with
   HKDF-SHA-256, one key per kind of row.
 

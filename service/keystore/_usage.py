@@ -37,6 +37,9 @@ _TICK = 0.1
 _SCARCE_CHECK = 0.25
 _BYTES_FLUSH = 5.0
 _PERIOD_CHECK = 1.0
+# How long after a version came near its limit others may still hold sealings of it.
+_WINDOW = 3 * _SCARCE_CHECK
+_RETRY = 0.02
 
 Version = tuple[str, int]
 
@@ -50,7 +53,7 @@ class UsageMeter:
         self._held: dict[Version, int] = {}  # reserved, not used yet
         self._limits: dict[Version, int] = {}
         self._bytes: dict[Version, int] = {}  # not written yet
-        self._scarce: set[Version] = set()
+        self._scarce: dict[Version, float] = {}  # near the limit since (monotonic)
         self._refill: set[Version] = set()
         self._rotate: set[Version] = set()
         self._wake = threading.Event()
@@ -89,7 +92,7 @@ class UsageMeter:
                 return True
             self._limits[k] = key.max_encryptions
             if key.max_encryptions <= SCARCE:
-                self._scarce.add(k)
+                self._scarce.setdefault(k, time.monotonic())
         return self._reserve_for(key, version, n, limit)
 
     def add_bytes(self, name: str, version: int, nbytes: int) -> None:
@@ -106,17 +109,21 @@ class UsageMeter:
             want = n if k in self._scarce else max(n, BLOCK)
         nbytes = self._bytes_of(k)
         granted, total = self._store.reserve_usage(key.name, version, want, bound, nbytes)
-        if granted < n and limit:
+        while granted < n and limit:
             if granted:
                 self._store.release_usage(key.name, version, granted)
-            return False
+            if not self._others_may_give_back(k):
+                return False
+            time.sleep(_RETRY)
+            granted, total = self._store.reserve_usage(key.name, version, n, bound)
         surplus = granted - n
         with self._lock:
             if key.max_encryptions - total < SCARCE:
-                self._scarce.add(k)
+                self._scarce.setdefault(k, time.monotonic())
             if k in self._scarce:
-                # Near the limit nothing is held: what others may need stays theirs to take.
-                self._held[k] = 0
+                # Near the limit nothing is held (another thread's block too): what others
+                # may need stays theirs to take.
+                surplus += self._held.pop(k, 0)
             else:
                 self._held[k] = self._held.get(k, 0) + surplus
                 surplus = 0
@@ -126,6 +133,15 @@ class UsageMeter:
         if surplus:
             self._store.release_usage(key.name, version, surplus)
         return True
+
+    def _others_may_give_back(self, k: Version) -> bool:
+        """Whether the version came near its limit so recently that other processes may still
+        hold sealings of it they are about to give back (they look every ``_SCARCE_CHECK``):
+        until then a used-up version is not rotated, so it seals up to its limit. Waiting
+        happens once per version, when its last sealings went within ``_WINDOW`` of that."""
+        with self._lock:
+            since = self._scarce.get(k)
+        return since is not None and time.monotonic() - since < _WINDOW
 
     def _bytes_of(self, k: Version) -> int:
         with self._lock:
@@ -177,11 +193,19 @@ class UsageMeter:
     def _rotations(self) -> None:
         with self._lock:
             due, self._rotate = self._rotate, set()
-        for name, version in due:
+        for k in due:
+            if self._others_may_give_back(k):
+                with self._lock:
+                    self._rotate.add(k)  # again at a later tick
+                continue
+            name, version = k
             try:
-                self._rotate_now(self._store.get_key(name), version)
+                key = self._store.get_key(name)
             except KeyNotFound:
                 continue
+            # Still reserved to the limit once others had their time to give sealings back.
+            if self._store.reserved([k]).get(k, 0) >= key.max_encryptions:
+                self._rotate_now(key, version)
 
     def _refills(self) -> None:
         with self._lock:
@@ -203,9 +227,14 @@ class UsageMeter:
             key.name, version, BLOCK, key.max_encryptions, self._bytes_of(k)
         )
         with self._lock:
-            self._held[k] = self._held.get(k, 0) + granted
             if key.max_encryptions - total < SCARCE:
-                self._scarce.add(k)
+                self._scarce.setdefault(k, time.monotonic())
+                surplus = granted  # near the limit nothing is held
+            else:
+                self._held[k] = self._held.get(k, 0) + granted
+                surplus = 0
+        if surplus:
+            self._store.release_usage(key.name, version, surplus)
 
     def _give_back(self) -> None:
         """Return what is held of versions near their limit, or no longer the latest."""
@@ -223,7 +252,7 @@ class UsageMeter:
             with self._lock:
                 near = self._limits.get(k, 0) - totals.get(k, 0) < SCARCE
                 if near:
-                    self._scarce.add(k)
+                    self._scarce.setdefault(k, time.monotonic())
                 if not near and latest == version:
                     continue
                 n, self._held[k] = self._held.get(k, 0), 0

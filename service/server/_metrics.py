@@ -122,23 +122,21 @@ KEYSTORE_FALLBACKS = Counter(
     "Times the keystore's notification connection was lost and polling took over",
 )
 
-# Keys by name: names from the keystore (made by admins), never from a request.
-KEY_ENCRYPTIONS = Gauge(
-    "sealflow_key_encryptions",
-    "Sealings counted under each key's latest version (reserved in blocks: never fewer than made)",
-    ["key"],
+# Usage over all keys, without key names (labels come from fixed sets): which key, from the key
+# metadata or `sealflow keys list`.
+KEYS_USAGE_MAX_RATIO = Gauge(
+    "sealflow_keys_usage_max_ratio",
+    "The highest share of max_encryptions counted under any key's latest version",
     multiprocess_mode="livemax",
 )
-KEY_MAX_ENCRYPTIONS = Gauge(
-    "sealflow_key_max_encryptions",
-    "Sealings a version of the key makes before it rotates automatically",
-    ["key"],
+KEYS_NEAR_LIMIT = Gauge(
+    "sealflow_keys_near_usage_limit",
+    "Keys whose latest version has counted 90 % or more of its max_encryptions",
     multiprocess_mode="livemax",
 )
-KEY_NEXT_ROTATION = Gauge(
-    "sealflow_key_next_rotation_timestamp_seconds",
-    "When the key rotates by its auto_rotate_period (keys that have one)",
-    ["key"],
+KEYS_NEXT_ROTATION = Gauge(
+    "sealflow_keys_next_rotation_timestamp_seconds",
+    "The soonest rotation by auto_rotate_period of any key (0: no key has one)",
     multiprocess_mode="livemax",
 )
 
@@ -255,14 +253,17 @@ def sync_keystore(health: KeyStoreHealth) -> None:
 
 
 def sync_usage(store: KeyStore) -> None:
-    """Usage of every key's latest version (reads the keystore: call it on a thread)."""
+    """Usage of the keys' latest versions (reads the keystore: call it on a thread)."""
+    ratios, rotations = [], []
     for key in store.list_keys():
         used = store.usage(key.name).get(key.latest)
-        KEY_ENCRYPTIONS.labels(key.name).set(used.encryptions if used else 0)
-        KEY_MAX_ENCRYPTIONS.labels(key.name).set(key.max_encryptions)
+        ratios.append((used.encryptions if used else 0) / key.max_encryptions)
         when = next_rotation(key)
         if when is not None:
-            KEY_NEXT_ROTATION.labels(key.name).set(when)
+            rotations.append(when)
+    KEYS_USAGE_MAX_RATIO.set(max(ratios, default=0.0))
+    KEYS_NEAR_LIMIT.set(sum(ratio >= 0.9 for ratio in ratios))
+    KEYS_NEXT_ROTATION.set(min(rotations, default=0.0))
 
 
 def publish_providers() -> None:

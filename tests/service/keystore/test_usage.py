@@ -5,10 +5,13 @@ raises and never lowers, limits that the master key vouches for."""
 from __future__ import annotations
 
 import itertools
+import sqlite3
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +20,7 @@ from sealflow.service.keystore import (
     SCARCE,
     InvalidRequest,
     KeyStore,
+    KeyStoreCorrupt,
     UsageMeter,
     VersionUsage,
 )
@@ -158,3 +162,15 @@ def test_a_period_rotates_once_per_period_across_processes(
     created = [v.created_at for v in stores[0].get_key("k").versions]
     # One rotation per period, never two for the same one (the three meters all check).
     assert all(b - a >= 0.99 for a, b in itertools.pairwise(created))
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+def test_a_limit_raised_in_the_sqlite_file_refuses_the_key(
+    open_store: Open, master_key: bytes, db_path: Path
+) -> None:
+    store = open_store(master_key)
+    store.create_key("k", Algorithm.AES_256_GCM, max_encryptions=1000)
+    with closing(sqlite3.connect(db_path)) as db, db:
+        db.execute("UPDATE key_limits SET max_encryptions = 4294967296")
+    with pytest.raises(KeyStoreCorrupt, match="'k' fails its integrity check"):
+        open_store(master_key).get_key("k")

@@ -266,6 +266,10 @@ def test_max_encryptions_1000_over_three_replicas_rotates_exactly_once(
     assert [v["version"] for v in info["versions"]] == [1, 2]  # one new version, not more
     assert info["versions"][0]["encryptions"] == 1000
     assert info["encryptions_left"] <= 1000 - 300
+    with replicas[2].client() as c:
+        metrics = c.get("/metrics").text
+    ratio = float(metrics.split("\nsealflow_keys_usage_max_ratio ", 1)[1].split()[0])
+    assert ratio >= 0.3  # the limited key's version 2, if no other key is further along
 
 
 def test_a_replica_killed_with_reserved_sealings_over_counts_never_under(
