@@ -4,7 +4,9 @@
 
 Calls the app in a loop with a 1 KiB single-shot encrypt (token check, key
 lookup, seal, metrics, and the access log with ``--log``), so the figure is
-what sealflow adds on top of uvicorn. A profile of the same loop: ``--profile``.
+what sealflow adds on top of uvicorn; then the same request through the small-request lane
+(``Front.lane_head`` and ``lane_answer``, what the protocol calls instead of the app).
+A profile of the same loop: ``--profile``.
 ``--budget`` also times the parts of the request on their own (the table in
 docs/BENCHMARKS.md, "Small requests").
 """
@@ -131,12 +133,41 @@ async def run(requests: int, profile: bool, parts: list[tuple[str, float]] | Non
         if profiler:
             profiler.disable()
             pstats.Stats(profiler).sort_stats("cumulative").print_stats(30)
+        lane = _lane(app, token, body, requests)
         if parts is not None:
             parts.append(("ASGI harness floor (a trivial app, same loop)",
                           await _floor(requests, scope, receive, send) * 1e6))  # fmt: skip
             parts.extend(budget(app, token, body))
         app.access_log.flush()  # type: ignore[attr-defined]
+    LANE_US[0] = lane * 1e6
     return elapsed / requests
+
+
+LANE_US = [0.0]
+
+
+def _lane(app: Any, token: str, body: bytes, requests: int) -> float:
+    """Seconds per request of the same encrypt through the small-request lane (what the
+    protocol calls when the request came whole: ``lane_head`` then ``lane_answer``)."""
+    front = app.front
+    url = b"/v1/keys/default/encrypt?mode=single"
+    headers = [
+        (b"host", b"x"),
+        (b"authorization", b"Bearer " + token.encode()),
+        (b"content-length", b"1024"),
+    ]
+    default = b"date: Mon, 30 Nov 2026 20:00:00 GMT\r\n"
+
+    def once() -> None:
+        ticket = front.lane_head(url, headers)
+        assert front.lane_answer(ticket, body, default) is not None
+
+    for _ in range(requests // 10):
+        once()
+    start = time.perf_counter()
+    for _ in range(requests):
+        once()
+    return (time.perf_counter() - start) / requests
 
 
 def main() -> int:
@@ -160,6 +191,7 @@ def main() -> int:
             os.dup2(saved, 2)
     log = "on" if args.log else "off"
     print(f"1 KiB single-shot encrypt, access log {log}: {seconds * 1e6:.1f} us per request")
+    print(f"the same through the small-request lane: {LANE_US[0]:.1f} us per request")
     if parts:
         total = seconds * 1e6
         print("\n| part of a 1 KiB single-shot encrypt | us |\n|---|---:|")

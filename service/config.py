@@ -5,10 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 MiB = 1 << 20
+
+
+# First path segments under /v1/ that the native API and the Vault routes outside the mount use.
+_NATIVE_V1 = frozenset(("keys", "decrypt", "sys", "auth"))
 
 
 class Settings(BaseSettings):
@@ -75,6 +79,11 @@ class Settings(BaseSettings):
         pattern=r"^/v1/[a-z0-9][a-z0-9_-]*(/[a-z0-9][a-z0-9_-]*)*$",
         description="path of the Vault-Transit-compatible API (docs/TRANSIT.md)",
     )
+    small_lane: bool = Field(
+        True,
+        description="answer a small single-shot request that arrived whole straight from the"
+        " HTTP parser's callback (docs/SERVICE.md); off: every request through the ASGI app",
+    )
     max_buffered_bytes: int = Field(
         1024 * MiB,
         ge=0,
@@ -132,6 +141,16 @@ class Settings(BaseSettings):
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         "info", description="debug, info, warning or error"
     )
+
+    @field_validator("transit_mount")
+    @classmethod
+    def _mount_apart(cls, mount: str) -> str:
+        # Under /v1/keys or /v1/decrypt the mount would shadow the native API's routes, and
+        # sys/ and auth/ hold the Vault routes that live outside the mount (health, lookup-self).
+        first = mount.split("/")[2]
+        if first in _NATIVE_V1:
+            raise ValueError(f"the Transit mount cannot be under /v1/{first} (the native API's)")
+        return mount
 
     @model_validator(mode="after")
     def _tls_pair(self) -> Settings:

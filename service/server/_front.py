@@ -20,6 +20,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -29,7 +31,7 @@ from sealflow.service.keystore import KeyStoreError, TokenInfo
 from . import _auth, _metrics, data, errors, transit
 from ._body import drop_connection, refuse, send_error
 from ._logging import AccessLog, AccessRecord
-from ._state import Services
+from ._state import DRAINING, Services
 from ._trim import Trimmer
 from ._watchdog import Watch, stalled
 
@@ -40,6 +42,19 @@ MAX_OTHER_BODY = 64 * 1024
 _UNLIMITED = frozenset(("/healthz", "/readyz", "/metrics", "/v1/sys/health"))
 _API = "/v1/"
 _ADMIN = "/v1/keys"
+_OK = b"HTTP/1.1 200 OK\r\n"
+_OCTETS = b"content-type: application/octet-stream\r\ncontent-length: %d\r\n\r\n"
+
+
+@dataclass(slots=True, frozen=True)
+class LaneTicket:
+    """A request held for the lane: what its head decided."""
+
+    svc: Services
+    token: TokenInfo
+    url: bytes
+    x_aad: bytes | None
+    started: float  # time.perf_counter() when its head was complete
 
 
 class Front:
@@ -90,8 +105,7 @@ class Front:
                 await data.serve(svc, route, token, head, scope, receive, send)
             elif vault is not None and svc is not None:
                 app = functools.partial(self.transit.serve, svc, vault, token)
-                # Transit answers through _wire, which notes the status itself.
-                await self._watched(svc, app, scope, receive, send, log, notes_status=True)
+                await self._watched(svc, app, scope, receive, send, log, vault=True)
             elif vault is not None:
                 await self.transit.serve(svc, vault, token, scope, receive, send)
             elif svc is not None and limited:
@@ -109,6 +123,67 @@ class Front:
                 else:
                     del self.by_token[token.id]
             self._record(scope, log, started)
+
+    def lane_head(self, url: bytes, headers: list[tuple[bytes, bytes]]) -> LaneTicket | None:
+        """Whether the protocol may hold this request for the lane (``data.lane``): a data
+        route, a live token with room under its limits, a Content-Length within the lane's
+        size. Decided from the head, before a byte of the body is kept: an unauthenticated
+        client never gets a body buffered (it goes the usual way, and is refused unread).
+
+        The front door's part of the lane; ``lane_answer`` is the rest. Anything that is not
+        the plain case is None before any side effect: no failure is counted or logged here,
+        the ASGI path does that when it serves the request.
+        """
+        svc = self.svc
+        if svc is None or DRAINING.is_set() or self.active >= self.limit:
+            return None
+        started = time.perf_counter()
+        authorization = x_aad = None
+        size = length = 0
+        for name, value in headers:
+            size += len(name) + len(value)
+            if name == b"authorization":
+                if authorization is not None:
+                    return None
+                authorization = value
+            elif name == b"content-length":
+                length = int(value)  # the parser has refused a malformed one
+            elif name == b"x-aad":
+                if x_aad is not None:
+                    return None
+                x_aad = value
+            elif name == b"transfer-encoding":
+                return None
+        if authorization is None or size > self.max_header_bytes or length > data.lane.MAX_BODY:
+            return None
+        scheme, _, secret = authorization.decode("latin-1").partition(" ")
+        if scheme.lower() != "bearer" or not secret.strip():
+            return None
+        token = svc.store.find_token(secret.strip())
+        if token is None or self.by_token.get(token.id, 0) >= self.per_token:
+            return None
+        return LaneTicket(svc, token, url, x_aad, started)
+
+    def lane_answer(
+        self, ticket: LaneTicket, body: bytes, default: bytes
+    ) -> Sequence[bytes] | None:
+        """The whole response's pieces to a held request, or None to serve it the usual way;
+        on success the metrics and the log line ``_record`` would write. ``default``: the
+        server's own header lines (``date``), as uvicorn writes them."""
+        log = AccessRecord(200, "POST", bytes_in=len(body))
+        answered = data.lane.answer(ticket.svc, ticket.token, ticket.url, ticket.x_aad, body, log)
+        if answered is None:
+            return None
+        pieces, algorithm, operation = answered
+        sent = sum(map(len, pieces))
+        ended = time.perf_counter()
+        elapsed = ended - ticket.started
+        _metrics.count_request(log.route, "POST", 200, elapsed)
+        _metrics.count_bytes(algorithm, operation, len(body), sent)
+        _metrics.count_lane()
+        log.bytes_out, log.duration_ms = sent, round(elapsed * 1000, 3)
+        self.access.write(log, ended)
+        return (_OK, default, _OCTETS % sent, *pieces)
 
     def _admit(
         self,
@@ -180,13 +255,14 @@ class Front:
         receive: Receive,
         send: Send,
         log: AccessRecord,
-        notes_status: bool = False,
+        vault: bool = False,
     ) -> None:
         """FastAPI's and Transit's routes, their body reads under the receive deadline like
-        the data routes'. ``notes_status``: the app sets ``log.status`` itself."""
+        the data routes'. ``vault``: Transit's, which note ``log.status`` themselves (through
+        ``_wire``) and whose timeout is answered in Vault's shape."""
         watch = svc.watchdog.watch()
         try:
-            sending = send if notes_status else _noting_status(send, log)
+            sending = send if vault else _noting_status(send, log)
             await app(scope, _watching(receive, watch), sending)
         except asyncio.CancelledError as exc:
             if not stalled(exc):
@@ -196,6 +272,9 @@ class Front:
                 drop_connection(scope)
                 return
             error = errors.timeout()
+            if vault:  # {"errors": [...]}, the connection closed (the body is left unread)
+                await transit.refuse(error, scope, send, log)
+                return
             log.status, log.error = error.status, error.code
             await send_error(send, error, close=True)
         finally:

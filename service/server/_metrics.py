@@ -139,6 +139,11 @@ KEYS_NEXT_ROTATION = Gauge(
     "The soonest rotation by auto_rotate_period of any key (0: no key has one)",
     multiprocess_mode="livemax",
 )
+LANE_ANSWERED = Counter(
+    "sealflow_lane_requests_total",
+    "Small single-shot requests answered by the lane, straight from the HTTP parser (of the"
+    " requests counted in sealflow_requests_total)",
+)
 
 # Fixed label sets are exported from the start, at zero.
 for _reason in ("authentication", "malformed_envelope", "version_retired"):
@@ -158,6 +163,7 @@ _requests: dict[tuple[str, str, int], int] = {}
 _latency: dict[str, list[float]] = {}  # route -> [count per bucket..., sum of seconds]
 _bytes: dict[tuple[str, str], list[int]] = {}  # (algorithm, operation) -> [in, out]
 _folded: dict[object, list[float]] = {}  # what fold_requests has added so far, per key
+_lane = [0]  # requests the lane answered (count_lane)
 
 
 def count_request(route: str, method: str, status: int, seconds: float) -> None:
@@ -168,6 +174,10 @@ def count_request(route: str, method: str, status: int, seconds: float) -> None:
         latency = _latency[route] = [0.0] * (len(_BOUNDS) + 1)
     latency[bisect.bisect_left(_BOUNDS, seconds)] += 1
     latency[-1] += seconds
+
+
+def count_lane() -> None:
+    _lane[0] += 1
 
 
 def count_bytes(algorithm: str, operation: str, received: int, sent: int) -> None:
@@ -203,6 +213,9 @@ def fold_requests() -> None:
             for value, n in zip(child._buckets, buckets, strict=True):
                 if n:
                     value.inc(n)
+    (lane,) = _new("lane", _lane)
+    if lane:
+        LANE_ANSWERED.inc(lane)
     for (algorithm, operation), totals in list(_bytes.items()):
         received, sent = _new(("bytes", algorithm, operation), totals)
         if received:

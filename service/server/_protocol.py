@@ -11,6 +11,12 @@ ever. Here, per connection:
   connection must send one within that time (408 if part of one came, then close);
 - between requests uvicorn's own keep-alive timeout applies (``--keepalive-timeout``).
 
+Vault's ``LIST`` method (hvac's default for listing keys) is not one httptools knows: a request
+line starting ``LIST `` in the first bytes of a request is parsed as ``GET`` and handed to the
+app with ``scope["method"] == "LIST"`` (``LIST_METHOD``). A ``LIST`` request that arrives
+behind another one in the same read, or whose first five bytes come in two reads, is still a
+400 from the parser (docs/TRANSIT.md).
+
 The check is a counter in ``data_received`` while a head is being read, nothing once it is
 complete: the body and the response pay no cost (docs/BENCHMARKS.md measures it). The server's
 own refusals happen before the app sees a request, so they are counted in
@@ -21,12 +27,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from . import _metrics
+
+log = logging.getLogger("sealflow")
+_T = TypeVar("_T")
 
 
 @dataclass(slots=True)
@@ -37,6 +48,26 @@ class HeadLimits:
 
 # Set by the app factory in each process (create_app), before any connection is accepted.
 LIMITS = HeadLimits()
+LIST_METHOD = "LIST"
+
+
+class Lane(Protocol):
+    """The small-request lane (``_front.Front``, docs/SERVICE.md): ``lane_head`` decides from a
+    complete head whether to hold the request (a ticket) or not (None); ``lane_answer`` gives
+    the whole response's pieces for the held request and its body, or None to serve it
+    through the ASGI app after all."""
+
+    def lane_head(self, url: bytes, headers: list[tuple[bytes, bytes]]) -> Any | None: ...
+
+    def lane_answer(self, ticket: Any, body: bytes, default: bytes) -> Sequence[bytes] | None: ...
+
+
+LANE: Lane | None = None  # set by the app while its services run
+LANE_URL = (b"/v1/keys/", b"/v1/decrypt")  # URLs the lane may answer (it decides)
+# How long a held request's body may take to arrive before it goes the usual way (under the
+# app's own receive deadline from then on).
+LANE_WAIT = 1.0
+_LIST, _AS_GET = b"LIST ", b"GET "
 # Seconds a refused connection may go on sending (discarded) before it is dropped.
 _LINGER = 2.0
 
@@ -72,6 +103,11 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._head = 0
         self._head_timer = None
         self._refused = False
+        self._listing = False  # the request being parsed came as LIST
+        # A request held for the lane: its ticket and its body so far (None: not one).
+        self._ticket: Any = None
+        self._lane: list[bytes] = []
+        self._lane_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -80,6 +116,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_head_timer()
+        self._drop_ticket()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -89,16 +126,23 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             return
         if self._refused:
             return  # discarded unread, while the refusal lingers
-        if self._head_timer is None:
-            self._arm_head_timer()
+        if not head and data.startswith(_LIST):
+            data = _AS_GET + data[len(_LIST) :]
+            self._listing = True
         self._head = head + len(data)
         super().data_received(data)
+        if self._ticket is not None and self._lane_timer is None:  # the body is still coming
+            self._lane_timer = self.loop.call_later(LANE_WAIT, self._to_app, False)
         if self._head is None or self.transport.is_closing():
             return
         if len(self.url) > LIMITS.head_limit:
             self._refuse(414)
         elif self._head > LIMITS.head_limit:
             self._refuse(431)
+        elif self._head and self._head_timer is None:
+            # A head still incomplete after this read: it has head_timeout from now. (Armed
+            # only then: a head that comes whole in one read, the usual case, costs no timer.)
+            self._arm_head_timer()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -109,7 +153,61 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._head = None
         self._cancel_head_timer()
-        super().on_headers_complete()
+        parser = self.parser
+        if (
+            LANE is not None
+            and self.url.startswith(LANE_URL)
+            and parser.get_method() == b"POST"
+            and (self.cycle is None or self.cycle.response_complete)
+            and not self.pipeline
+            and not self.expect_100_continue
+            and parser.get_http_version() == "1.1"
+            and parser.should_keep_alive()
+            and not parser.should_upgrade()
+        ):
+            self._ticket = _guarded(LANE.lane_head, self.url, self.headers)
+            if self._ticket is not None:
+                return  # held: answered once its body has come
+        self._start_app()
+
+    def on_body(self, body: bytes) -> None:
+        if self._ticket is None:
+            super().on_body(body)
+        else:
+            self._lane.append(body)
+
+    def shutdown(self) -> None:
+        if self._ticket is not None:
+            self._to_app(complete=False)  # the app finishes it, as any request in flight
+        super().shutdown()
+
+    def _drop_ticket(self) -> None:
+        self._ticket = None
+        self._lane = []
+        if self._lane_timer is not None:
+            self._lane_timer.cancel()
+            self._lane_timer = None
+
+    def _to_app(self, complete: bool) -> None:
+        """Hand a request held for the lane to the ASGI app, with its body so far, exactly as
+        uvicorn would have started it from its head."""
+        if self._ticket is None:
+            return
+        pieces = self._lane
+        self._drop_ticket()
+        if self.transport.is_closing():
+            return
+        self._start_app()
+        for piece in pieces:
+            super().on_body(piece)
+        if complete:
+            super().on_message_complete()
+
+    def _start_app(self) -> None:
+        super().on_headers_complete()  # sets scope["method"] from the parser: GET
+        if self._listing:
+            self._listing = False
+            self.scope["method"] = LIST_METHOD  # the app's task has not run yet
         cycle = self.cycle
         if cycle is not None:
             cycle.transport = _OneSend(self.transport, cycle)  # type: ignore[assignment]
@@ -121,7 +219,20 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         super().on_response_complete()
 
     def on_message_complete(self) -> None:
-        super().on_message_complete()
+        ticket = self._ticket
+        if ticket is None:
+            super().on_message_complete()
+        else:
+            lane = self._lane
+            body = lane[0] if len(lane) == 1 else b"".join(lane)
+            default = _default_lines(self.server_state.default_headers)
+            answer = None if LANE is None else _guarded(LANE.lane_answer, ticket, body, default)
+            if answer is None:
+                self._to_app(complete=True)
+            else:
+                self._drop_ticket()
+                self.transport.writelines(answer)
+                self.on_response_complete()  # keep-alive timer, request count, reading on
         self._head = 0  # a pipelined request may follow
 
     def _arm_head_timer(self) -> None:
@@ -159,6 +270,30 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self.loop.call_later(_LINGER, transport.abort)
         else:  # TLS has no half-close
             transport.close()
+
+
+_defaults: tuple[object, bytes] = (None, b"")
+
+
+def _default_lines(headers: list[tuple[bytes, bytes]]) -> bytes:
+    """The server's default header lines (``date``) as uvicorn writes them, joined once per
+    list (uvicorn's server loop replaces the list when the second changes)."""
+    global _defaults
+    source, lines = _defaults
+    if source is not headers:
+        lines = b"".join(b"%s: %s\r\n" % pair for pair in headers)
+        _defaults = (headers, lines)
+    return lines
+
+
+def _guarded(call: Callable[..., _T], *args: Any) -> _T | None:
+    """A lane call; an error in it is logged and the request goes the usual way (a parser
+    callback that raises would turn into a 400 for a request the app would have served)."""
+    try:
+        return call(*args)
+    except Exception:
+        log.exception("the small-request lane failed; served through the app")
+        return None
 
 
 class _OneSend:

@@ -47,10 +47,15 @@ class Watchdog:
         self.timeout = timeout
         self._watches: set[Watch] = set()
         self._timer: asyncio.TimerHandle | None = None
+        # The loop the requests run on, looked up once: on Python 3.11 each
+        # asyncio.get_running_loop() (also inside current_task()) is a getpid() system call.
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def watch(self) -> Watch:
-        loop = asyncio.get_running_loop()
-        task = asyncio.current_task()
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        task = asyncio.current_task(loop)
         assert task is not None
         watch = Watch(loop, task)
         self._watches.add(watch)

@@ -14,7 +14,7 @@ from starlette.types import Receive, Scope, Send
 import sealflow
 from sealflow.service.config import Settings
 
-from . import _drain, _logging, _metrics, _protocol, _trim, admin, data, errors
+from . import _drain, _logging, _metrics, _protocol, _trim, admin, data, errors, transit
 from ._front import MAX_OTHER_BODY, Front
 from ._startup import start_services
 
@@ -42,7 +42,10 @@ class SealflowApp(FastAPI):
     def openapi(self) -> dict[str, Any]:
         if self.openapi_schema is None:
             schema = super().openapi()
-            schema["paths"] = {**data.OPENAPI_PATHS, **schema["paths"]}
+            vault = transit.paths(self.front.transit.mount)
+            schema["paths"] = {**data.OPENAPI_PATHS, **vault, **schema["paths"]}
+            schemes = schema.setdefault("components", {}).setdefault("securitySchemes", {})
+            schemes.update(transit.SECURITY_SCHEMES)
             # Request validation errors leave as 400 bad_request (errors.api_error), never 422.
             for operations in schema["paths"].values():
                 for operation in operations.values():
@@ -66,11 +69,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         svc = start_services(settings)
         assert isinstance(app, SealflowApp)
         app.state.services = app.front.svc = svc
+        if settings.small_lane:
+            _protocol.LANE = app.front
         _drain.install(settings.drain_seconds)
         sync = asyncio.create_task(_sync_metrics(app))
         try:
             yield
         finally:
+            _protocol.LANE = None
             app.state.services = app.front.svc = None
             sync.cancel()
             app.access_log.flush()

@@ -3,10 +3,12 @@ front of FastAPI like the data routes.
 
 ``_routes`` routes and authorises, ``_wire`` reads and writes Vault's JSON, ``_items`` reads a
 request's items, ``_data`` encrypts, decrypts and rewraps, ``_ciphertext`` is the ``vault:v``
-format, ``_keys`` the key routes and ``_sys`` health and token lookup.
+format, ``_keys`` the key routes, ``_sys`` health and token lookup, and ``_openapi`` describes
+the routes in the OpenAPI document.
 """
 
+from ._openapi import SECURITY_SCHEMES, paths
 from ._routes import Route, Transit, authenticate
 from ._wire import refuse
 
-__all__ = ["Route", "Transit", "authenticate", "refuse"]
+__all__ = ["SECURITY_SCHEMES", "Route", "Transit", "authenticate", "paths", "refuse"]

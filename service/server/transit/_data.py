@@ -11,7 +11,6 @@ answers 200 whatever its items did.
 
 from __future__ import annotations
 
-import binascii
 import os
 from collections.abc import Callable
 from typing import Any
@@ -107,6 +106,51 @@ async def rewrap(svc: Services, name: str, body: Body, size: int) -> Answer:
     return _answer(body, work, results, batch, _encrypted, partial=False)
 
 
+DATAKEY_KINDS = ("plaintext", "wrapped")
+_DATAKEY_BYTES = {128: 16, 256: 32, 512: 64}
+
+
+async def datakey(svc: Services, kind: str, name: str, body: Body) -> Answer:
+    """A fresh random key sealed under the named key (``datakey/plaintext|wrapped/:name``).
+
+    As in Transit, what is sealed is the data key itself (so ``decrypt`` answers it in
+    base64, as it answers every plaintext); ``plaintext`` also returns it, ``wrapped`` only
+    the ciphertext. Checks in Transit's order: the path, ``context`` as base64, the key,
+    ``bits`` (128, 256 or 512; default 256), then ``key_version`` as in encrypt. ``context`` is
+    otherwise ignored (no sealflow key is derived), and so is a ``nonce`` (OpenBao 2.7 has no
+    such field here): the nonce is always a fresh random one, never the client's.
+    """
+    if kind not in DATAKEY_KINDS:
+        raise _wire.user_error("Invalid path, must be 'plaintext' or 'wrapped'")
+    context = _wire.as_str(body, "context")
+    if context:
+        try:
+            _ciphertext.b64decode(context)
+        except CiphertextError:
+            raise _wire.user_error("failed to base64-decode context") from None
+    key = _key(svc.store, name)
+    size = _DATAKEY_BYTES.get(_wire.as_int(body, "bits", 256))
+    if size is None:
+        raise _wire.user_error("invalid bit length")
+    work = [Item("", _wire.as_int(body, "key_version"), "", "")]
+    results = _Results(1)
+    versions = _versions(key, work, results)
+    if results.errors[0] is not None:
+        raise _wire.user_error(results.errors[0])
+    version = versions[0]
+    material = svc.store.key_material(key.name, version)
+    data_key = os.urandom(size)
+    _count(svc, key, versions, {0: data_key}, results)
+    sealed = _seal(key.algorithm, {version: material}, versions, {0: b""}, {0: data_key})[0]
+    answer: dict[str, Any] = {
+        "ciphertext": _ciphertext.encode(version, sealed),
+        "key_version": version,
+    }
+    if kind == "plaintext":
+        answer["plaintext"] = _b64(data_key)
+    return 200, _wire.envelope(answer)
+
+
 # -- checks, in Transit's order
 
 
@@ -128,15 +172,19 @@ def _decode_all(work: list[Item], results: _Results) -> dict[int, bytes]:
 
 
 def _versions(key: KeyInfo, work: list[Item], results: _Results) -> dict[int, int]:
+    latest = key.latest
+    pending = results.pending()
+    if not any(item.version for item in work):  # the usual batch: every item the latest
+        return dict.fromkeys(pending, latest)
     chosen = {}
-    for i in results.pending():
+    for i in pending:
         version = work[i].version
         if version < 0:
             results.fail(i, _VERSION_NEGATIVE)
-        elif version > key.latest:
+        elif version > latest:
             results.fail(i, _VERSION_TOO_HIGH)
         else:
-            chosen[i] = version or key.latest
+            chosen[i] = version or latest
     return chosen
 
 
@@ -163,8 +211,11 @@ def _parse_all(
 
 
 def _aads(work: list[Item], results: _Results) -> dict[int, bytes]:
+    pending = results.pending()
+    if not any(item.aad for item in work):
+        return dict.fromkeys(pending, b"")
     aads = {}
-    for i in results.pending():
+    for i in pending:
         try:
             aads[i] = _ciphertext.b64decode(work[i].aad) if work[i].aad else b""
         except CiphertextError as exc:
@@ -204,10 +255,12 @@ def _count(
 def _groups(
     versions: dict[int, int], aads: dict[int, bytes], inputs: dict[int, bytes]
 ) -> dict[tuple[int, bytes], list[int]]:
+    members = [i for i in inputs if i in versions and i in aads]
+    if len(set(versions.values())) == 1 and len(set(aads.values())) == 1:
+        return {(versions[members[0]], aads[members[0]]): members} if members else {}
     groups: dict[tuple[int, bytes], list[int]] = {}
-    for i in inputs:
-        if i in versions and i in aads:
-            groups.setdefault((versions[i], aads[i]), []).append(i)
+    for i in members:
+        groups.setdefault((versions[i], aads[i]), []).append(i)
     return groups
 
 
@@ -262,7 +315,7 @@ def _open(
 
 
 def _b64(data: bytes) -> str:
-    return binascii.b2a_base64(data, newline=False).decode()
+    return _ciphertext.b64encode(data)
 
 
 def _encrypted(value: tuple[int, str] | None, error: str | None, reference: str) -> dict[str, Any]:

@@ -7,9 +7,9 @@ Bearer``, 403 ``permission denied`` like Vault) before a byte of the body is rea
 then checks the scope the route needs against the key it names, reads the JSON body (at most
 ``max_json_bytes``) and answers in Vault's envelope.
 
-Scopes: ``encrypt:<glob>`` covers encrypt, ``decrypt:<glob>`` decrypt, rewrap needs both;
-reading a key's metadata needs either (clients read ``latest_version``) or ``admin``; every
-other key route needs ``admin``.
+Scopes: ``encrypt:<glob>`` covers encrypt and datakey, ``decrypt:<glob>`` decrypt, rewrap
+needs both; reading a key's metadata needs either (clients read ``latest_version``) or
+``admin``; every other key route needs ``admin``.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from sealflow.service.keystore import KeyStore, TokenInfo
 
 from .. import _auth, _metrics, errors
 from .._logging import AccessRecord
+from .._protocol import LIST_METHOD as LIST
 from .._state import Services
 from ..errors import ApiError
 from . import _data, _keys, _sys, _wire
@@ -58,7 +59,8 @@ class Transit:
             "encrypt": (f"{mount}/encrypt/{{name}}", any_write),
             "decrypt": (f"{mount}/decrypt/{{name}}", any_write),
             "rewrap": (f"{mount}/rewrap/{{name}}", any_write),
-            "keys": (f"{mount}/keys", get),
+            "datakey": (f"{mount}/datakey/{{type}}/{{name}}", any_write),
+            "keys": (f"{mount}/keys", get | {LIST}),
             "key": (f"{mount}/keys/{{name}}", get | any_write | {"DELETE"}),
             "rotate": (f"{mount}/keys/{{name}}/rotate", any_write),
             "config": (f"{mount}/keys/{{name}}/config", any_write),
@@ -98,7 +100,9 @@ class Transit:
             if svc is None or token is None:
                 raise errors.keystore_unavailable()
             if method not in route.methods:
-                raise _unsupported_operation() if route.methods else _unsupported_path()
+                # Vault routes a LIST to the path with a slash appended: only a listing matches.
+                unknown = not route.methods or method == LIST
+                raise _unsupported_path() if unknown else _unsupported_operation()
             limit = svc.settings.max_json_bytes
             status, answer = await self._answer(svc, route, token, scope, receive, limit, log)
         except Exception as exc:  # every error leaves in Vault's shape, unexpected ones as 500
@@ -121,12 +125,17 @@ class Transit:
             return 200, _sys.lookup_self(token, _secret(scope) or "")
         if kind == "keys":
             _admin(token)
-            if scope["query_string"] not in (b"list=true", b"list=1"):
+            if method != LIST and scope["query_string"] not in (b"list=true", b"list=1"):
                 raise _unsupported_operation()
             return 200, _keys.names(store)
         parts = scope["path"][len(self._under) :].split("/")
-        name = parts[2] if kind == "export" else parts[1]
+        name = parts[2] if kind in ("export", "datakey") else parts[1]
         log.key = name
+        if kind == "datakey":
+            if not _auth.allows(token, "encrypt", name):
+                raise _denied()
+            body = await _read(receive, limit)
+            return await _data.datakey(svc, parts[1], name, _wire.parse(body))
         operation = _DATA.get(kind)
         if operation is not None:
             for action in _SCOPES[kind]:
@@ -181,6 +190,8 @@ def _kind(parts: list[str]) -> str:
             return parts[2]
     if first == "export" and n in (3, 4):
         return "export"
+    if first == "datakey" and n == 3:
+        return "datakey"
     return "other"
 
 
@@ -243,8 +254,13 @@ def _denied() -> ApiError:
 
 
 def _unsupported_path() -> ApiError:
-    return ApiError(404, "not_found", "unsupported path")
+    return ApiError(404, "not_found", _framework_error("unsupported path"))
 
 
 def _unsupported_operation() -> ApiError:
-    return ApiError(405, "method_not_allowed", "unsupported operation")
+    return ApiError(405, "method_not_allowed", _framework_error("unsupported operation"))
+
+
+def _framework_error(message: str) -> str:
+    """How Vault's request framework words its own refusals (a go-multierror of one)."""
+    return f"1 error occurred:\n\t* {message}\n\n"

@@ -7,6 +7,7 @@ server's memory stays bounded. (How fast they are served under attack is measure
 from __future__ import annotations
 
 import contextlib
+import json
 import socket
 import threading
 import time
@@ -168,6 +169,22 @@ def test_an_admin_body_is_read_under_the_receive_deadline(make_server: MakeServe
     assert status_of(reply) == 408
     with srv.client() as c:
         assert c.get("/v1/keys").status_code == 200
+
+
+def test_a_stalled_transit_body_gets_vaults_shape(make_server: MakeServer) -> None:
+    srv = make_server(receive_timeout=1)
+    sock = socket.create_connection(("127.0.0.1", srv.port), timeout=20)
+    sock.sendall(
+        b"POST /v1/transit/encrypt/default HTTP/1.1\r\nHost: x\r\n"
+        + f"X-Vault-Token: {srv.token}\r\n".encode()
+        + b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"
+    )
+    reply = reply_of(sock)
+    sock.close()
+    assert status_of(reply) == 408
+    head, body = reply.split(b"\r\n\r\n", 1)
+    assert b"connection: close" in head.lower()
+    assert json.loads(body) == {"errors": ["the request body was not received in time"]}
 
 
 def test_one_token_holds_at_most_its_share_of_the_slots(make_server: MakeServer) -> None:

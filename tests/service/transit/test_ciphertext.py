@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from sealflow.service.server.transit import _ciphertext
 from sealflow.service.server.transit._ciphertext import CiphertextError
@@ -59,3 +64,23 @@ def test_request_ids_are_distinct_version_4_uuids() -> None:
     for text in ids:
         parsed = uuid.UUID(text)
         assert (parsed.version, parsed.variant, str(parsed)) == (4, uuid.RFC_4122, text)
+
+
+@given(st.text(alphabet="AZaz09+/=\r\n!é", max_size=24))
+def test_the_fast_decoder_agrees_with_gos_rules(text: str) -> None:
+    """SIMD decoding (pybase64) first, Go's transcribed rules after: one answer, Go's."""
+    raw = text.encode("ascii", "replace")
+    go_valid = _ciphertext._go_error_offset(raw) == -1
+    try:
+        decoded = _ciphertext.b64decode(text)
+    except CiphertextError:
+        assert not go_valid
+        return
+    assert go_valid
+    assert decoded == binascii.a2b_base64(raw.replace(b"\r", b"").replace(b"\n", b""))
+
+
+def test_encode_is_standard_padded_base64() -> None:
+    for n in range(40):
+        data = bytes(range(n))
+        assert _ciphertext.b64encode(data) == base64.b64encode(data).decode()

@@ -122,6 +122,31 @@ def test_key_lifecycle_and_data_calls(both: Both) -> None:
     both.same(lambda c: transit(c).read_key(locked))
 
 
+def test_data_keys(both: Both) -> None:
+    name = unique("diff")
+    both.same(lambda c: transit(c).create_key(name))
+
+    def made(kind: str, **fields: Any) -> Callable[[hvac.Client], Any]:
+        # hvac's generate_data_key has no key_version: the route through hvac's adapter.
+        path = f"/v1/transit/datakey/{kind}/{name}"
+        return lambda c: c.adapter.post(path, json=fields)
+
+    for kind in ("plaintext", "wrapped"):
+        for bits in (128, 256, 512):
+            answers = both.same(made(kind, bits=bits))
+            for server, client in both.clients.items():
+                data = answers[server]["data"]
+                opened = transit(client).decrypt_data(name, data["ciphertext"])["data"]
+                assert len(base64.b64decode(opened["plaintext"])) == bits // 8
+                if kind == "plaintext":
+                    assert opened["plaintext"] == data["plaintext"]
+        both.same(made(kind, bits=64))
+        both.same(made(kind, key_version=3))
+        both.same(made(kind, context="!!"))
+    both.same(lambda c: transit(c).generate_data_key(unique("absent"), "wrapped"))
+    both.same(lambda c: transit(c).generate_data_key(name, "other"))
+
+
 @pytest.mark.parametrize(
     "ciphertext",
     [
@@ -166,6 +191,22 @@ def test_encrypt_errors_and_batches(both: Both) -> None:
             "error": "invalid ciphertext: version is too new",
             "reference": "",
         }
+
+
+def test_list_method(vault: hvac.Client, openbao: hvac.Client) -> None:
+    """hvac's default clients (strict_http=False) list with Vault's LIST method."""
+    plain = Both(
+        hvac.Client(url=vault.url, token=vault.token),
+        hvac.Client(url=openbao.url, token=openbao.token),
+    )
+    name = unique("diff")
+    plain.same(lambda c: transit(c).create_key(name))
+    listed = plain.same(lambda c: transit(c).list_keys())
+    assert all(name in answer["data"]["keys"] for answer in listed.values())
+    plain.same(lambda c: c.adapter.list(f"/v1/transit/encrypt/{name}"))
+    plain.same(lambda c: c.adapter.list(f"/v1/transit/keys/{name}"))
+    plain.same(lambda c: c.adapter.get(f"/v1/transit/encrypt/{name}"))
+    plain.same(lambda c: c.adapter.get("/v1/transit/nonsense"))
 
 
 def test_tokens_and_health(both: Both, vault: hvac.Client, openbao: hvac.Client) -> None:

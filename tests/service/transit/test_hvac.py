@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import base64
 import functools
+import json
 import secrets
+import subprocess
 from collections.abc import Callable
 
 import httpx
@@ -16,6 +18,7 @@ from tests.service.conftest import Server
 from tests.service.server.test_auth import new_token
 from tests.service.transit.conftest import unique
 
+TOO_HIGH = "requested version for encryption is higher than the latest key version"
 TOO_OLD = "ciphertext or signature version is disallowed by policy (too old)"
 
 
@@ -136,6 +139,79 @@ def test_export_only_for_exportable_keys(vault: hvac.Client) -> None:
     assert sorted(keys) == ["1", "2"]
     latest = vault.secrets.transit.export_key(name, "encryption-key", "latest")
     assert latest["data"]["keys"] == {"2": keys["2"]}
+
+
+@pytest.mark.parametrize(("bits", "size"), [(None, 32), (128, 16), (256, 32), (512, 64)])
+def test_data_keys(vault: hvac.Client, bits: int | None, size: int) -> None:
+    transit = vault.secrets.transit
+    name = unique("dk")
+    transit.create_key(name, key_type="chacha20-poly1305")
+    transit.rotate_key(name)
+    extra = {} if bits is None else {"bits": bits}
+    plain = transit.generate_data_key(name, key_type="plaintext", **extra)["data"]
+    assert sorted(plain) == ["ciphertext", "key_version", "plaintext"]
+    assert plain["key_version"] == 2
+    assert plain["ciphertext"].startswith("vault:v2:")
+    data_key = base64.b64decode(plain["plaintext"])
+    assert len(data_key) == size
+    # The ciphertext is the data key sealed like any plaintext: decrypt gives it back.
+    opened = transit.decrypt_data(name, plain["ciphertext"])["data"]["plaintext"]
+    assert base64.b64decode(opened) == data_key
+    # hvac's generate_data_key has no key_version: the route through hvac's adapter.
+    wrapped = vault.adapter.post(
+        f"/v1/transit/datakey/wrapped/{name}", json={"key_version": 1, **extra}
+    )["data"]
+    assert sorted(wrapped) == ["ciphertext", "key_version"]
+    assert wrapped["key_version"] == 1
+    assert wrapped["ciphertext"].startswith("vault:v1:")
+    unwrapped = base64.b64decode(
+        transit.decrypt_data(name, wrapped["ciphertext"])["data"]["plaintext"]
+    )
+    assert len(unwrapped) == size
+    assert unwrapped != data_key
+
+
+def test_data_key_errors(server: Server, vault: hvac.Client) -> None:
+    name = unique("dk")
+    vault.secrets.transit.create_key(name)
+    headers = {"X-Vault-Token": server.token}
+    refusals = [
+        ("datakey/other/" + name, {}, "Invalid path, must be 'plaintext' or 'wrapped'"),
+        ("datakey/wrapped/" + unique("absent"), {}, "encryption key not found"),
+        ("datakey/wrapped/" + name, {"bits": 64}, "invalid bit length"),
+        ("datakey/wrapped/" + name, {"context": "!!"}, "failed to base64-decode context"),
+        ("datakey/plaintext/" + name, {"key_version": 2}, TOO_HIGH),
+    ]  # fmt: skip
+    with httpx.Client(base_url=server.url + "/v1/transit", headers=headers) as http:
+        for path, body, message in refusals:
+            answer = http.post(path, json=body)
+            assert (answer.status_code, answer.json()) == (400, {"errors": [message]}), path
+        lenient = http.put(f"datakey/wrapped/{name}", json={"bits": "128", "key_version": "1"})
+        assert lenient.status_code == 200
+    encrypt_only = new_token(server, "encrypt:" + name)
+    decrypt_only = new_token(server, "decrypt:" + name)
+    allowed = hvac.Client(url=server.url, token=encrypt_only, strict_http=True)
+    assert allowed.secrets.transit.generate_data_key(name, key_type="wrapped")["data"]["ciphertext"]
+    refused = hvac.Client(url=server.url, token=decrypt_only, strict_http=True)
+    with pytest.raises(hvac.exceptions.Forbidden, match="permission denied"):
+        refused.secrets.transit.generate_data_key(name, key_type="wrapped")
+
+
+def test_list_method(server: Server) -> None:
+    """hvac's default client lists keys with Vault's LIST method, which httptools lacks."""
+    name = unique("listed")
+    plain = hvac.Client(url=server.url, token=server.token)  # strict_http=False: LIST
+    plain.secrets.transit.create_key(name)
+    assert name in plain.secrets.transit.list_keys()["data"]["keys"]
+    command = ["curl", "-sS", "-X", "LIST", "-H", f"X-Vault-Token: {server.token}"]
+    command += ["-w", "\n%{http_code}", f"{server.url}/v1/transit/keys"]
+    listed = subprocess.run(command, capture_output=True, text=True, check=True).stdout  # noqa: S603
+    body, status = listed.rsplit("\n", 1)
+    assert status == "200"
+    assert name in json.loads(body)["data"]["keys"]
+    # LIST elsewhere: no such path, as in Vault.
+    with pytest.raises(hvac.exceptions.InvalidPath, match="unsupported path"):
+        plain.adapter.list(f"/v1/transit/encrypt/{name}")
 
 
 def test_scopes(server: Server) -> None:

@@ -1,0 +1,236 @@
+"""The Transit routes in the service's OpenAPI document (served at ``/openapi.json``, drawn by
+``/docs``), under the configured mount.
+
+They are served as plain ASGI (``_routes``), not by FastAPI, so they are described here by
+hand: the fields each route reads (docs/TRANSIT.md has the semantics), the statuses it answers,
+and Vault's ``X-Vault-Token`` header next to ``Authorization: Bearer``. Bodies are described
+as loosely as Vault reads them (``key_version`` may come as a string): clients send numbers and
+booleans as strings, and the server converts them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_TAG = ["transit"]
+_LENIENT_INT = {"type": ["integer", "string"]}
+_LENIENT_BOOL = {"type": ["boolean", "string"]}
+_B64 = {"type": "string", "description": "standard padded base64"}
+_SECURITY: list[dict[str, list[str]]] = [{"VaultToken": []}, {"HTTPBearer": []}]
+_ENVELOPE = {
+    "content": {
+        "application/json": {
+            "schema": {
+                "type": "object",
+                "properties": {
+                    "request_id": {"type": "string"},
+                    "data": {"type": "object"},
+                    "warnings": {"type": ["array", "null"], "items": {"type": "string"}},
+                },
+            }
+        }
+    }
+}
+_ERRORS = {
+    "content": {
+        "application/json": {
+            "schema": {
+                "type": "object",
+                "properties": {"errors": {"type": "array", "items": {"type": "string"}}},
+            }
+        }
+    }
+}
+
+
+def _answers(*codes: int) -> dict[str, Any]:
+    described = {
+        200: "success, in Vault's envelope",
+        204: "done, no body",
+        400: "refused (Vault's message); a batch with a failed item carries the whole envelope",
+        403: "permission denied: no token, an unknown one, or a scope that does not cover it",
+        404: "no such key (or path)",
+        405: "a method this route does not take",
+        413: "the body exceeds SEALFLOW_MAX_JSON_BYTES",
+        429: "this token already has its most requests in flight",
+        503: "the server is at its concurrency limit, or the keystore is unavailable",
+    }
+    answers: dict[str, Any] = {}
+    for code in sorted({*codes, 400, 429, 503}):
+        answers[str(code)] = {"description": described[code]}
+        if code == 200:
+            answers[str(code)].update(_ENVELOPE)
+        elif code != 204:
+            answers[str(code)].update(_ERRORS)
+    return answers
+
+
+def _body(properties: dict[str, Any]) -> dict[str, Any]:
+    schema = {"type": "object", "properties": properties}
+    return {"required": False, "content": {"application/json": {"schema": schema}}}
+
+
+def _param(name: str, where: str = "path", schema: Any = None) -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": where,
+        "required": where == "path",
+        "schema": schema or {"type": "string"},
+    }
+
+
+def _write(summary: str, body: dict[str, Any], params: list[dict[str, Any]]) -> dict[str, Any]:
+    operation = {
+        "tags": _TAG,
+        "summary": summary,
+        "parameters": params,
+        "requestBody": _body(body),
+        "responses": _answers(200, 400, 403, 413),
+        "security": _SECURITY,
+    }
+    return {"post": operation, "put": operation}
+
+
+_ITEM = {"reference": {"type": "string"}, "associated_data": _B64, "key_version": _LENIENT_INT}
+_BATCH = {"partial_failure_response_code": _LENIENT_INT}
+
+
+def paths(mount: str) -> dict[str, Any]:
+    """The OpenAPI ``paths`` of the Transit routes under ``mount`` (e.g. ``/v1/transit``)."""
+    name = _param("name")
+    encrypt_item = {"plaintext": _B64, **_ITEM}
+    decrypt_item = {"ciphertext": {"type": "string"}, **_ITEM}
+
+    def batch_of(item: dict[str, Any]) -> dict[str, Any]:
+        items = {"type": "array", "items": {"type": "object", "properties": item}}
+        return {**item, **_BATCH, "batch_input": items}
+
+    key_read = {
+        "tags": _TAG,
+        "summary": "A key's metadata (admin, or encrypt/decrypt on it)",
+        "parameters": [name],
+        "responses": _answers(200, 403, 404),
+        "security": _SECURITY,
+    }
+    key_write = {
+        "tags": _TAG,
+        "summary": "Create a key (admin)",
+        "parameters": [name],
+        "requestBody": _body(
+            {
+                "type": {
+                    "type": "string",
+                    "enum": ["aes128-gcm96", "aes256-gcm96", "chacha20-poly1305"],
+                },
+                "exportable": _LENIENT_BOOL,
+            }
+        ),
+        "responses": _answers(200, 400, 403),
+        "security": _SECURITY,
+    }
+    key_delete = {
+        "tags": _TAG,
+        "summary": "Refused: sealflow never deletes key versions (400), or 204 if absent",
+        "parameters": [name],
+        "responses": _answers(204, 400, 403),
+        "security": _SECURITY,
+    }
+    admin_write = _answers(200, 400, 403)
+    return {
+        f"{mount}/encrypt/{{name}}": _write(
+            "Encrypt base64 plaintext, or a batch_input of items", batch_of(encrypt_item), [name]
+        ),
+        f"{mount}/decrypt/{{name}}": _write(
+            "Decrypt vault:v ciphertext, or a batch_input of items", batch_of(decrypt_item), [name]
+        ),
+        f"{mount}/rewrap/{{name}}": _write(
+            "Re-encrypt ciphertext under the latest (or given) version",
+            batch_of(decrypt_item),
+            [name],
+        ),
+        f"{mount}/datakey/{{type}}/{{name}}": _write(
+            "A new random data key sealed under the key (and in plaintext with 'plaintext')",
+            {"bits": _LENIENT_INT, "key_version": _LENIENT_INT, "context": _B64},
+            [_param("type", schema={"type": "string", "enum": ["plaintext", "wrapped"]}), name],
+        ),
+        f"{mount}/keys": {
+            "get": {
+                "tags": _TAG,
+                "summary": "Key names (admin); also Vault's LIST method",
+                "parameters": [
+                    {
+                        **_param("list", "query", {"type": "string", "enum": ["true"]}),
+                        "required": True,
+                    }
+                ],
+                "responses": _answers(200, 403, 404, 405),
+                "security": _SECURITY,
+            }
+        },
+        f"{mount}/keys/{{name}}": {
+            "get": key_read,
+            "post": key_write,
+            "put": key_write,
+            "delete": key_delete,
+        },
+        f"{mount}/keys/{{name}}/rotate": {
+            "post": {
+                "tags": _TAG,
+                "summary": "A new version (admin)",
+                "parameters": [name],
+                "responses": admin_write,
+                "security": _SECURITY,
+            }
+        },
+        f"{mount}/keys/{{name}}/config": {
+            "post": {
+                "tags": _TAG,
+                "summary": "min_decryption_version, exportable (admin)",
+                "parameters": [name],
+                "requestBody": _body(
+                    {"min_decryption_version": _LENIENT_INT, "exportable": _LENIENT_BOOL}
+                ),
+                "responses": admin_write,
+                "security": _SECURITY,
+            }
+        },
+        f"{mount}/export/{{type}}/{{name}}": {
+            "get": {
+                "tags": _TAG,
+                "summary": "Every version's key material of an exportable key (admin)",
+                "parameters": [
+                    _param("type", schema={"type": "string", "enum": ["encryption-key"]}),
+                    name,
+                ],
+                "responses": _answers(200, 400, 403, 404),
+                "security": _SECURITY,
+            }
+        },
+        "/v1/sys/health": {
+            "get": {
+                "tags": _TAG,
+                "summary": "Vault's health: 200 ready, 503 starting, 429 draining (no token)",
+                "parameters": [
+                    _param(code, "query", _LENIENT_INT)
+                    for code in ("activecode", "sealedcode", "standbycode")
+                ]
+                + [_param("standbyok", "query", _LENIENT_BOOL)],
+                "responses": {
+                    "200": {"description": "ready"},
+                    "429": {"description": "draining"},
+                    "503": {"description": "starting"},
+                },
+            }
+        },
+        "/v1/auth/token/lookup-self": {
+            "get": {
+                "tags": _TAG,
+                "summary": "The calling token, as Vault describes a non-expiring service token",
+                "responses": _answers(200, 403),
+                "security": _SECURITY,
+            }
+        },
+    }
+
+
+SECURITY_SCHEMES = {"VaultToken": {"type": "apiKey", "in": "header", "name": "X-Vault-Token"}}

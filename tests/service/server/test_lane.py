@@ -1,0 +1,180 @@
+"""The small-request lane (docs/SERVICE.md): a small single-shot request that arrives whole is
+answered from the parser's callback, and answered exactly as the ASGI path answers it.
+
+Two servers, the lane on and off (``SEALFLOW_SMALL_LANE``), get the same requests; what they
+answer (statuses, headers, error codes, plaintexts), log and count must be the same, and the
+lane's own counter shows which requests it took.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import socket
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.service.conftest import Server
+from tests.service.server.test_auth import new_token
+
+MakeServer = Callable[..., Server]
+ENCRYPT = "/v1/keys/default/encrypt?mode=single"
+
+
+def lane_count(srv: Server) -> int:
+    text = httpx.get(srv.url + "/metrics").text
+    match = re.search(r"^sealflow_lane_requests_total ([0-9.e+]+)$", text, re.M)
+    assert match is not None
+    return int(float(match.group(1)))
+
+
+def request_counts(srv: Server) -> dict[str, float]:
+    """sealflow_requests_total of the data routes, by its labels."""
+    text = httpx.get(srv.url + "/metrics").text
+    pattern = r'^sealflow_requests_total\{(.*route="/v1/[^"]*crypt".*)\} (\S+)$'
+    found = re.findall(pattern, text, re.M)
+    return {labels: float(value) for labels, value in found}
+
+
+def exchange(srv: Server, other: Server) -> list[Any]:
+    """The same requests on srv (with other's envelopes where one must fail); what came back."""
+    seen: list[Any] = []
+    scoped = new_token(srv, "encrypt:other", "decrypt:other")
+    with srv.client() as c, srv.client(token=scoped) as narrow:
+        body = os.urandom(1024)
+        aad = base64.b64encode(b"order 7").decode()
+        sealed = c.post(ENCRYPT, content=body)
+        with_aad = c.post(ENCRYPT, content=body, headers={"X-AAD": aad})
+        with other.client() as elsewhere:
+            foreign = elsewhere.post(ENCRYPT, content=body).content
+        stream = c.post("/v1/keys/default/encrypt", content=body).content  # stream mode
+        tampered = bytearray(sealed.content)
+        tampered[-1] ^= 1
+        replies = [
+            sealed,
+            with_aad,
+            c.post("/v1/keys/default/decrypt", content=sealed.content),
+            c.post("/v1/decrypt", content=sealed.content),
+            c.post("/v1/decrypt", content=with_aad.content, headers={"X-AAD": aad}),
+            c.post("/v1/decrypt", content=stream),
+            c.post("/v1/decrypt", content=b""),
+            c.post(ENCRYPT, content=b""),
+            # Refusals, each of which the lane leaves to the ASGI path.
+            c.post("/v1/decrypt", content=with_aad.content),  # AAD missing
+            c.post("/v1/decrypt", content=bytes(tampered)),
+            c.post("/v1/decrypt", content=foreign),  # another keystore's key material
+            c.post("/v1/decrypt", content=sealed.content[:20]),
+            c.post("/v1/keys/t-chacha/decrypt", content=sealed.content),  # not its key
+            c.post("/v1/keys/absent/encrypt?mode=single", content=body),
+            c.post(ENCRYPT, content=body, headers={"X-AAD": "!!"}),
+            c.post("/v1/keys/default/encrypt?mode=other", content=body),
+            narrow.post(ENCRYPT, content=body),
+            narrow.post("/v1/decrypt", content=sealed.content),
+            httpx.post(srv.url + ENCRYPT, content=body),  # no token
+            httpx.post(srv.url + ENCRYPT, content=body, headers={"authorization": "Bearer x"}),
+        ]
+        for reply in replies:
+            error = reply.json()["error"]["code"] if reply.status_code >= 400 else None
+            seen.append((reply.status_code, sorted(reply.headers), error, len(reply.content)))
+        opened = [r.content for r in replies[2:6]]
+        assert opened == [body] * 4
+    return seen
+
+
+@pytest.fixture
+def pair(make_server: MakeServer) -> tuple[Server, Server]:
+    return make_server(small_lane=True), make_server(small_lane=False)
+
+
+def test_the_lane_answers_logs_and_counts_as_the_asgi_path_does(
+    pair: tuple[Server, Server],
+) -> None:
+    lane, usual = pair
+    assert exchange(lane, usual) == exchange(usual, lane)
+    # What the lane took: the 1 KiB encrypts, the single-shot decrypts and the empty encrypt.
+    assert lane_count(lane) == 7
+    assert lane_count(usual) == 0
+    assert request_counts(lane) == request_counts(usual)
+
+    def lines(srv: Server) -> list[dict[str, Any]]:
+        time.sleep(0.3)  # the access log goes out every 0.1 s
+        volatile = ("ts", "duration_ms")
+        return [
+            {k: v for k, v in entry.items() if k not in volatile}
+            for entry in srv.access()
+            if entry["route"].startswith("/v1/") and "crypt" in entry["route"]
+        ]
+
+    # The same lines (each server also served the other's one foreign encrypt, in another
+    # place of its log).
+    assert sorted(map(json.dumps, lines(lane))) == sorted(map(json.dumps, lines(usual)))
+
+
+def raw(srv: Server, data: list[bytes], pause: float = 0.0) -> bytes:
+    """Send data in writes (pause between them), then read until the server closes or idles."""
+    sock = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    for piece in data:
+        sock.sendall(piece)
+        time.sleep(pause)
+    sock.settimeout(1.0)
+    received = b""
+    try:
+        while chunk := sock.recv(65536):
+            received += chunk
+    except TimeoutError:
+        pass
+    sock.close()
+    return received
+
+
+def head(srv: Server, length: int, extra: str = "") -> bytes:
+    return (
+        f"POST {ENCRYPT} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {srv.token}\r\n"
+        f"Content-Length: {length}\r\n{extra}\r\n"
+    ).encode()
+
+
+def test_what_the_lane_does_not_take_still_works(make_server: MakeServer) -> None:
+    srv = make_server()
+    body = os.urandom(1000)
+    before = lane_count(srv)
+    # Expect: 100-continue is uvicorn's to answer.
+    expect = raw(srv, [head(srv, 1000, "Expect: 100-continue\r\n"), body], pause=0.2)
+    assert expect.startswith(b"HTTP/1.1 100 ")
+    assert b"HTTP/1.1 200 " in expect
+    # HTTP/1.0: its connection closes after the answer.
+    old = raw(srv, [head(srv, 1000).replace(b"HTTP/1.1", b"HTTP/1.0") + body])
+    assert old.startswith(b"HTTP/1.1 200 ")
+    assert b"connection: close" in old.lower()
+    # A body longer than the lane's.
+    with srv.client() as c:
+        assert c.post(ENCRYPT, content=os.urandom(200_000)).status_code == 200
+    # No token: refused from the head, the body never held.
+    stranger = raw(srv, [head(srv, 1000).replace(srv.token.encode(), b"x" * 43) + body[:10]])
+    assert stranger.startswith(b"HTTP/1.1 401 ")
+    # A body that takes longer than the lane waits: the ASGI app finishes it.
+    slow = raw(srv, [head(srv, 1000) + body[:10], body[10:]], pause=1.5)
+    assert slow.startswith(b"HTTP/1.1 200 ")
+    assert lane_count(srv) == before
+
+
+def test_the_lane_waits_a_moment_for_the_body_and_keeps_order(make_server: MakeServer) -> None:
+    srv = make_server()
+    body = os.urandom(1000)
+    before = lane_count(srv)
+    # The body in a later read than the head (as httpx and aiohttp send it).
+    split = raw(srv, [head(srv, 1000) + body[:10], body[10:]], pause=0.2)
+    assert split.startswith(b"HTTP/1.1 200 ")
+    # Two requests in one write: both answered, in order.
+    two = raw(srv, [head(srv, 1000) + body + head(srv, 3) + b"abc"])
+    assert two.count(b"HTTP/1.1 200 ") == 2
+    lengths = [int(n) for n in re.findall(rb"content-length: (\d+)", two)]
+    assert lengths[0] - lengths[1] == 1000 - 3  # the 1000-byte body's answer first
+    assert lane_count(srv) == before + 3
