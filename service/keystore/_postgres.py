@@ -31,14 +31,13 @@ from psycopg_pool import ConnectionPool
 from sealflow.engine import Algorithm
 from sealflow.service.envelope import valid_name
 
-from . import _pg_schema
+from . import _pg_schema, _pg_usage
 from ._base import KeyInfo, KeyStoreHealth, TokenInfo, VersionUsage, valid_scope, valid_secret
 from ._integrity import KEY_ROW, LIMITS_ROW, TOKEN_ROW, Integrity, refuse
 from ._pg_watch import Watcher
 from ._rows import (
     MAX_VERSION,
     digest,
-    grant,
     key_info,
     limits_row,
     present,
@@ -224,54 +223,27 @@ class PostgresKeyStore:
             (*row, self._integrity.mac(LIMITS_ROW, row)),
         )
 
-    # -- usage: no change counted or announced (caches do not hold it)
+    # -- usage (``_pg_usage``): no change counted or announced, caches do not hold it
 
     def reserve_usage(
         self, name: str, version: int, want: int, limit: int, nbytes: int = 0
     ) -> tuple[int, int]:
         with self._transaction(bump=False) as db:
-            db.execute(
-                "INSERT INTO sealflow_usage VALUES (%s, %s, 0, 0) ON CONFLICT DO NOTHING",
-                (name, version),
-            )
-            # The row lock orders reservations of all replicas; the grant is computed under it.
-            row = db.execute(
-                "SELECT reserved FROM sealflow_usage WHERE name = %s AND version = %s FOR UPDATE",
-                (name, version),
-            ).fetchone()
-            granted = grant(want, limit, int(row[0]) if row else 0)
-            after = db.execute(
-                "UPDATE sealflow_usage SET reserved = reserved + %s, bytes = bytes + %s"
-                " WHERE name = %s AND version = %s RETURNING reserved",
-                (granted, nbytes, name, version),
-            ).fetchone()
-        return granted, int(after[0]) if after else granted
+            return _pg_usage.reserve(db, name, version, want, limit, nbytes)
 
     def release_usage(self, name: str, version: int, count: int, nbytes: int = 0) -> None:
         with self._transaction(bump=False) as db:
-            db.execute(
-                "UPDATE sealflow_usage SET reserved = reserved - %s, bytes = bytes + %s"
-                " WHERE name = %s AND version = %s",
-                (count, nbytes, name, version),
-            )
+            _pg_usage.release(db, name, version, count, nbytes)
 
     def reserved(self, versions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
         if not versions:
             return {}
         with self._transaction(bump=False) as db:
-            rows = db.execute(
-                "SELECT name, version, reserved FROM sealflow_usage"
-                " WHERE (name, version) IN (SELECT * FROM unnest(%s::text[], %s::bigint[]))",
-                ([n for n, _ in versions], [v for _, v in versions]),
-            ).fetchall()
-        return {(n, int(v)): int(r) for n, v, r in rows}
+            return _pg_usage.reserved(db, versions)
 
     def usage(self, name: str) -> dict[int, VersionUsage]:
         with self._transaction(bump=False) as db:
-            rows = db.execute(
-                "SELECT version, reserved, bytes FROM sealflow_usage WHERE name = %s", (name,)
-            ).fetchall()
-        return {int(v): VersionUsage(int(r), int(b)) for v, r, b in rows}
+            return _pg_usage.usage(db, name)
 
     def set_min_decryption_version(
         self, name: str, version: int, allow_lowering: bool = False
