@@ -29,6 +29,27 @@ class Settings(BaseSettings):
         "auto", description="AEAD provider: auto (calibrated per algorithm), native, cryptography"
     )
     data_dir: Path = Field(Path(".sealflow"), description="keystore and dev master key")
+    keystore_url: SecretStr | None = Field(
+        None,
+        description="postgresql://... for a keystore shared by replicas on several hosts"
+        " (default: SQLite in the data dir); a password in it never shows in logs",
+    )
+    keystore_url_file: Path | None = Field(
+        None,
+        description="a file holding the keystore URL (a deployment secret: it has the password)",
+    )
+    keystore_max_cache_age: float = Field(
+        30.0,
+        gt=0,
+        description="seconds /readyz stays ready while a PostgreSQL keystore is unreachable"
+        " (cached keys and tokens are served meanwhile)",
+    )
+    keystore_poll_interval: float = Field(
+        0.5,
+        gt=0,
+        description="seconds between checks for changes of a PostgreSQL keystore while its"
+        " notifications are lost",
+    )
     master_key: SecretStr | None = Field(
         None,
         description="base64 of 32 bytes; prefer the variable (a flag shows in ps)",

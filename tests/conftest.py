@@ -6,6 +6,8 @@ import pytest
 
 from sealflow import engine
 
+from .postgres import Cluster, start_cluster
+
 PROVIDERS = sorted(engine.PROVIDERS)
 STRATEGIES = list(engine.ContextStrategy)
 
@@ -25,3 +27,13 @@ def impl(request: pytest.FixtureRequest) -> Iterator[tuple[str, engine.ContextSt
     finally:
         engine.set_provider(None)
         engine.set_context_strategy(before)
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Cluster]:
+    """A PostgreSQL cluster of the tests' own (tests/postgres.py), for the whole session."""
+    cluster = start_cluster()
+    try:
+        yield cluster
+    finally:
+        cluster.remove()

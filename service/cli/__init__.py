@@ -115,7 +115,7 @@ def _main(argv: list[str] | None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     _serve.add_command(commands)
     store_flags = argparse.ArgumentParser(add_help=False)
-    add_settings(store_flags, ["data_dir", "master_key_file"])
+    add_settings(store_flags, ["data_dir", "master_key_file", "keystore_url", "keystore_url_file"])
     _manage.add_commands(commands, store_flags)
     _transfer.add_client_commands(commands)
     selftest = commands.add_parser(

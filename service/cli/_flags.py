@@ -29,6 +29,7 @@ _NAMED = {
     "max_buffered_bytes": "BYTES",
     "max_header_bytes": "BYTES",
     "max_json_bytes": "BYTES",
+    "keystore_url": "URL",
 }
 
 

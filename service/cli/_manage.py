@@ -1,4 +1,5 @@
-"""``sealflow keys ...`` and ``sealflow tokens ...``: the keystore, from the command line.
+"""``sealflow keys ...``, ``sealflow tokens ...`` and ``sealflow keystore migrate``: the keystore,
+from the command line.
 
 They open the keystore directly (same settings as ``serve``), so they work with
 the service running: it sees their writes on its next request.
@@ -11,22 +12,48 @@ import base64
 import json
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from sealflow.engine import Algorithm
 from sealflow.service.config import Settings
-from sealflow.service.keystore import KeyInfo, KeyStore, TokenInfo, export_material, open_store
+from sealflow.service.keystore import (
+    KeyInfo,
+    KeyStore,
+    KeyStoreUnavailable,
+    TokenInfo,
+    VersionUsage,
+    export_material,
+    load_master_key,
+    migrate_keystore,
+    next_rotation,
+    open_store,
+    redact,
+)
 
 
-def _key_json(key: KeyInfo) -> dict[str, Any]:
+def _key_json(key: KeyInfo, store: KeyStore) -> dict[str, Any]:
+    usage = store.usage(key.name)
+    none = VersionUsage(0, 0)
+    when = next_rotation(key)
     return {
         "name": key.name,
         "algorithm": key.algorithm.value,
         "exportable": key.exportable,
         "latest": key.latest,
         "min_decryption_version": key.min_decryption_version,
+        "max_encryptions": key.max_encryptions,
+        "auto_rotate_period": key.auto_rotate_period,
+        "encryptions_left": max(key.max_encryptions - usage.get(key.latest, none).encryptions, 0),
+        "next_rotation_at": None if when is None else _when(when),
         "versions": [
-            {"version": v.version, "created_at": _when(v.created_at)} for v in key.versions
+            {
+                "version": v.version,
+                "created_at": _when(v.created_at),
+                "encryptions": usage.get(v.version, none).encryptions,
+                "bytes": usage.get(v.version, none).bytes,
+            }
+            for v in key.versions
         ],
     }
 
@@ -50,14 +77,18 @@ def _print(obj: object) -> None:
 
 
 def _keys(args: argparse.Namespace, store: KeyStore) -> None:
+    limits = getattr(args, "max_encryptions", None), getattr(args, "auto_rotate_period", None)
     if args.action == "create":
-        _print(_key_json(store.create_key(args.name, Algorithm(args.algorithm), args.exportable)))
+        key = store.create_key(args.name, Algorithm(args.algorithm), args.exportable, *limits)
+        _print(_key_json(key, store))
     elif args.action == "list":
-        _print([_key_json(k) for k in store.list_keys()])
+        _print([_key_json(k, store) for k in store.list_keys()])
     elif args.action == "show":
-        _print(_key_json(store.get_key(args.name)))
+        _print(_key_json(store.get_key(args.name), store))
     elif args.action == "rotate":
-        _print(_key_json(store.rotate_key(args.name)))
+        _print(_key_json(store.rotate_key(args.name), store))
+    elif args.action == "limits":
+        _print(_key_json(store.set_limits(args.name, *limits), store))
     elif args.action == "export":
         key, version, material = export_material(store, args.name, args.version)
         _print({"name": key.name, "version": version, "key": base64.b64encode(material).decode()})
@@ -74,8 +105,31 @@ def _tokens(args: argparse.Namespace, store: KeyStore) -> None:
         _print(_token_json(store.revoke_token(args.id)))
 
 
+def migrate(args: argparse.Namespace) -> int:
+    """``sealflow keystore migrate --from sqlite:PATH --to postgresql://...``"""
+    if not args.source.startswith("sqlite:"):
+        raise KeyStoreUnavailable("--from takes sqlite:PATH (the SQLite keystore file)")
+    source = Path(args.source.removeprefix("sqlite:"))
+    if not source.is_file():
+        raise KeyStoreUnavailable(f"no SQLite keystore at {source}")
+    if not args.target.startswith(("postgresql://", "postgres://")):
+        raise KeyStoreUnavailable("--to takes a postgresql:// URL")
+    settings = Settings(**args.settings)
+    env = settings.master_key.get_secret_value() if settings.master_key else None
+    # The SQLite keystore's own master key: the variable, --master-key-file, or the file
+    # beside it (where `sealflow serve` keeps it in the data dir).
+    master = load_master_key(env, settings.master_key_file or source.with_name("master.key"))
+    done = migrate_keystore(source, args.target, master)
+    print(
+        f"copied {done.keys} keys ({done.versions} versions) and {done.tokens} tokens from"
+        f" {source} to {redact(args.target)}; every key version and token verified",
+        file=sys.stderr,
+    )
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
-    store = open_store(Settings(**args.settings))
+    store = open_store(Settings(**args.settings), watch=False)
     try:
         (_keys if args.command == "keys" else _tokens)(args, store)
     finally:
@@ -93,6 +147,23 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
         "--algorithm", choices=[a.value for a in Algorithm], default=Algorithm.AES_256_GCM.value
     )
     create.add_argument("--exportable", action="store_true", help="allow export (cannot change)")
+    limits = keys.add_parser(
+        "limits", parents=[common], help="change a key's usage limits (automatic rotation)"
+    )
+    limits.add_argument("name")
+    for parser in (create, limits):
+        parser.add_argument(
+            "--max-encryptions",
+            type=int,
+            metavar="N",
+            help="sealings per version before an automatic rotation (default 2^32)",
+        )
+        parser.add_argument(
+            "--auto-rotate-period",
+            type=float,
+            metavar="SECONDS",
+            help="seconds a version is used before an automatic rotation (0: never)",
+        )
     keys.add_parser("list", parents=[common], help="list keys")
     for action, what in (("show", "show a key"), ("rotate", "add a version")):
         keys.add_parser(action, parents=[common], help=what).add_argument("name")
@@ -113,6 +184,17 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     tcreate.add_argument("--label", default="")
     tokens.add_parser("list", parents=[common], help="list tokens (never their secrets)")
     tokens.add_parser("revoke", parents=[common], help="revoke a token").add_argument("id")
+    store = commands.add_parser("keystore", help="move a keystore").add_subparsers(
+        dest="action", required=True
+    )
+    move = store.add_parser(
+        "migrate",
+        parents=[common],
+        help="copy an SQLite keystore into an empty PostgreSQL one, verbatim, and verify it",
+    )
+    move.add_argument("--from", dest="source", required=True, metavar="sqlite:PATH")
+    move.add_argument("--to", dest="target", required=True, metavar="postgresql://...")
+    move.set_defaults(func=migrate)
     for sub in (keys, tokens):
         for parser in sub.choices.values():
             parser.set_defaults(func=run)

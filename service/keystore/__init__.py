@@ -6,15 +6,21 @@ Nothing here knows about HTTP; the server, the CLI and the tests all use this pa
 from ._base import (
     KeyInfo,
     KeyStore,
+    KeyStoreHealth,
     KeyVersionInfo,
     TokenInfo,
+    VersionUsage,
     export_material,
     valid_scope,
     valid_secret,
 )
 from ._masterkey import KeyWrapper, create_master_key_file, load_master_key, read_secret
-from ._provision import ROOT_SCOPES, open_store, prepare
+from ._migrate import Migrated
+from ._migrate import migrate as migrate_keystore
+from ._postgres import PostgresKeyStore, redact
+from ._provision import ROOT_SCOPES, describe, keystore_url, open_store, prepare
 from ._sqlite import SQLiteKeyStore
+from ._usage import SCARCE, UsageMeter, next_rotation
 from .errors import (
     InvalidRequest,
     KeyExists,
@@ -29,6 +35,7 @@ from .errors import (
 
 __all__ = [
     "ROOT_SCOPES",
+    "SCARCE",
     "InvalidRequest",
     "KeyExists",
     "KeyInfo",
@@ -36,20 +43,30 @@ __all__ = [
     "KeyStore",
     "KeyStoreCorrupt",
     "KeyStoreError",
+    "KeyStoreHealth",
     "KeyStoreUnavailable",
     "KeyVersionInfo",
     "KeyWrapper",
+    "Migrated",
     "NotExportable",
+    "PostgresKeyStore",
     "SQLiteKeyStore",
     "TokenInfo",
     "TokenNotFound",
+    "UsageMeter",
     "VersionRetired",
+    "VersionUsage",
     "create_master_key_file",
+    "describe",
     "export_material",
+    "keystore_url",
     "load_master_key",
+    "migrate_keystore",
+    "next_rotation",
     "open_store",
     "prepare",
     "read_secret",
+    "redact",
     "valid_scope",
     "valid_secret",
 ]

@@ -1,8 +1,8 @@
 """The keystore interface: named, versioned keys and bearer tokens.
 
 The service only talks to a ``KeyStore``; ``SQLiteKeyStore`` (``_sqlite``) is
-the embedded implementation, and a PostgreSQL one can follow behind the same
-methods. Implementations must make every write one transaction (a key version
+the embedded implementation, ``PostgresKeyStore`` (``_postgres``) the shared one for
+replicas on several hosts. Implementations must make every write one transaction (a key version
 once written is never lost, reused or changed) and must show writes made by
 other processes on the next call, without a restart. Any method may raise
 ``KeyStoreUnavailable`` when the store itself fails (I/O error, lock held too long).
@@ -30,6 +30,10 @@ class KeyVersionInfo:
     created_at: float  # Unix time
 
 
+# NIST SP 800-38D, 8.3: with random 96-bit nonces, at most 2^32 invocations of GCM per key.
+DEFAULT_MAX_ENCRYPTIONS = 2**32
+
+
 @dataclass(frozen=True, slots=True)
 class KeyInfo:
     name: str
@@ -37,10 +41,22 @@ class KeyInfo:
     exportable: bool
     min_decryption_version: int
     versions: tuple[KeyVersionInfo, ...]  # ascending, never empty
+    # Per version: sealings before an automatic rotation (docs/OPERATIONS.md, Usage limits).
+    max_encryptions: int = DEFAULT_MAX_ENCRYPTIONS
+    auto_rotate_period: float = 0.0  # seconds a version is used before a rotation; 0: never
 
     @property
     def latest(self) -> int:
         return self.versions[-1].version
+
+
+@dataclass(frozen=True, slots=True)
+class VersionUsage:
+    """What a version has sealed: ``encryptions`` counts reservations (never fewer than the
+    sealings made, more by what a crashed process had reserved); ``bytes`` of plaintext."""
+
+    encryptions: int
+    bytes: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +66,16 @@ class TokenInfo:
     label: str
     created_at: float
     revoked: bool
+
+
+@dataclass(frozen=True, slots=True)
+class KeyStoreHealth:
+    """What readiness and metrics need to know of a store's cache."""
+
+    reachable: bool  # the last attempt to reach the store succeeded
+    synced_at: float  # time.monotonic() of the last successful check for changes
+    invalidation: str  # "notify", "poll" (notifications lost), or "none" (checked on each read)
+    fallbacks: int  # times notifications were lost and polling took over
 
 
 SCOPE_RE = re.compile(r"admin|(?:encrypt|decrypt):[a-z0-9._*?\[\]!-]{1,64}")
@@ -69,10 +95,19 @@ def valid_scope(scope: str) -> bool:
 
 
 class KeyStore(Protocol):
-    def create_key(self, name: str, algorithm: Algorithm, exportable: bool = False) -> KeyInfo:
-        """Create a key with version 1 of fresh random material.
+    def create_key(
+        self,
+        name: str,
+        algorithm: Algorithm,
+        exportable: bool = False,
+        max_encryptions: int | None = None,
+        auto_rotate_period: float | None = None,
+    ) -> KeyInfo:
+        """Create a key with version 1 of fresh random material, and its limits (None: the
+        defaults), in one transaction.
 
-        KeyExists if taken; InvalidRequest for an invalid name or a non-``Algorithm``.
+        KeyExists if taken; InvalidRequest for an invalid name, a non-``Algorithm`` or a limit
+        out of range (``set_limits``).
         """
 
     def rotate_key(self, name: str) -> KeyInfo:
@@ -89,6 +124,32 @@ class KeyStore(Protocol):
 
     def get_key(self, name: str) -> KeyInfo:
         """KeyNotFound if absent."""
+
+    def set_limits(
+        self, name: str, max_encryptions: int | None = None, auto_rotate_period: float | None = None
+    ) -> KeyInfo:
+        """Change a key's usage limits (None: unchanged). InvalidRequest unless
+        ``1 <= max_encryptions <= 2^32`` and ``auto_rotate_period`` is 0 (never) or >= 1 s."""
+
+    def rotate_if_latest(self, name: str, version: int) -> KeyInfo:
+        """Rotate only if ``version`` is still the latest: of several processes that saw the
+        same limit reached, exactly one adds a version."""
+
+    def reserve_usage(
+        self, name: str, version: int, want: int, limit: int, nbytes: int = 0
+    ) -> tuple[int, int]:
+        """Reserve up to ``want`` sealings of a version, never past ``limit`` (``limit`` 0: no
+        bound, for sealings already made), and add ``nbytes``; one transaction. The number
+        granted (0: the limit is reached) and the total reserved after it."""
+
+    def release_usage(self, name: str, version: int, count: int, nbytes: int = 0) -> None:
+        """Give back ``count`` reserved, unused sealings; add ``nbytes``."""
+
+    def reserved(self, versions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """The total reserved of each version (a version never reserved is left out)."""
+
+    def usage(self, name: str) -> dict[int, VersionUsage]:
+        """What each version of a key has sealed (versions never used are left out)."""
 
     def list_keys(self) -> list[KeyInfo]:
         """Sorted by name."""
@@ -118,6 +179,9 @@ class KeyStore(Protocol):
 
     def find_token(self, secret: str) -> TokenInfo | None:
         """The live (not revoked) token with this secret, or None; constant-time comparison."""
+
+    def health(self) -> KeyStoreHealth:
+        """Whether the store answers and how old the cache is (for /readyz and /metrics)."""
 
     def close(self) -> None: ...
 

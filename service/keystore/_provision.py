@@ -13,20 +13,54 @@ from pathlib import Path
 from sealflow.engine import Algorithm
 from sealflow.service.config import Settings
 
+from ._base import KeyStore
 from ._masterkey import create_master_key_file, load_master_key, read_secret
+from ._postgres import PostgresKeyStore, redact
 from ._sqlite import SQLiteKeyStore
+from .errors import KeyStoreUnavailable
 
 log = logging.getLogger("sealflow.keystore")
 
 ROOT_SCOPES = ["admin", "encrypt:*", "decrypt:*"]
 
 
-def open_store(settings: Settings, max_staleness: float = 0.0) -> SQLiteKeyStore:
-    """The keystore, or KeyStoreUnavailable with a message saying what is wrong.
+def open_store(settings: Settings, max_staleness: float = 0.0, watch: bool = True) -> KeyStore:
+    """The keystore the settings name, or KeyStoreUnavailable with a message saying what is wrong.
 
-    ``max_staleness``: how many seconds old a cached read may be (0: check on every call).
+    ``max_staleness`` (SQLite): how many seconds old a cached read may be (0: check on every
+    call). ``watch`` (PostgreSQL): keep the cache current from notifications (a server), or
+    check for changes before every read (the CLI).
     """
-    return SQLiteKeyStore(settings.keystore_path, _master_key(settings), max_staleness)
+    url = keystore_url(settings)
+    if url is None:
+        return SQLiteKeyStore(settings.keystore_path, _master_key(settings), max_staleness)
+    return PostgresKeyStore(
+        url, _master_key(settings), watch=watch, poll_interval=settings.keystore_poll_interval
+    )
+
+
+def keystore_url(settings: Settings) -> str | None:
+    """The PostgreSQL URL, or None for the SQLite keystore in the data dir."""
+    if settings.keystore_url is not None:
+        url = settings.keystore_url.get_secret_value().strip()
+    elif settings.keystore_url_file is not None:
+        path = settings.keystore_url_file
+        url = read_secret(path, f"keystore URL file {path}").strip()
+    else:
+        return None
+    if not url:
+        return None
+    if not url.startswith(("postgresql://", "postgres://")):
+        raise KeyStoreUnavailable(
+            "SEALFLOW_KEYSTORE_URL must be a postgresql:// URL (unset: SQLite in the data dir)"
+        )
+    return url
+
+
+def describe(settings: Settings) -> str:
+    """Where the keystore is, for logs: the SQLite path or the URL without its password."""
+    url = keystore_url(settings)
+    return str(settings.keystore_path) if url is None else redact(url)
 
 
 def _master_key(settings: Settings) -> bytes:
@@ -54,7 +88,10 @@ def prepare(settings: Settings) -> str | None:
     Raises KeyStoreUnavailable (with a message saying what is wrong) if the
     keystore or the master key cannot be used.
     """
+    url = keystore_url(settings)
     settings.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if url is not None:
+        return _prepare_postgres(settings, url)
     path = settings.keystore_path
     if (
         settings.master_key is None
@@ -76,20 +113,52 @@ def prepare(settings: Settings) -> str | None:
         given = _given_root_token(settings)
 
         def provision(store: SQLiteKeyStore) -> None:
-            store.create_key("default", Algorithm.AES_256_GCM)
-            issued.append(store.create_token(ROOT_SCOPES, label="root", secret=given)[1])
+            _provision(store, given, issued)
 
         # False: replicas starting together on a new shared volume raced, and another won.
         if not SQLiteKeyStore.create_new(path, master, provision) or given:
             issued.clear()
     with closing(SQLiteKeyStore(path, master)) as store:  # checks it (and upgrades schema 1)
-        if all(token.revoked for token in store.list_tokens()):
-            log.warning(
-                "keystore %s has no usable token; create one with"
-                " `sealflow tokens create --scope admin`",
-                path,
-            )
+        _warn_if_no_token(store, str(path))
     return issued[0] if issued else None
+
+
+def _prepare_postgres(settings: Settings, url: str) -> str | None:
+    """The same for a PostgreSQL keystore: the schema and its first contents in one
+    transaction, by whichever replica gets there first. The master key must be given:
+    replicas on several hosts share it, so none may make one up."""
+    env = settings.master_key.get_secret_value() if settings.master_key else ""
+    if not env.strip() and not settings.master_key_path.exists():
+        raise KeyStoreUnavailable(
+            "a shared keystore (SEALFLOW_KEYSTORE_URL) needs its master key, the same on every"
+            " replica: set SEALFLOW_MASTER_KEY or SEALFLOW_MASTER_KEY_FILE; no master key"
+            f" at {settings.master_key_path}"
+        )
+    _warn_if_open(settings)
+    master = _master_key(settings)
+    given = _given_root_token(settings)
+    issued: list[str] = []
+    with closing(
+        PostgresKeyStore(
+            url, master, provision=lambda store: _provision(store, given, issued), watch=False
+        )
+    ) as store:
+        _warn_if_no_token(store, redact(url))
+    return issued[0] if issued and not given else None
+
+
+def _provision(store: KeyStore, given: str | None, issued: list[str]) -> None:
+    store.create_key("default", Algorithm.AES_256_GCM)
+    issued.append(store.create_token(ROOT_SCOPES, label="root", secret=given)[1])
+
+
+def _warn_if_no_token(store: KeyStore, where: str) -> None:
+    if all(token.revoked for token in store.list_tokens()):
+        log.warning(
+            "keystore %s has no usable token; create one with"
+            " `sealflow tokens create --scope admin`",
+            where,
+        )
 
 
 def _warn_if_open(settings: Settings) -> None:

@@ -6,7 +6,6 @@ what the master key vouches for in each row is ``_integrity``'s.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import itertools
 import logging
@@ -18,15 +17,24 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
-from typing import Any
 
 from sealflow.engine import Algorithm
 from sealflow.service.envelope import valid_name
 
 from . import _sqlite_file
-from ._base import KeyInfo, KeyVersionInfo, TokenInfo, valid_scope, valid_secret
-from ._integrity import KEY_ROW, TOKEN_ROW, Integrity, refuse
+from ._base import KeyInfo, KeyStoreHealth, TokenInfo, VersionUsage, valid_scope, valid_secret
+from ._integrity import KEY_ROW, LIMITS_ROW, TOKEN_ROW, Integrity, refuse
 from ._masterkey import KeyWrapper
+from ._rows import (
+    MAX_VERSION,
+    digest,
+    grant,
+    key_info,
+    limits_row,
+    present,
+    token_info,
+    with_limits,
+)
 from .errors import (
     InvalidRequest,
     KeyExists,
@@ -38,7 +46,6 @@ from .errors import (
 
 log = logging.getLogger("sealflow.keystore")
 
-_MAX_VERSION = 0xFFFFFFFF  # four bytes in the envelope
 # The row's columns in KEY_ROW.columns order, its MAC, then one version per result row.
 _KEYS_SQL = (
     "SELECT k.name, k.algorithm, k.exportable, k.min_decryption_version, k.created_at, k.mac,"
@@ -48,6 +55,7 @@ _KEY_ROW_SQL = (
     "SELECT name, algorithm, exportable, min_decryption_version, created_at FROM keys"
     " WHERE name = ?"
 )
+_LIMITS_SQL = "SELECT name, max_encryptions, auto_rotate_period, mac FROM key_limits"
 # TOKEN_ROW.columns order, then the MAC.
 _TOKENS_SQL = "SELECT id, digest, scopes, label, created_at, revoked_at, mac FROM tokens"
 
@@ -117,9 +125,20 @@ class SQLiteKeyStore:
             self._material.clear()
             self._keys = self._tokens = None
 
+    def health(self) -> KeyStoreHealth:
+        # A local file: every read checks it, so the cache is never older than max_staleness.
+        return KeyStoreHealth(True, time.monotonic(), "none", 0)
+
     # -- keys
 
-    def create_key(self, name: str, algorithm: Algorithm, exportable: bool = False) -> KeyInfo:
+    def create_key(
+        self,
+        name: str,
+        algorithm: Algorithm,
+        exportable: bool = False,
+        max_encryptions: int | None = None,
+        auto_rotate_period: float | None = None,
+    ) -> KeyInfo:
         if not valid_name(name):
             raise InvalidRequest(f"invalid key name {name!r}")
         if not isinstance(algorithm, Algorithm):
@@ -134,6 +153,9 @@ class SQLiteKeyStore:
                 (*row, self._integrity.mac(KEY_ROW, row)),
             )
             self._add_version(db, name, 1, algorithm, exportable)
+            if max_encryptions is not None or auto_rotate_period is not None:
+                info = self._locked_key(db, name)
+                self._write_limits(db, limits_row(info, max_encryptions, auto_rotate_period))
             return self._locked_key(db, name)
 
     def rotate_key(self, name: str) -> KeyInfo:
@@ -142,6 +164,83 @@ class SQLiteKeyStore:
             info = self._locked_key(db, name)
             self._add_version(db, name, info.latest + 1, info.algorithm, info.exportable)
             return self._locked_key(db, name)
+
+    def rotate_if_latest(self, name: str, version: int) -> KeyInfo:
+        with self._transaction() as db:
+            info = self._locked_key(db, name)
+            if info.latest != version:
+                return info
+            self._add_version(db, name, info.latest + 1, info.algorithm, info.exportable)
+            info = self._locked_key(db, name)
+        log.warning(
+            "key %r rotated automatically to version %d",
+            name,
+            info.latest,
+            extra={"fields": {"key": name, "version": info.latest}},
+        )
+        return info
+
+    def set_limits(
+        self, name: str, max_encryptions: int | None = None, auto_rotate_period: float | None = None
+    ) -> KeyInfo:
+        with self._transaction() as db:
+            info = self._locked_key(db, name)
+            self._write_limits(db, limits_row(info, max_encryptions, auto_rotate_period))
+            return self._locked_key(db, name)
+
+    def _write_limits(self, db: sqlite3.Connection, row: tuple[str, int, float]) -> None:
+        db.execute(
+            "INSERT OR REPLACE INTO key_limits VALUES (?, ?, ?, ?)",
+            (*row, self._integrity.mac(LIMITS_ROW, row)),
+        )
+
+    # -- usage
+
+    def reserve_usage(
+        self, name: str, version: int, want: int, limit: int, nbytes: int = 0
+    ) -> tuple[int, int]:
+        with self._locked():
+            db = self._conn
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                db.execute("INSERT OR IGNORE INTO key_usage VALUES (?, ?, 0, 0)", (name, version))
+                (reserved,) = db.execute(
+                    "SELECT reserved FROM key_usage WHERE name = ? AND version = ?",
+                    (name, version),
+                ).fetchone()
+                granted = grant(want, limit, reserved)
+                db.execute(
+                    "UPDATE key_usage SET reserved = reserved + ?, bytes = bytes + ?"
+                    " WHERE name = ? AND version = ?",
+                    (granted, nbytes, name, version),
+                )
+                db.execute("COMMIT")
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
+        return granted, reserved + granted
+
+    def release_usage(self, name: str, version: int, count: int, nbytes: int = 0) -> None:
+        with self._locked():
+            self._conn.execute(
+                "UPDATE key_usage SET reserved = reserved - ?, bytes = bytes + ?"
+                " WHERE name = ? AND version = ?",
+                (count, nbytes, name, version),
+            )
+
+    def reserved(self, versions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        with self._locked():
+            rows = self._conn.execute("SELECT name, version, reserved FROM key_usage").fetchall()
+        wanted = set(versions)
+        return {(n, v): r for n, v, r in rows if (n, v) in wanted}
+
+    def usage(self, name: str) -> dict[int, VersionUsage]:
+        with self._locked():
+            rows = self._conn.execute(
+                "SELECT version, reserved, bytes FROM key_usage WHERE name = ?", (name,)
+            ).fetchall()
+        return {v: VersionUsage(r, b) for v, r, b in rows}
 
     def set_min_decryption_version(
         self, name: str, version: int, allow_lowering: bool = False
@@ -181,25 +280,25 @@ class SQLiteKeyStore:
         if keys is None or not self._fresh():
             with self._locked():
                 keys = self._key_cache()
-        return _present(keys, name)
+        return present(keys, name)
 
     def list_keys(self) -> list[KeyInfo]:
         with self._locked():
             return [info for info in self._key_cache().values() if info is not None]
 
     def key_material(self, name: str, version: int) -> bytes:
-        if not 1 <= version <= _MAX_VERSION:
+        if not 1 <= version <= MAX_VERSION:
             raise KeyNotFound(f"key {name!r} version {version} not found")
         keys = self._keys
         if keys is not None and self._fresh():
             # The common case, without the lock: a fresh cache and a version seen before.
-            _present(keys, name)
+            present(keys, name)
             material = self._material.get((name, version))
             if material is not None:
                 return material
         with self._locked():
             # The key's row is checked on every call; a cached version cannot change.
-            info = _present(self._key_cache(), name)
+            info = present(self._key_cache(), name)
             material = self._material.get((name, version))
             if material is not None:
                 return material
@@ -229,7 +328,7 @@ class SQLiteKeyStore:
         )
 
     def _locked_key(self, db: sqlite3.Connection, name: str) -> KeyInfo:
-        return _present(self._query_keys(db, name), name)
+        return present(self._query_keys(db, name), name)
 
     def _key_cache(self) -> dict[str, KeyInfo | None]:
         self._refresh()
@@ -243,25 +342,13 @@ class SQLiteKeyStore:
         # One statement, so the keys and their versions come from one consistent snapshot.
         where, args = (" WHERE k.name = ?", (name,)) if name is not None else ("", ())
         rows = db.execute(_KEYS_SQL + where + " ORDER BY k.name, v.version", args).fetchall()
-        return {
-            key_name: self._key_info(list(group))
+        keys = {
+            key_name: key_info(self._integrity, list(group), str(self._path))
             for key_name, group in itertools.groupby(rows, key=lambda row: row[0])
         }
-
-    def _key_info(self, rows: list[tuple[Any, ...]]) -> KeyInfo | None:
-        row, mac = rows[0][:5], rows[0][5]
-        if self._integrity.verify(KEY_ROW, row, mac):
-            name, algorithm, exportable, min_version, _ = row
-            if algorithm in _ALGORITHMS:
-                return KeyInfo(
-                    name=name,
-                    algorithm=Algorithm(algorithm),
-                    exportable=bool(exportable),
-                    min_decryption_version=min_version,
-                    versions=tuple(KeyVersionInfo(r[6], r[7]) for r in rows),
-                )
-        refuse(str(self._path), f"key {row[0]!r}")
-        return None
+        where = where.replace("k.name", "name")
+        limits = db.execute(_LIMITS_SQL + where, args).fetchall()
+        return with_limits(self._integrity, keys, limits, str(self._path))
 
     # -- tokens
 
@@ -274,13 +361,13 @@ class SQLiteKeyStore:
             raise InvalidRequest("a given token must be 43 or more URL-safe base64 characters")
         token_id = "tok_" + secrets.token_hex(8)
         secret = secret if secret is not None else secrets.token_urlsafe(32)
-        row = (token_id, _digest(secret), " ".join(scopes), label, time.time(), None)
+        row = (token_id, digest(secret), " ".join(scopes), label, time.time(), None)
         with self._transaction() as db:
             db.execute(
                 "INSERT INTO tokens VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (*row, self._integrity.mac(TOKEN_ROW, row)),
             )
-        return _token(row), secret
+        return token_info(row), secret
 
     def list_tokens(self) -> list[TokenInfo]:
         with self._locked():
@@ -305,21 +392,21 @@ class SQLiteKeyStore:
                     "UPDATE tokens SET revoked_at = ?, mac = ? WHERE id = ?",
                     (row[5], self._integrity.mac(TOKEN_ROW, row), token_id),
                 )
-        return _token(row)
+        return token_info(row)
 
     def find_token(self, secret: str) -> TokenInfo | None:
-        digest = _digest(secret)
+        wanted = digest(secret)
         tokens = self._tokens
         if tokens is None or not self._fresh():
             with self._locked():
                 tokens = self._token_cache()
-        entry = tokens.get(digest)
+        entry = tokens.get(wanted)
         if entry is None:
             return None
         # The lookup is keyed by a SHA-256 digest, so its timing says nothing useful about
         # the secret; the final equality check is still constant-time, as the spec asks.
         stored, info = entry
-        return info if hmac.compare_digest(stored, digest) and not info.revoked else None
+        return info if hmac.compare_digest(stored, wanted) and not info.revoked else None
 
     def _token_cache(self) -> dict[bytes, tuple[bytes, TokenInfo]]:
         self._refresh()
@@ -329,7 +416,7 @@ class SQLiteKeyStore:
             for stored in self._conn.execute(_TOKENS_SQL + " ORDER BY rowid").fetchall():
                 row, mac = stored[:6], stored[6]
                 if self._integrity.verify(TOKEN_ROW, row, mac):
-                    tokens[row[1]] = (row[1], _token(row))
+                    tokens[row[1]] = (row[1], token_info(row))
                 else:
                     refuse(str(self._path), f"token {row[0]!r}")
             self._tokens = tokens
@@ -376,25 +463,3 @@ class SQLiteKeyStore:
                 raise
             finally:
                 self._keys = self._tokens = None
-
-
-_ALGORITHMS = {alg.value for alg in Algorithm}
-
-
-def _present(keys: dict[str, KeyInfo | None], name: str) -> KeyInfo:
-    """The key, KeyNotFound, or KeyStoreCorrupt for a key whose row failed its check."""
-    if name not in keys:
-        raise KeyNotFound(f"key {name!r} not found")
-    info = keys[name]
-    if info is None:
-        raise KeyStoreCorrupt(f"key {name!r} fails its integrity check")
-    return info
-
-
-def _token(row: tuple[Any, ...]) -> TokenInfo:
-    token_id, _, scopes, label, created_at, revoked_at = row
-    return TokenInfo(token_id, tuple(scopes.split()), label, created_at, revoked_at is not None)
-
-
-def _digest(secret: str) -> bytes:
-    return hashlib.sha256(secret.encode()).digest()

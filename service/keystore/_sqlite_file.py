@@ -44,6 +44,17 @@ SCHEMA = (
     " mac BLOB NOT NULL)",
 )
 
+# Added after schema 2, and created where missing at every open: older releases ignore them.
+USAGE_SCHEMA = (
+    # mac: over the other columns, in LIMITS_ROW.columns order. No row: the default limits.
+    "CREATE TABLE IF NOT EXISTS key_limits (name TEXT PRIMARY KEY,"
+    " max_encryptions INTEGER NOT NULL, auto_rotate_period REAL NOT NULL, mac BLOB NOT NULL)",
+    # Sealings reserved per version (never fewer than made) and plaintext bytes; no MAC: a
+    # counter that UPDATE raises cannot carry one (docs/SERVICE.md, Usage).
+    "CREATE TABLE IF NOT EXISTS key_usage (name TEXT NOT NULL, version INTEGER NOT NULL,"
+    " reserved INTEGER NOT NULL, bytes INTEGER NOT NULL, PRIMARY KEY (name, version))",
+)
+
 
 def create(path: Path, integrity: Integrity, fill: Callable[[Path], None] | None = None) -> bool:
     """Create the keystore at ``path``, with what ``fill`` writes into it first, in one step.
@@ -137,6 +148,8 @@ def open_file(db: sqlite3.Connection, path: Path, integrity: Integrity, legacy: 
         raise KeyStoreUnavailable(f"keystore {path} has an unknown schema version")
     if not integrity.opens(meta.get("check")):
         raise KeyStoreUnavailable(f"the master key does not open keystore {path}")
+    for statement in USAGE_SCHEMA:
+        db.execute(statement)
 
 
 def _enable_wal(db: sqlite3.Connection) -> None:

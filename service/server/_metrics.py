@@ -13,11 +13,13 @@ from __future__ import annotations
 import bisect
 import math
 import os
+import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, multiprocess
 from prometheus_client.registry import REGISTRY
 
 from sealflow import engine
+from sealflow.service.keystore import KeyStore, KeyStoreHealth, next_rotation
 
 REQUESTS = Counter(
     "sealflow_requests", "HTTP requests by route, method and status", ["route", "method", "status"]
@@ -110,6 +112,45 @@ CALIBRATION_THREADS = Gauge(
     multiprocess_mode="livemax",
 )
 
+KEYSTORE_REACHABLE = Gauge(
+    "sealflow_keystore_reachable",
+    "1 while the keystore answers, 0 while it is unreachable (cached keys are served)",
+    multiprocess_mode="livemin",
+)
+KEYSTORE_CACHE_AGE = Gauge(
+    "sealflow_keystore_cache_age_seconds",
+    "Seconds since the keystore was last checked for changes",
+    multiprocess_mode="livemax",
+)
+KEYSTORE_INVALIDATION = Gauge(
+    "sealflow_keystore_invalidation_info",
+    "How changes by other processes reach this one: notify (LISTEN/NOTIFY), poll (the"
+    " notifications were lost) or none (checked on every read); value 1",
+    ["mode"],
+    multiprocess_mode="livemax",
+)
+KEYSTORE_FALLBACKS = Counter(
+    "sealflow_keystore_notify_fallbacks",
+    "Times the keystore's notification connection was lost and polling took over",
+)
+
+# Usage over all keys, without key names (labels come from fixed sets): which key, from the key
+# metadata or `sealflow keys list`.
+KEYS_USAGE_MAX_RATIO = Gauge(
+    "sealflow_keys_usage_max_ratio",
+    "The highest share of max_encryptions counted under any key's latest version",
+    multiprocess_mode="livemax",
+)
+KEYS_NEAR_LIMIT = Gauge(
+    "sealflow_keys_near_usage_limit",
+    "Keys whose latest version has counted 90 % or more of its max_encryptions",
+    multiprocess_mode="livemax",
+)
+KEYS_NEXT_ROTATION = Gauge(
+    "sealflow_keys_next_rotation_timestamp_seconds",
+    "The soonest rotation by auto_rotate_period of any key (0: no key has one)",
+    multiprocess_mode="livemax",
+)
 LANE_ANSWERED = Counter(
     "sealflow_lane_requests_total",
     "Small single-shot requests answered by the lane, straight from the HTTP parser (of the"
@@ -223,6 +264,31 @@ def sync_engine(
         _add(BUFFER_EVENTS, ("growth",), buffers.growths)
     if crypto is not None:
         QUEUE_DEPTH.set(crypto.queued)
+
+
+def sync_keystore(health: KeyStoreHealth) -> None:
+    KEYSTORE_REACHABLE.set(int(health.reachable))
+    KEYSTORE_CACHE_AGE.set(round(time.monotonic() - health.synced_at, 3))
+    for mode in ("notify", "poll", "none"):
+        KEYSTORE_INVALIDATION.labels(mode).set(int(mode == health.invalidation))
+    delta = health.fallbacks - _seen.get((id(KEYSTORE_FALLBACKS), ()), 0)
+    if delta > 0:
+        KEYSTORE_FALLBACKS.inc(delta)
+        _seen[id(KEYSTORE_FALLBACKS), ()] = health.fallbacks
+
+
+def sync_usage(store: KeyStore) -> None:
+    """Usage of the keys' latest versions (reads the keystore: call it on a thread)."""
+    ratios, rotations = [], []
+    for key in store.list_keys():
+        used = store.usage(key.name).get(key.latest)
+        ratios.append((used.encryptions if used else 0) / key.max_encryptions)
+        when = next_rotation(key)
+        if when is not None:
+            rotations.append(when)
+    KEYS_USAGE_MAX_RATIO.set(max(ratios, default=0.0))
+    KEYS_NEAR_LIMIT.set(sum(ratio >= 0.9 for ratio in ratios))
+    KEYS_NEXT_ROTATION.set(min(rotations, default=0.0))
 
 
 def publish_providers() -> None:

@@ -6,7 +6,7 @@ import logging
 
 from sealflow import engine
 from sealflow.service.config import Settings
-from sealflow.service.keystore import open_store
+from sealflow.service.keystore import UsageMeter, describe, open_store
 
 from . import _metrics
 from ._budget import MemoryBudget, SpoolBudget
@@ -38,11 +38,14 @@ def start_services(settings: Settings) -> Services:
             "fields": {
                 "context_strategy": settings.context_strategy,
                 "crypto_threads": crypto.threads,
-                "keystore": str(settings.keystore_path),
+                "keystore": describe(settings),
             }
         },
     )
     watchdog = Watchdog(settings.receive_timeout)
     budget = MemoryBudget(settings.max_buffered_bytes)
     spool_budget = SpoolBudget(settings.max_spool_bytes)
-    return Services(settings, store, crypto, engine.BufferPool(), watchdog, budget, spool_budget)
+    usage = UsageMeter(store)
+    return Services(
+        settings, store, crypto, engine.BufferPool(), watchdog, budget, spool_budget, usage
+    )

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from sealflow import engine
 from sealflow.service.config import Settings
-from sealflow.service.keystore import KeyStore
+from sealflow.service.keystore import KeyStore, UsageMeter
 
 from ._budget import MemoryBudget, SpoolBudget
 from ._watchdog import Watchdog
@@ -26,3 +26,4 @@ class Services:
     watchdog: Watchdog
     budget: MemoryBudget
     spool_budget: SpoolBudget
+    usage: UsageMeter

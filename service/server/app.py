@@ -81,6 +81,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             sync.cancel()
             app.access_log.flush()
             svc.crypto.close()
+            svc.usage.close()  # gives back unused reservations, before the store closes
             svc.store.close()
             if "PROMETHEUS_MULTIPROC_DIR" in os.environ:
                 from prometheus_client import multiprocess

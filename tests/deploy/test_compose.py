@@ -58,8 +58,23 @@ def test_service_is_scalable_healthchecked_and_keeps_its_keystore() -> None:
     assert "container_name" not in service
     assert "ports" not in service
     assert "/readyz" in " ".join(service["healthcheck"]["test"])
-    assert any(volume.endswith(":/data") for volume in service["volumes"])
+    # The keystore is PostgreSQL, not a volume the replicas share: they may be on any host.
+    assert "volumes" not in service
     assert service["environment"]["SEALFLOW_MASTER_KEY_FILE"].startswith("/run/secrets/")
+    assert service["environment"]["SEALFLOW_KEYSTORE_URL_FILE"].startswith("/run/secrets/")
+    assert service["depends_on"]["postgres"]["condition"] == "service_healthy"
+
+
+def test_postgres_is_the_official_image_on_a_named_volume_with_a_healthcheck() -> None:
+    spec = compose()
+    postgres = spec["services"]["postgres"]
+    assert postgres["image"].split(":")[0] == "postgres"
+    assert "pg_isready" in postgres["healthcheck"]["test"]
+    assert "pgdata:/var/lib/postgresql/data" in postgres["volumes"]
+    assert "pgdata" in spec["volumes"]
+    # Its password is a secret file, as the master key is, never a value in this file.
+    assert postgres["environment"]["POSTGRES_PASSWORD_FILE"].startswith("/run/secrets/")
+    assert "POSTGRES_PASSWORD" not in postgres["environment"]
 
 
 def config_lines(name: str) -> list[str]:

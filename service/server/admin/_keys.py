@@ -11,11 +11,26 @@ from datetime import UTC, datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_serializer
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    field_serializer,
+)
 
 from sealflow.engine import Algorithm
-from sealflow.service.keystore import KeyInfo, export_material
+from sealflow.service.keystore import (
+    KeyInfo,
+    KeyStore,
+    VersionUsage,
+    export_material,
+    next_rotation,
+)
 
+from .. import errors
 from ._deps import AdminDep, LogDep, ServicesDep
 
 
@@ -50,32 +65,59 @@ router = APIRouter(prefix="/v1/keys", tags=["keys"], responses=_ERRORS)
 KeyName = Annotated[str, Path(max_length=64)]
 
 
+_MAX_ENCRYPTIONS = Field(
+    None,
+    ge=1,
+    le=2**32,
+    description="sealings per version before an automatic rotation (default 2^32, NIST SP"
+    " 800-38D's bound for random 96-bit nonces)",
+)
+_PERIOD = Field(
+    None,
+    ge=0,
+    le=100 * 365 * 86400,
+    description="seconds a version is used before an automatic rotation; 0: never (default)",
+)
+
+
 class KeyCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$", max_length=64)
     algorithm: Algorithm = Algorithm.AES_256_GCM
     exportable: bool = False
+    max_encryptions: StrictInt | None = _MAX_ENCRYPTIONS
+    auto_rotate_period: StrictInt | StrictFloat | None = _PERIOD
 
 
 class KeyPatch(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     # Strict: `true`, "2" and 2.0 are not versions.
-    min_decryption_version: StrictInt = Field(ge=1)
+    min_decryption_version: StrictInt | None = Field(None, ge=1)
     allow_lowering: StrictBool = Field(
         False, description="must be true to lower min_decryption_version (retired versions return)"
     )
+    max_encryptions: StrictInt | None = _MAX_ENCRYPTIONS
+    auto_rotate_period: StrictInt | StrictFloat | None = _PERIOD
+
+
+def _utc(value: datetime) -> str:
+    # Always six fractional digits (pydantic drops a zero fraction): one fixed format.
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class VersionOut(BaseModel):
     version: int
     created_at: datetime
+    encryptions: int = Field(
+        description="sealings counted (reserved in blocks: never fewer than made)"
+    )
+    bytes: int = Field(description="plaintext bytes sealed (written every few seconds)")
 
     @field_serializer("created_at")
     def _utc_microseconds(self, value: datetime) -> str:
-        # Always six fractional digits (pydantic drops a zero fraction): one fixed format.
-        return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        return _utc(value)
 
 
 class KeyOut(BaseModel):
@@ -85,9 +127,20 @@ class KeyOut(BaseModel):
     latest: int
     min_decryption_version: int
     versions: list[VersionOut]
+    max_encryptions: int
+    auto_rotate_period: float
+    encryptions_left: int = Field(description="sealings the latest version has before rotating")
+    next_rotation_at: datetime | None = Field(description="when it rotates by time, if it does")
+
+    @field_serializer("next_rotation_at")
+    def _utc_next(self, value: datetime | None) -> str | None:
+        return None if value is None else _utc(value)
 
     @classmethod
-    def of(cls, key: KeyInfo) -> KeyOut:
+    def of(cls, key: KeyInfo, store: KeyStore) -> KeyOut:
+        usage = store.usage(key.name)
+        none = VersionUsage(0, 0)
+        when = next_rotation(key)
         return cls(
             name=key.name,
             algorithm=key.algorithm,
@@ -95,9 +148,18 @@ class KeyOut(BaseModel):
             latest=key.latest,
             min_decryption_version=key.min_decryption_version,
             versions=[
-                VersionOut(version=v.version, created_at=datetime.fromtimestamp(v.created_at, UTC))
+                VersionOut(
+                    version=v.version,
+                    created_at=datetime.fromtimestamp(v.created_at, UTC),
+                    encryptions=usage.get(v.version, none).encryptions,
+                    bytes=usage.get(v.version, none).bytes,
+                )
                 for v in key.versions
             ],
+            max_encryptions=key.max_encryptions,
+            auto_rotate_period=key.auto_rotate_period,
+            encryptions_left=max(key.max_encryptions - usage.get(key.latest, none).encryptions, 0),
+            next_rotation_at=None if when is None else datetime.fromtimestamp(when, UTC),
         )
 
 
@@ -115,34 +177,46 @@ class KeyExport(BaseModel):
 @router.post("", status_code=201, summary="Create a key (version 1)")
 def create_key(body: KeyCreate, svc: ServicesDep, _: AdminDep, log: LogDep) -> KeyOut:
     log.key = body.name
-    return KeyOut.of(svc.store.create_key(body.name, body.algorithm, body.exportable))
+    key = svc.store.create_key(
+        body.name, body.algorithm, body.exportable, body.max_encryptions, body.auto_rotate_period
+    )
+    return KeyOut.of(key, svc.store)
 
 
 @router.get("", summary="List keys (metadata only)")
 def list_keys(svc: ServicesDep, _: AdminDep) -> KeyList:
-    return KeyList(keys=[KeyOut.of(k) for k in svc.store.list_keys()])
+    return KeyList(keys=[KeyOut.of(k, svc.store) for k in svc.store.list_keys()])
 
 
 @router.get("/{name}", summary="Show a key (metadata only)")
 def show_key(name: KeyName, svc: ServicesDep, _: AdminDep, log: LogDep) -> KeyOut:
     log.key = name
-    return KeyOut.of(svc.store.get_key(name))
+    return KeyOut.of(svc.store.get_key(name), svc.store)
 
 
 @router.post("/{name}/rotate", summary="Add a version; new encryptions use it")
 def rotate_key(name: KeyName, svc: ServicesDep, _: AdminDep, log: LogDep) -> KeyOut:
     key = svc.store.rotate_key(name)
     log.key, log.version = name, key.latest
-    return KeyOut.of(key)
+    return KeyOut.of(key, svc.store)
 
 
-@router.patch("/{name}", summary="Retire old versions for decryption")
+@router.patch("/{name}", summary="Retire old versions for decryption; change usage limits")
 def patch_key(name: KeyName, body: KeyPatch, svc: ServicesDep, _: AdminDep, log: LogDep) -> KeyOut:
     log.key = name
-    key = svc.store.set_min_decryption_version(
-        name, body.min_decryption_version, body.allow_lowering
-    )
-    return KeyOut.of(key)
+    limits = body.max_encryptions, body.auto_rotate_period
+    if body.min_decryption_version is None and limits == (None, None):
+        raise errors.bad_request(
+            "nothing to change: give min_decryption_version, max_encryptions or auto_rotate_period"
+        )
+    key = svc.store.get_key(name)
+    if body.min_decryption_version is not None:
+        key = svc.store.set_min_decryption_version(
+            name, body.min_decryption_version, body.allow_lowering
+        )
+    if limits != (None, None):
+        key = svc.store.set_limits(name, *limits)
+    return KeyOut.of(key, svc.store)
 
 
 @router.get(

@@ -31,6 +31,7 @@ from ._routes import (
     _aad,
     _prefix,
     key_version,
+    sealing_version,
 )
 from ._transfer import WHOLE_MAX
 
@@ -87,10 +88,11 @@ def _seal(
         return None
     if not _auth.allows(token, "encrypt", name):
         return None
-    key, material = key_version(svc.store, name)
+    key, material = sealing_version(svc, name)  # counted, as on the ASGI path
     prefix = _prefix(Mode.SINGLE, key)
     nonce = os.urandom(NONCE_LEN)
     sealed = engine.seal(key.algorithm, material, nonce, bound_data(prefix, aad), body)
+    svc.usage.add_bytes(name, key.latest, len(body))
     log.route, log.key, log.version, log.mode = ENCRYPT_ROUTE.path, name, key.latest, "single"
     return [prefix, nonce, sealed], key.algorithm.value, "encrypt"
 

@@ -103,15 +103,18 @@ class RecordSealer(_Framed):
         aad: bytes,
         max_record: int,
         max_records: int,
+        count: Callable[[int], object],
     ) -> None:
         super().__init__(max_record, max_records)
         self._algorithm, self._material = algorithm, material
         self._prefix, self._aad = prefix, aad
+        self._count = count
 
     def run(self, pieces: list[bytes], final: bool) -> bytearray:
         batch = self._complete(pieces, final)
         if not batch:
             return bytearray()
+        self._count(len(batch))  # counted before they are sealed, never after
         sealed = engine.seal_many(
             self._algorithm, self._material, self._aad, batch, prefix=self._prefix, framed=True
         )
@@ -231,7 +234,19 @@ class EncryptRecords(Transfer):
         super().__init__(svc, log, aad, length, duplex)
         self.algorithm = key.algorithm.value
         limits = svc.settings.max_record_bytes, svc.settings.max_batch_records
-        self.codec = RecordSealer(key.algorithm, material, prefix, aad, *limits)
+        self.key, self.uncounted = key, 1  # the route counted one sealing already
+
+        def count(n: int) -> None:
+            # Every record is a sealing under the version; a batch under way is not stopped
+            # by the limit (it may pass it by one request's records; docs/SERVICE.md, Usage).
+            n, self.uncounted = n - self.uncounted, max(self.uncounted - n, 0)
+            if n > 0:
+                svc.usage.count(key, key.latest, n)
+
+        self.codec = RecordSealer(key.algorithm, material, prefix, aad, *limits, count)
+
+    def finished(self, received: int) -> None:
+        self.svc.usage.add_bytes(self.key.name, self.key.latest, received)
 
     async def transfer(self, body: Body, reply: Reply) -> None:
         await self.stream(body, reply, self.codec, b"", [], None)

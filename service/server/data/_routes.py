@@ -124,14 +124,14 @@ def _prepare(
         return Decrypt(svc, log, aad, length, duplex, resolve)
     _auth.require(token, "encrypt", name)
     if records:
-        key, material = key_version(svc.store, name)
+        key, material = sealing_version(svc, name)
         log.key, log.version = name, key.latest
         prefix = _prefix(Mode.SINGLE, key)
         return EncryptRecords(svc, log, aad, length, duplex, key, material, prefix)
     mode = _MODES.get(scope["query_string"])
     if mode is None:
         raise errors.bad_request("mode must be stream, single or records")
-    key, material = key_version(svc.store, name)
+    key, material = sealing_version(svc, name)
     limit = svc.settings.max_single_bytes
     if mode is Mode.SINGLE and length is not None and length > limit:
         raise errors.too_large(limit)
@@ -149,6 +149,15 @@ def _prefix(mode: Mode, key: KeyInfo) -> bytes:
 @functools.lru_cache(maxsize=4096)  # the same few for every request; keys come and go
 def _encoded(mode: Mode, algorithm: Algorithm, version: int, name: str) -> bytes:
     return Prefix(mode, algorithm, version, name).encode()
+
+
+def sealing_version(svc: Services, name: str) -> tuple[KeyInfo, bytes]:
+    """The key and the material of its latest version, one sealing counted against it (which
+    rotates the key first if that version reached its limit), or 404 key_not_found."""
+    try:
+        return svc.usage.seal(name)
+    except KeyNotFound:
+        raise errors.key_not_found(name) from None
 
 
 def key_version(store: KeyStore, name: str, version: int | None = None) -> tuple[KeyInfo, bytes]:

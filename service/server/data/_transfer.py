@@ -128,6 +128,11 @@ class Transfer:
             watchdog.release(watch)
             self.log.bytes_in, self.log.bytes_out = body.received, reply.sent
             _metrics.count_bytes(self.algorithm, self.operation, body.received, reply.sent)
+            self.finished(body.received)
+
+    def finished(self, received: int) -> None:
+        """After the transfer, however it ended: an encryption adds its bytes to its version's
+        usage (its sealings were counted before they were made)."""
 
     async def _fail(self, error: ApiError, scope: Scope, body: Body, reply: Reply) -> None:
         self.log.error = error.code
@@ -278,6 +283,10 @@ class Encrypt(Transfer):
         self.material = material
         self.mode = mode
         self.algorithm = key.algorithm.value
+        self.version = key.name, key.latest
+
+    def finished(self, received: int) -> None:
+        self.svc.usage.add_bytes(*self.version, received)
 
     async def transfer(self, body: Body, reply: Reply) -> None:
         alg, prefix = self.algorithm, self.prefix

@@ -60,6 +60,7 @@ async def encrypt(svc: Services, name: str, body: Body, size: int) -> Answer:
     versions = _versions(key, work, results)
     aads = _aads(work, results)
     materials = _materials(svc.store, key, versions, results)
+    _count(svc, key, versions, plaintexts, results)
     sealed = await svc.crypto.run(size, _seal, key.algorithm, materials, versions, aads, plaintexts)
     for i, blob in sealed.items():
         results.values[i] = (versions[i], _ciphertext.encode(versions[i], blob))
@@ -98,6 +99,7 @@ async def rewrap(svc: Services, name: str, body: Body, size: int) -> Answer:
             plaintexts[i] = plain
     new = _versions(key, work, results)
     materials = _materials(svc.store, key, new, results)
+    _count(svc, key, new, plaintexts, results)
     sealed = await svc.crypto.run(size, _seal, key.algorithm, materials, new, aads, plaintexts)
     for i, blob in sealed.items():
         results.values[i] = (new[i], _ciphertext.encode(new[i], blob))
@@ -138,6 +140,7 @@ async def datakey(svc: Services, kind: str, name: str, body: Body) -> Answer:
     version = versions[0]
     material = svc.store.key_material(key.name, version)
     data_key = os.urandom(size)
+    _count(svc, key, versions, {0: data_key}, results)
     sealed = _seal(key.algorithm, {version: material}, versions, {0: b""}, {0: data_key})[0]
     answer: dict[str, Any] = {
         "ciphertext": _ciphertext.encode(version, sealed),
@@ -226,6 +229,24 @@ def _materials(
     """The material of each version the pending items name (fetched once per version)."""
     wanted = {versions[i] for i in results.pending() if i in versions}
     return {version: store.key_material(key.name, version) for version in wanted}
+
+
+def _count(
+    svc: Services,
+    key: KeyInfo,
+    versions: dict[int, int],
+    plaintexts: dict[int, bytes],
+    results: _Results,
+) -> None:
+    """Count the sealings about to be made against their versions (a batch is not stopped
+    by a limit; reaching it rotates the key for the next request)."""
+    per_version: dict[int, list[int]] = {}
+    for i in results.pending():
+        if i in versions and i in plaintexts:
+            per_version.setdefault(versions[i], []).append(len(plaintexts[i]))
+    for version, sizes in per_version.items():
+        svc.usage.count(key, version, len(sizes))
+        svc.usage.add_bytes(key.name, version, sum(sizes))
 
 
 # -- the cryptography (run by the crypto pool: inline when small, on a worker when large)

@@ -15,7 +15,14 @@ from typing import Any
 
 from sealflow.engine import Algorithm
 from sealflow.service.envelope import valid_name
-from sealflow.service.keystore import KeyExists, KeyInfo, KeyNotFound, KeyStore
+from sealflow.service.keystore import (
+    KeyExists,
+    KeyInfo,
+    KeyNotFound,
+    KeyStore,
+    VersionUsage,
+    next_rotation,
+)
 
 from . import _wire
 from ._wire import Body
@@ -43,12 +50,26 @@ _UNSUPPORTED = frozenset(
 )
 
 
-def policy(key: KeyInfo) -> dict[str, Any]:
+def policy(key: KeyInfo, usage: dict[int, VersionUsage] | None = None) -> dict[str, Any]:
     """A key as Transit's ``GET keys/:name`` shows it (versions below
-    min_decryption_version left out, as Transit does)."""
-    return {
+    min_decryption_version left out, as Transit does), with sealflow's usage accounting under
+    ``sealflow_usage`` when ``usage`` is given (a field Transit clients ignore)."""
+    extra: dict[str, Any] = {}
+    if usage is not None:
+        when = next_rotation(key)
+        latest = usage.get(key.latest, VersionUsage(0, 0))
+        extra["sealflow_usage"] = {
+            "max_encryptions": key.max_encryptions,
+            "encryptions_left": max(key.max_encryptions - latest.encryptions, 0),
+            "next_rotation": None if when is None else int(when),
+            "versions": {
+                str(v): {"encryptions": u.encryptions, "bytes": u.bytes}
+                for v, u in sorted(usage.items())
+            },
+        }
+    return extra | {
         "allow_plaintext_backup": False,
-        "auto_rotate_period": 0,
+        "auto_rotate_period": int(key.auto_rotate_period),
         "deletion_allowed": False,
         "derived": False,
         "exportable": key.exportable,
@@ -72,6 +93,24 @@ def policy(key: KeyInfo) -> dict[str, Any]:
     }
 
 
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _period(body: Body) -> float | None:
+    """``auto_rotate_period`` as Transit takes it: seconds, or a duration such as ``"24h"``;
+    0 turns it off; otherwise at least an hour, as in Transit. None when not given."""
+    value = body.get("auto_rotate_period")
+    if value is None:
+        return None
+    if isinstance(value, str) and value[-1:] in _UNITS and value[:-1].strip().isdigit():
+        seconds = int(value[:-1]) * _UNITS[value[-1]]
+    else:
+        seconds = _wire.as_int(body, "auto_rotate_period")
+    if seconds != 0 and not 3600 <= seconds <= 100 * 365 * 86400:
+        raise _wire.user_error("auto rotate period must be 0 to disable or at least an hour")
+    return float(seconds)
+
+
 def check_name(name: str) -> None:
     if not valid_name(name):
         raise _wire.user_error(
@@ -80,11 +119,13 @@ def check_name(name: str) -> None:
         )
 
 
-def read(store: KeyStore, name: str) -> bytes:
+async def read(store: KeyStore, name: str) -> bytes:
     try:
-        return _wire.envelope(policy(store.get_key(name)))
+        key = store.get_key(name)
     except KeyNotFound:
         raise _wire.not_found() from None
+    # The usage is read from the keystore: on a thread, never on the event loop.
+    return _wire.envelope(policy(key, await asyncio.to_thread(store.usage, name)))
 
 
 def names(store: KeyStore) -> bytes:
@@ -104,10 +145,11 @@ async def create(store: KeyStore, name: str, body: Body) -> bytes:
         raise _wire.user_error(f"unknown key type {kind}")
     exportable = _wire.as_bool(body, "exportable")
     _unsupported(body, "derived", "convergent_encryption", "allow_plaintext_backup")
-    if _wire.as_int(body, "auto_rotate_period"):
-        raise _wire.user_error("auto_rotate_period is not supported by sealflow")
+    period = _period(body)
     try:
-        key = await asyncio.to_thread(store.create_key, name, algorithm, exportable)
+        key = await asyncio.to_thread(
+            store.create_key, name, algorithm, exportable, None, period or None
+        )
     except KeyExists:
         key = store.get_key(name)  # as Transit: the key that exists, unchanged
     return _wire.envelope(policy(key))
@@ -133,8 +175,9 @@ async def config(store: KeyStore, name: str, body: Body) -> bytes:
             " latest version unless key_version is given"
         )
     _unsupported(body, "deletion_allowed", "allow_plaintext_backup")
-    if _wire.as_int(body, "auto_rotate_period"):
-        raise _wire.user_error("auto_rotate_period is not supported by sealflow")
+    period = _period(body)
+    if period is not None and period != key.auto_rotate_period:
+        key = await asyncio.to_thread(store.set_limits, name, None, period)
     if _wire.as_bool(body, "exportable") and not key.exportable:
         raise _wire.user_error(
             "sealflow cannot make an existing key exportable (exportability is bound into"

@@ -148,7 +148,7 @@ class Transit:
                 _auth.allows(token, "encrypt", name) or _auth.allows(token, "decrypt", name)
             ):
                 raise _denied()
-            return 200, _keys.read(store, name)
+            return 200, await _keys.read(store, name)
         _admin(token)
         if kind == "export":
             return 200, _keys.export(store, parts[1], name, parts[3] if len(parts) == 4 else None)

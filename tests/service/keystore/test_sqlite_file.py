@@ -21,7 +21,7 @@ from sealflow.service.keystore import (
 )
 
 from .files import KEYS, build_v1, corrupt_free_space, dump
-from .test_sqlite import run_together
+from .test_keystore import run_together
 
 
 @pytest.fixture

@@ -279,3 +279,24 @@ def test_lenient_typing(server: Server) -> None:
         refused = http.put(f"/keys/{name.upper()}", json={})
         assert refused.status_code == 400
         assert "sealflow key names" in refused.json()["errors"][0]
+
+
+def test_usage_and_auto_rotate_period_in_key_metadata(vault: hvac.Client) -> None:
+    name = unique("hv")
+    transit = vault.secrets.transit
+    transit.create_key(name, auto_rotate_period="24h")
+    for _ in range(3):
+        transit.encrypt_data(name, b64(b"counted"))
+    transit.encrypt_data(name, b64(b""), batch_input=[{"plaintext": b64(b"x")}] * 4)
+    data = transit.read_key(name)["data"]
+    assert data["auto_rotate_period"] == 86400
+    usage = data["sealflow_usage"]
+    assert usage["max_encryptions"] == 2**32
+    # Counted from a reserved block: never fewer than the 7 sealings made.
+    assert usage["versions"]["1"]["encryptions"] >= 7
+    assert usage["encryptions_left"] == 2**32 - usage["versions"]["1"]["encryptions"]
+    assert usage["next_rotation"] == data["keys"]["1"] + 86400
+    transit.update_key_configuration(name, auto_rotate_period="0")
+    assert transit.read_key(name)["data"]["auto_rotate_period"] == 0
+    with pytest.raises(hvac.exceptions.InvalidRequest, match="at least an hour"):
+        transit.update_key_configuration(name, auto_rotate_period="30m")

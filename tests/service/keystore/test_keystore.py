@@ -1,4 +1,5 @@
-"""The SQLite keystore and the master key: the contract of ``keystore.KeyStore``."""
+"""The contract of ``keystore.KeyStore``, over every implementation (the ``store`` fixture:
+SQLite and a real PostgreSQL), what only the SQLite store does, and the master key."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import sqlite3
 import stat
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from sealflow.service.keystore import (
     InvalidRequest,
     KeyExists,
     KeyNotFound,
+    KeyStore,
     KeyStoreCorrupt,
     KeyStoreUnavailable,
     KeyWrapper,
@@ -34,21 +36,8 @@ from sealflow.service.keystore import (
 ROOT = Path(__file__).resolve().parents[3]
 
 
-@pytest.fixture
-def master_key() -> bytes:
-    return os.urandom(32)
-
-
-@pytest.fixture
-def db_path(tmp_path: Path) -> Path:
-    return tmp_path / "keys.db"
-
-
-@pytest.fixture
-def store(db_path: Path, master_key: bytes) -> Iterator[SQLiteKeyStore]:
-    s = SQLiteKeyStore(db_path, master_key)
-    yield s
-    s.close()
+# The test is about the SQLite file: the store fixture opens only that backend.
+SQLITE_ONLY = pytest.mark.parametrize("backend", ["sqlite"])
 
 
 def raw_rows(path: Path, sql: str) -> list[tuple[object, ...]]:
@@ -70,7 +59,7 @@ def file_bytes(path: Path) -> bytes:
 # -- keys
 
 
-def test_create_key_starts_at_version_one(store: SQLiteKeyStore) -> None:
+def test_create_key_starts_at_version_one(store: KeyStore) -> None:
     info = store.create_key("orders", Algorithm.AES_256_GCM, exportable=True)
     assert (info.name, info.algorithm, info.exportable) == ("orders", Algorithm.AES_256_GCM, True)
     assert info.min_decryption_version == 1
@@ -79,7 +68,7 @@ def test_create_key_starts_at_version_one(store: SQLiteKeyStore) -> None:
     assert store.get_key("orders") == info
 
 
-def test_list_keys_is_sorted_by_name(store: SQLiteKeyStore) -> None:
+def test_list_keys_is_sorted_by_name(store: KeyStore) -> None:
     for name in ["zeta", "alpha", "mid.key-1"]:
         store.create_key(name, Algorithm.CHACHA20_POLY1305)
     assert [k.name for k in store.list_keys()] == ["alpha", "mid.key-1", "zeta"]
@@ -87,7 +76,7 @@ def test_list_keys_is_sorted_by_name(store: SQLiteKeyStore) -> None:
 
 
 def test_creating_an_existing_key_raises_key_exists_and_changes_nothing(
-    store: SQLiteKeyStore,
+    store: KeyStore,
 ) -> None:
     before = store.create_key("orders", Algorithm.AES_128_GCM)
     material = store.key_material("orders", 1)
@@ -97,7 +86,7 @@ def test_creating_an_existing_key_raises_key_exists_and_changes_nothing(
     assert store.key_material("orders", 1) == material
 
 
-def test_unknown_key_or_version_raises_key_not_found(store: SQLiteKeyStore) -> None:
+def test_unknown_key_or_version_raises_key_not_found(store: KeyStore) -> None:
     store.create_key("orders", Algorithm.AES_256_GCM)
     with pytest.raises(KeyNotFound):
         store.get_key("missing")
@@ -115,22 +104,22 @@ def test_unknown_key_or_version_raises_key_not_found(store: SQLiteKeyStore) -> N
 @pytest.mark.parametrize(
     "name", ["", "Orders", "-lead", ".lead", "a" * 65, "a/b", "a b", "caf\u00e9", "a\x00"]
 )
-def test_invalid_key_names_are_refused(store: SQLiteKeyStore, name: str) -> None:
+def test_invalid_key_names_are_refused(store: KeyStore, name: str) -> None:
     with pytest.raises(InvalidRequest):
         store.create_key(name, Algorithm.AES_256_GCM)
     assert store.list_keys() == []
 
 
-def test_longest_valid_name_is_accepted(store: SQLiteKeyStore) -> None:
+def test_longest_valid_name_is_accepted(store: KeyStore) -> None:
     assert store.create_key("a" * 64, Algorithm.AES_256_GCM).name == "a" * 64
 
 
-def test_algorithm_must_be_an_engine_algorithm(store: SQLiteKeyStore) -> None:
+def test_algorithm_must_be_an_engine_algorithm(store: KeyStore) -> None:
     with pytest.raises(InvalidRequest):
         store.create_key("orders", "rot13")  # type: ignore[arg-type]
 
 
-def test_rotate_adds_the_next_version_and_keeps_the_others(store: SQLiteKeyStore) -> None:
+def test_rotate_adds_the_next_version_and_keeps_the_others(store: KeyStore) -> None:
     store.create_key("orders", Algorithm.AES_256_GCM)
     v1 = store.key_material("orders", 1)
     for expected in [2, 3]:
@@ -141,7 +130,7 @@ def test_rotate_adds_the_next_version_and_keeps_the_others(store: SQLiteKeyStore
     assert store.key_material("orders", 1) == v1
 
 
-def test_min_decryption_version_accepts_one_to_latest(store: SQLiteKeyStore) -> None:
+def test_min_decryption_version_accepts_one_to_latest(store: KeyStore) -> None:
     store.create_key("orders", Algorithm.AES_256_GCM)
     store.rotate_key("orders")
     store.rotate_key("orders")
@@ -151,7 +140,7 @@ def test_min_decryption_version_accepts_one_to_latest(store: SQLiteKeyStore) -> 
 
 
 def test_lowering_min_decryption_version_must_be_asked_for_and_is_logged(
-    store: SQLiteKeyStore, caplog: pytest.LogCaptureFixture
+    store: KeyStore, caplog: pytest.LogCaptureFixture
 ) -> None:
     store.create_key("orders", Algorithm.AES_256_GCM)
     store.rotate_key("orders")
@@ -177,9 +166,7 @@ def test_lowering_min_decryption_version_must_be_asked_for_and_is_logged(
 
 
 @pytest.mark.parametrize("version", [0, -1, 4, 1000])
-def test_min_decryption_version_out_of_range_is_refused(
-    store: SQLiteKeyStore, version: int
-) -> None:
+def test_min_decryption_version_out_of_range_is_refused(store: KeyStore, version: int) -> None:
     store.create_key("orders", Algorithm.AES_256_GCM)
     store.rotate_key("orders")
     store.rotate_key("orders")
@@ -190,14 +177,14 @@ def test_min_decryption_version_out_of_range_is_refused(
 
 
 @pytest.mark.parametrize("alg", list(Algorithm))
-def test_material_length_matches_the_algorithm(store: SQLiteKeyStore, alg: Algorithm) -> None:
+def test_material_length_matches_the_algorithm(store: KeyStore, alg: Algorithm) -> None:
     store.create_key("k", alg)
     store.rotate_key("k")
     for version in [1, 2]:
         assert len(store.key_material("k", version)) == alg.spec.key_len
 
 
-def test_every_version_and_key_has_distinct_material(store: SQLiteKeyStore) -> None:
+def test_every_version_and_key_has_distinct_material(store: KeyStore) -> None:
     store.create_key("a", Algorithm.AES_256_GCM)
     store.create_key("b", Algorithm.AES_256_GCM)
     for _ in range(4):
@@ -239,7 +226,8 @@ def test_corrupt_or_unreadable_file_is_unavailable_naming_the_path(
     assert str(db_path) in str(caught.value)
 
 
-def test_wrapped_blobs_do_not_contain_the_material(db_path: Path, store: SQLiteKeyStore) -> None:
+@SQLITE_ONLY
+def test_wrapped_blobs_do_not_contain_the_material(db_path: Path, store: KeyStore) -> None:
     store.create_key("short", Algorithm.AES_128_GCM)
     store.create_key("long", Algorithm.AES_256_GCM)
     store.rotate_key("long")
@@ -346,8 +334,9 @@ ROTATE = CHILD + "for _ in range(20): store.rotate_key('shared')\n"
 ADD_TOKEN = CHILD + "store.create_token(['admin'])\n"
 
 
+@SQLITE_ONLY
 def test_two_processes_rotating_at_once_lose_and_reuse_no_version(
-    db_path: Path, store: SQLiteKeyStore, master_key: bytes
+    db_path: Path, store: KeyStore, master_key: bytes
 ) -> None:
     store.create_key("shared", Algorithm.AES_256_GCM)
     run_together(ROTATE, str(db_path), master_key.hex())
@@ -368,7 +357,7 @@ def test_processes_creating_a_new_keystore_at_once_all_succeed(
         assert len(store.list_tokens()) == 4
 
 
-def test_close_is_idempotent_and_later_calls_are_unavailable(store: SQLiteKeyStore) -> None:
+def test_close_is_idempotent_and_later_calls_are_unavailable(store: KeyStore) -> None:
     store.create_key("orders", Algorithm.AES_256_GCM)
     store.close()
     store.close()
@@ -382,7 +371,7 @@ def test_close_is_idempotent_and_later_calls_are_unavailable(store: SQLiteKeySto
 
 
 def test_create_token_returns_a_long_urlsafe_secret_that_find_token_finds(
-    store: SQLiteKeyStore,
+    store: KeyStore,
 ) -> None:
     info, secret = store.create_token(["encrypt:orders", "decrypt:orders*"], label="billing")
     assert re.fullmatch(r"[A-Za-z0-9_-]{43,}", secret)
@@ -396,14 +385,14 @@ def test_create_token_returns_a_long_urlsafe_secret_that_find_token_finds(
     assert store.find_token(other_secret) == other
 
 
-def test_find_token_refuses_prefixes_and_modified_secrets(store: SQLiteKeyStore) -> None:
+def test_find_token_refuses_prefixes_and_modified_secrets(store: KeyStore) -> None:
     _, secret = store.create_token(["admin"])
     changed = secret[:-1] + ("A" if secret[-1] != "A" else "B")
     for candidate in [secret[:-1], secret[:20], "", changed, secret + "A", " " + secret]:
         assert store.find_token(candidate) is None
 
 
-def test_revoked_token_is_not_found_and_listed_as_revoked(store: SQLiteKeyStore) -> None:
+def test_revoked_token_is_not_found_and_listed_as_revoked(store: KeyStore) -> None:
     kept, kept_secret = store.create_token(["admin"], label="kept")
     gone, gone_secret = store.create_token(["admin"], label="gone")
     revoked = store.revoke_token(gone.id)
@@ -414,12 +403,12 @@ def test_revoked_token_is_not_found_and_listed_as_revoked(store: SQLiteKeyStore)
     assert [(t.id, t.revoked) for t in store.list_tokens()] == [(kept.id, False), (gone.id, True)]
 
 
-def test_revoking_an_unknown_token_raises_token_not_found(store: SQLiteKeyStore) -> None:
+def test_revoking_an_unknown_token_raises_token_not_found(store: KeyStore) -> None:
     with pytest.raises(TokenNotFound):
         store.revoke_token("tok_0000000000000000")
 
 
-def test_list_tokens_is_in_creation_order(store: SQLiteKeyStore) -> None:
+def test_list_tokens_is_in_creation_order(store: KeyStore) -> None:
     ids = [store.create_token(["admin"], label=str(i))[0].id for i in range(5)]
     assert [t.id for t in store.list_tokens()] == ids
 
@@ -428,15 +417,14 @@ def test_list_tokens_is_in_creation_order(store: SQLiteKeyStore) -> None:
     "scopes",
     [[], ["admin", "bogus"], ["encrypt:"], ["ENCRYPT:orders"], ["decrypt:a b"], ["admin "]],
 )
-def test_invalid_scopes_are_refused(store: SQLiteKeyStore, scopes: list[str]) -> None:
+def test_invalid_scopes_are_refused(store: KeyStore, scopes: list[str]) -> None:
     with pytest.raises(InvalidRequest):
         store.create_token(scopes)
     assert store.list_tokens() == []
 
 
-def test_token_secret_is_stored_only_as_its_sha256_digest(
-    db_path: Path, store: SQLiteKeyStore
-) -> None:
+@SQLITE_ONLY
+def test_token_secret_is_stored_only_as_its_sha256_digest(db_path: Path, store: KeyStore) -> None:
     info, secret = store.create_token(["admin"], label="ops")
     rows = raw_rows(db_path, "SELECT id, digest, scopes, label FROM tokens")
     assert rows == [(info.id, hashlib.sha256(secret.encode()).digest(), "admin", "ops")]
@@ -537,8 +525,9 @@ def test_key_wrapper_binds_blobs_to_the_aad_and_master_key() -> None:
             wrapper.unwrap(b"orders 3", bad)
 
 
+@SQLITE_ONLY
 def test_max_staleness_bounds_how_long_other_writes_may_go_unseen(
-    store: SQLiteKeyStore, db_path: Path, master_key: bytes
+    store: KeyStore, db_path: Path, master_key: bytes
 ) -> None:
     store.create_key("k", Algorithm.AES_256_GCM)
     lazy = SQLiteKeyStore(db_path, master_key, max_staleness=3600)

@@ -1,0 +1,94 @@
+"""``sealflow keystore migrate``: an SQLite keystore copied into PostgreSQL, verbatim, then checked.
+
+Rows are copied as they are stored (wrapped material, MACs, times, ids, digests, usage limits
+and counts): both stores
+authenticate the same columns with the same types (``_integrity``), so nothing is rewrapped or
+re-signed and a row that was refused in SQLite stays refused. The copy is one transaction into
+an empty PostgreSQL keystore; then both stores are opened with the master key and every key,
+every version's material and every token is compared. Anything that differs is reported and
+the target is left for the operator to drop: the SQLite file is never changed.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from contextlib import closing
+from dataclasses import dataclass
+from pathlib import Path
+
+from ._postgres import PostgresKeyStore
+from ._sqlite import SQLiteKeyStore
+from .errors import KeyStoreCorrupt, KeyStoreUnavailable
+
+
+@dataclass(frozen=True, slots=True)
+class Migrated:
+    keys: int
+    versions: int
+    tokens: int
+
+
+def migrate(source: Path, url: str, master_key: bytes) -> Migrated:
+    """Copy the SQLite keystore at ``source`` into the PostgreSQL keystore at ``url``.
+
+    KeyStoreUnavailable if either does not open with the master key or the target holds keys
+    or tokens already; KeyStoreCorrupt if the copy does not verify.
+    """
+    if not source.is_file():
+        raise KeyStoreUnavailable(f"no SQLite keystore at {source}")
+    # Opening checks the file and the master key (and upgrades a schema-1 file in place first).
+    with closing(SQLiteKeyStore(source, master_key)) as old:
+        keys, versions, tokens, limits, usage = _rows(source)
+        with closing(PostgresKeyStore(url, master_key, watch=False)) as new:
+            new.import_rows(keys, versions, tokens, limits, usage)
+            _verify(old, new)
+    return Migrated(len(keys), len(versions), len(tokens))
+
+
+Rows = list[tuple[object, ...]]
+
+
+def _rows(path: Path) -> tuple[Rows, Rows, Rows, Rows, Rows]:
+    with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+        db.execute("BEGIN")  # one snapshot of all three tables
+        keys = db.execute(
+            "SELECT name, algorithm, exportable, min_decryption_version, created_at, mac FROM keys"
+        ).fetchall()
+        versions = db.execute(
+            "SELECT name, version, wrapped, created_at FROM key_versions ORDER BY name, version"
+        ).fetchall()
+        # Tokens are never deleted, so rowid order is creation order.
+        tokens = db.execute(
+            "SELECT id, digest, scopes, label, created_at, revoked_at, mac FROM tokens"
+            " ORDER BY rowid"
+        ).fetchall()
+        # Absent from a keystore no release with usage limits has opened: none to copy.
+        tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master")}
+        limits = usage = []
+        if "key_limits" in tables:
+            limits = db.execute(
+                "SELECT name, max_encryptions, auto_rotate_period, mac FROM key_limits"
+            ).fetchall()
+        if "key_usage" in tables:
+            usage = db.execute("SELECT name, version, reserved, bytes FROM key_usage").fetchall()
+    return keys, versions, tokens, limits, usage
+
+
+def _verify(old: SQLiteKeyStore, new: PostgresKeyStore) -> None:
+    def fail(what: str) -> KeyStoreCorrupt:
+        return KeyStoreCorrupt(
+            f"the copy does not verify: {what}; the SQLite keystore is unchanged, drop the"
+            " PostgreSQL database's sealflow tables before trying again"
+        )
+
+    old_keys, new_keys = old.list_keys(), new.list_keys()
+    if old_keys != new_keys:
+        raise fail("the keys differ")
+    for key in old_keys:
+        for v in key.versions:
+            if old.key_material(key.name, v.version) != new.key_material(key.name, v.version):
+                raise fail(f"key {key.name!r} version {v.version} differs")
+        if old.usage(key.name) != new.usage(key.name):
+            raise fail(f"the usage of key {key.name!r} differs")
+    if old.list_tokens() != new.list_tokens():
+        raise fail("the tokens differ")

@@ -1,0 +1,102 @@
+"""The PostgreSQL keystore's schema: versioned migrations, applied by sealflow itself at open.
+
+``sealflow_migrations`` records every migration applied (number, description, time). Opening
+takes a transaction-scoped advisory lock, so replicas starting together apply each migration
+exactly once, and applies what is missing in that same transaction: a schema is never half
+migrated. A database whose newest migration is newer than this code knows stops the opening
+(an older release must not write rows it does not understand).
+
+Columns hold what ``_integrity`` authenticates with the same Python types SQLite hands back
+(``exportable`` an integer, times ``double precision``), so a row's MAC is the same in either
+store and ``sealflow keystore migrate`` copies rows verbatim.
+"""
+
+from __future__ import annotations
+
+import time
+
+import psycopg
+
+from ._integrity import SCHEMA_VERSION, Integrity
+from .errors import KeyStoreUnavailable
+
+# Any constant: the one lock that serialises schema changes of every sealflow on this database.
+_LOCK = 0x5EA1F10
+CHANNEL = "sealflow_keystore"
+
+MIGRATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (
+        "keys, key versions, tokens, the change counter",
+        (
+            "CREATE TABLE sealflow_meta (key text PRIMARY KEY, value bytea NOT NULL)",
+            # mac: _integrity's MAC over the other columns, in KEY_ROW.columns order.
+            "CREATE TABLE sealflow_keys (name text PRIMARY KEY, algorithm text NOT NULL,"
+            " exportable integer NOT NULL, min_decryption_version bigint NOT NULL,"
+            " created_at double precision NOT NULL, mac bytea NOT NULL)",
+            # Append-only: rows are never deleted, and the primary key refuses reuse.
+            "CREATE TABLE sealflow_key_versions (name text NOT NULL REFERENCES sealflow_keys,"
+            " version bigint NOT NULL CHECK (version BETWEEN 1 AND 4294967295),"
+            " wrapped bytea NOT NULL, created_at double precision NOT NULL,"
+            " PRIMARY KEY (name, version))",
+            # seq: creation order, whatever the clocks of the replicas say; not authenticated.
+            "CREATE TABLE sealflow_tokens (seq bigserial UNIQUE, id text PRIMARY KEY,"
+            " digest bytea NOT NULL UNIQUE, scopes text NOT NULL, label text NOT NULL,"
+            " created_at double precision NOT NULL, revoked_at double precision,"
+            " mac bytea NOT NULL)",
+            # Bumped by every write that changes what a cache holds; the poll compares it.
+            "CREATE TABLE sealflow_changes (id integer PRIMARY KEY CHECK (id = 1),"
+            " generation bigint NOT NULL)",
+            "INSERT INTO sealflow_changes VALUES (1, 0)",
+        ),
+    ),
+    (
+        "usage limits and usage per key version",
+        (
+            # mac: over the other columns, in LIMITS_ROW.columns order. No row: the defaults.
+            "CREATE TABLE sealflow_key_limits (name text PRIMARY KEY REFERENCES sealflow_keys,"
+            " max_encryptions bigint NOT NULL, auto_rotate_period double precision NOT NULL,"
+            " mac bytea NOT NULL)",
+            # Sealings reserved (never fewer than made) and plaintext bytes; no MAC: a counter
+            # that UPDATE raises cannot carry one (docs/SERVICE.md, Usage).
+            "CREATE TABLE sealflow_usage (name text NOT NULL, version bigint NOT NULL,"
+            " reserved bigint NOT NULL, bytes bigint NOT NULL, PRIMARY KEY (name, version),"
+            " FOREIGN KEY (name, version) REFERENCES sealflow_key_versions)",
+        ),
+    ),
+)
+
+
+def migrate(db: psycopg.Connection[tuple[object, ...]], integrity: Integrity, where: str) -> bool:
+    """Bring the schema up to date inside the caller's transaction; True if it was created now.
+
+    KeyStoreUnavailable for a schema newer than this code, or a master key that does not open it.
+    """
+    db.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK,))
+    db.execute(
+        "CREATE TABLE IF NOT EXISTS sealflow_migrations (version integer PRIMARY KEY,"
+        " description text NOT NULL, applied_at double precision NOT NULL)"
+    )
+    row = db.execute("SELECT coalesce(max(version), 0) FROM sealflow_migrations").fetchone()
+    current = int(str(row[0])) if row else 0
+    if current > len(MIGRATIONS):
+        raise KeyStoreUnavailable(
+            f"keystore {where} has schema version {current}, newer than this sealflow knows"
+            f" ({len(MIGRATIONS)}): upgrade sealflow; nothing was changed"
+        )
+    for number, (description, statements) in enumerate(MIGRATIONS, start=1):
+        if number <= current:
+            continue
+        for statement in statements:
+            db.execute(statement)
+        db.execute(
+            "INSERT INTO sealflow_migrations VALUES (%s, %s, %s)",
+            (number, description, time.time()),
+        )
+    if current == 0:
+        meta = [("schema_version", str(SCHEMA_VERSION).encode()), ("check", integrity.check_blob())]
+        with db.cursor() as cur:
+            cur.executemany("INSERT INTO sealflow_meta VALUES (%s, %s)", meta)
+    check = db.execute("SELECT value FROM sealflow_meta WHERE key = 'check'").fetchone()
+    if check is None or not integrity.opens(check[0]):
+        raise KeyStoreUnavailable(f"the master key does not open keystore {where}")
+    return current == 0

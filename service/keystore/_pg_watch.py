@@ -1,0 +1,124 @@
+"""Keeping a PostgreSQL keystore's cache current: LISTEN/NOTIFY, and polling when that fails.
+
+Every write to the keystore bumps ``sealflow_changes.generation`` and sends ``NOTIFY`` in its
+transaction, so every replica hears of it when it commits. One thread per store holds a
+connection that LISTENs; on a notification, and once a second anyway (a notification sent
+while the connection was being re-made is not delivered), it asks the store to sync, which
+reloads only when the generation moved. When that connection drops the thread says so (log,
+``mode``) and polls every ``poll_interval`` seconds over the store's pool, trying to LISTEN
+again every ``relisten`` seconds. The request path never waits for any of this.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+import psycopg
+
+from ._pg_schema import CHANNEL
+from .errors import KeyStoreUnavailable
+
+log = logging.getLogger("sealflow.keystore")
+
+HEARTBEAT = 1.0
+
+
+class Watcher:
+    """The thread that calls ``sync`` when the keystore changes; see the module docstring."""
+
+    def __init__(
+        self,
+        url: str,
+        sync: Callable[[], None],
+        poll_interval: float,
+        relisten: float = 5.0,
+    ) -> None:
+        self._url = url
+        self._sync = sync
+        self._poll_interval = poll_interval
+        self._relisten = relisten
+        self._stop = threading.Event()
+        self.mode = "notify"  # or "poll"
+        self.reachable = True
+        self.synced_at = time.monotonic()
+        self.fallbacks = 0  # times the notification connection was lost
+        self._thread = threading.Thread(target=self._run, name="sealflow-keystore-watch")
+        self._thread.daemon = True
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._listen()
+            except psycopg.Error as exc:
+                if self._stop.is_set():
+                    return
+                self._fall_back(exc)
+            self._poll_until(time.monotonic() + self._relisten)
+
+    def _listen(self) -> None:
+        with psycopg.connect(
+            self._url,
+            autocommit=True,
+            connect_timeout=5,
+            application_name="sealflow-keystore-listen",
+        ) as conn:
+            conn.execute(f"LISTEN {CHANNEL}")
+            self._synced()  # whatever changed while nobody listened
+            if self.mode != "notify":
+                log.warning("keystore notifications are back; polling stopped")
+                self.mode = "notify"
+            next_beat = time.monotonic() + HEARTBEAT
+            while not self._stop.is_set():
+                heard = any(True for _ in conn.notifies(timeout=0.2))
+                now = time.monotonic()
+                if heard or now >= next_beat:
+                    conn.execute("SELECT 1")  # the connection, checked once a second
+                    self._synced()
+                    next_beat = now + HEARTBEAT
+
+    def _fall_back(self, exc: psycopg.Error) -> None:
+        if self.mode == "notify":
+            self.fallbacks += 1
+            log.warning(
+                "keystore notifications lost (%s); polling every %.1f s",
+                _reason(exc),
+                self._poll_interval,
+                extra={"fields": {"invalidation": "poll"}},
+            )
+        self.mode = "poll"
+
+    def _poll_until(self, deadline: float) -> None:
+        while not self._stop.is_set() and time.monotonic() < deadline:
+            self._synced()
+            self._stop.wait(self._poll_interval)
+
+    def _synced(self) -> None:
+        """One sync; notes whether the keystore answered, and logs each change of that."""
+        try:
+            self._sync()
+        except KeyStoreUnavailable as exc:
+            if self.reachable:
+                log.error(
+                    "keystore unreachable: %s; serving cached keys and tokens",
+                    exc,
+                    extra={"fields": {"keystore": "unreachable"}},
+                )
+            self.reachable = False
+            return
+        if not self.reachable:
+            log.warning("keystore reachable again", extra={"fields": {"keystore": "reachable"}})
+        self.reachable = True
+        self.synced_at = time.monotonic()
+
+
+def _reason(exc: BaseException) -> str:
+    # The first line only: psycopg's messages can carry the server's detail lines.
+    return (str(exc).splitlines() or [type(exc).__name__])[0]

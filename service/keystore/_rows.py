@@ -1,0 +1,109 @@
+"""Rows as every store reads them: checked key rows into ``KeyInfo``, token rows into
+``TokenInfo``; shared by the SQLite and PostgreSQL stores so both decide alike."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from sealflow.engine import Algorithm
+
+from ._base import KeyInfo, KeyVersionInfo, TokenInfo
+from ._integrity import KEY_ROW, LIMITS_ROW, Integrity, refuse
+from .errors import InvalidRequest, KeyNotFound, KeyStoreCorrupt
+
+ALGORITHMS = {alg.value for alg in Algorithm}
+MAX_VERSION = 0xFFFFFFFF  # four bytes in the envelope
+
+
+def key_info(integrity: Integrity, rows: Sequence[Sequence[Any]], where: str) -> KeyInfo | None:
+    """One key from its rows (the KEY_ROW columns, the MAC, then version and its creation time,
+    one row per version), or None, logged once, if the key's row fails its check."""
+    row, mac = tuple(rows[0][:5]), rows[0][5]
+    if integrity.verify(KEY_ROW, row, mac):
+        name, algorithm, exportable, min_version, _ = row
+        if algorithm in ALGORITHMS:
+            return KeyInfo(
+                name=name,
+                algorithm=Algorithm(algorithm),
+                exportable=bool(exportable),
+                min_decryption_version=min_version,
+                versions=tuple(KeyVersionInfo(r[6], r[7]) for r in rows),
+            )
+    refuse(where, f"key {row[0]!r}")
+    return None
+
+
+def present(keys: dict[str, KeyInfo | None], name: str) -> KeyInfo:
+    """The key, KeyNotFound, or KeyStoreCorrupt for a key whose row failed its check."""
+    if name not in keys:
+        raise KeyNotFound(f"key {name!r} not found")
+    info = keys[name]
+    if info is None:
+        raise KeyStoreCorrupt(f"key {name!r} fails its integrity check")
+    return info
+
+
+def token_info(row: Sequence[Any]) -> TokenInfo:
+    token_id, _, scopes, label, created_at, revoked_at = row
+    return TokenInfo(token_id, tuple(scopes.split()), label, created_at, revoked_at is not None)
+
+
+def digest(secret: str) -> bytes:
+    return hashlib.sha256(secret.encode()).digest()
+
+
+def with_limits(
+    integrity: Integrity,
+    keys: dict[str, KeyInfo | None],
+    limit_rows: Sequence[Sequence[Any]],
+    where: str,
+) -> dict[str, KeyInfo | None]:
+    """The keys with their limits rows (name, max_encryptions, auto_rotate_period, mac) applied;
+    a key whose limits row fails its check is refused like one whose own row does."""
+    for row in limit_rows:
+        name = row[0]
+        info = keys.get(name)
+        if info is None:
+            continue
+        values = tuple(row[:3])
+        if integrity.verify(LIMITS_ROW, values, row[3]):
+            keys[name] = replace(info, max_encryptions=row[1], auto_rotate_period=row[2])
+        else:
+            refuse(where, f"limits of key {name!r}")
+            keys[name] = None
+    return keys
+
+
+def limits_row(
+    info: KeyInfo, max_encryptions: int | None, auto_rotate_period: float | None
+) -> tuple[str, int, float]:
+    """The new limits row of a key (None: unchanged), or InvalidRequest."""
+    most = info.max_encryptions if max_encryptions is None else max_encryptions
+    period = info.auto_rotate_period if auto_rotate_period is None else auto_rotate_period
+    if isinstance(most, bool) or not isinstance(most, int) or not 1 <= most <= 2**32:
+        raise InvalidRequest(f"max_encryptions must be an integer from 1 to 2^32, not {most!r}")
+    if isinstance(period, bool) or not isinstance(period, int | float):
+        raise InvalidRequest(f"auto_rotate_period must be a number of seconds, not {period!r}")
+    if period != 0 and not 1 <= period <= 100 * 365 * 86400:
+        raise InvalidRequest("auto_rotate_period must be 0 (never) or from 1 s to 100 years")
+    return info.name, most, float(period)
+
+
+# Sealings reserved at a time, at most, and the share of what is left one reservation takes.
+BLOCK = 65536
+SHARE = 16
+
+
+def grant(want: int, limit: int, reserved: int) -> int:
+    """How many of ``want`` sealings one reservation gets: never past ``limit`` (0: no bound),
+    and at most a sixteenth of what is left, so that near the limit no process holds much that
+    others cannot have (docs/SERVICE.md, Usage)."""
+    if limit <= 0:
+        return want
+    left = limit - reserved
+    if left <= 0:
+        return 0
+    return min(want, max(left // SHARE, 1), left)

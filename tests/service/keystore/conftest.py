@@ -1,0 +1,65 @@
+"""One ``store`` fixture over every keystore implementation: SQLite and a real PostgreSQL."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from sealflow.service.keystore import KeyStore, PostgresKeyStore, SQLiteKeyStore
+from tests.postgres import Cluster
+
+BACKENDS = ["sqlite", "postgresql"]
+
+
+@pytest.fixture
+def master_key() -> bytes:
+    return os.urandom(32)
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "keys.db"
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    name: str = request.param
+    return name
+
+
+@pytest.fixture
+def open_store(
+    backend: str, request: pytest.FixtureRequest, db_path: Path
+) -> Iterator[Callable[[bytes], KeyStore]]:
+    """Open (another instance of) one keystore of the test's backend; all closed after.
+
+    Instances share the store: a second one is another process's view of it.
+    """
+    opened: list[KeyStore] = []
+    url = request.getfixturevalue("postgres").new_database() if backend == "postgresql" else ""
+
+    def open_(master_key: bytes) -> KeyStore:
+        store: KeyStore
+        if backend == "sqlite":
+            store = SQLiteKeyStore(db_path, master_key)
+        else:
+            store = PostgresKeyStore(url, master_key)
+        opened.append(store)
+        return store
+
+    yield open_
+    for store in opened:
+        store.close()
+
+
+@pytest.fixture
+def store(open_store: Callable[[bytes], KeyStore], master_key: bytes) -> KeyStore:
+    return open_store(master_key)
+
+
+@pytest.fixture
+def pg_url(postgres: Cluster) -> str:
+    return postgres.new_database()
