@@ -55,6 +55,7 @@ class LaneTicket:
     url: bytes
     x_aad: bytes | None
     started: float  # time.perf_counter() when its head was complete
+    vault: bool  # Transit's encrypt (else a data route)
 
 
 class Front:
@@ -71,6 +72,7 @@ class Front:
         self.max_header_bytes = settings.max_header_bytes
         self.max_json_bytes = settings.max_json_bytes
         self.transit = transit.Transit(settings.transit_mount)
+        self._vault_encrypt = (settings.transit_mount + "/encrypt/").encode()
         self.access = access
         self.active = 0  # requests in flight, probes aside; also the in-flight gauge
         self.by_token: dict[str, int] = {}
@@ -124,11 +126,17 @@ class Front:
                     del self.by_token[token.id]
             self._record(scope, log, started)
 
+    def lane_urls(self) -> tuple[bytes, ...]:
+        """The URL prefixes the lane may answer (``lane_head`` decides): the data routes and
+        Transit's encrypt."""
+        return (*data.lane.URLS, self._vault_encrypt)
+
     def lane_head(self, url: bytes, headers: list[tuple[bytes, bytes]]) -> LaneTicket | None:
-        """Whether the protocol may hold this request for the lane (``data.lane``): a data
-        route, a live token with room under its limits, a Content-Length within the lane's
-        size. Decided from the head, before a byte of the body is kept: an unauthenticated
-        client never gets a body buffered (it goes the usual way, and is refused unread).
+        """Whether the protocol may hold this request for the lane (``data.lane``,
+        ``transit.lane``): a live token with room under its limits, a Content-Length within
+        the lane's size. Decided from the head, before a byte of the body is kept: an
+        unauthenticated client never gets a body buffered (it goes the usual way, and is
+        refused unread).
 
         The front door's part of the lane; ``lane_answer`` is the rest. Anything that is not
         the plain case is None before any side effect: no failure is counted or logged here,
@@ -138,7 +146,7 @@ class Front:
         if svc is None or DRAINING.is_set() or self.active >= self.limit:
             return None
         started = time.perf_counter()
-        authorization = x_aad = None
+        authorization = x_aad = vault_token = None
         size = length = 0
         for name, value in headers:
             size += len(name) + len(value)
@@ -152,17 +160,31 @@ class Front:
                 if x_aad is not None:
                     return None
                 x_aad = value
+            elif name == b"x-vault-token":
+                vault_token = value
             elif name == b"transfer-encoding":
                 return None
-        if authorization is None or size > self.max_header_bytes or length > data.lane.MAX_BODY:
+        if size > self.max_header_bytes or length > data.lane.MAX_BODY or b"%" in url:
             return None
-        scheme, _, secret = authorization.decode("latin-1").partition(" ")
-        if scheme.lower() != "bearer" or not secret.strip():
+        vault = url.startswith(self._vault_encrypt)
+        if vault and length > self.max_json_bytes:
             return None
-        token = svc.store.find_token(secret.strip())
+        if vault and vault_token is not None:  # Transit: X-Vault-Token first, as Vault
+            secret = vault_token.decode("latin-1").strip()
+        elif authorization is not None:
+            scheme, _, rest = authorization.decode("latin-1").partition(" ")
+            if scheme.lower() != "bearer":
+                return None
+            secret = rest.strip()
+        else:
+            return None
+        try:
+            token = svc.store.find_token(secret) if secret else None
+        except KeyStoreError:
+            return None
         if token is None or self.by_token.get(token.id, 0) >= self.per_token:
             return None
-        return LaneTicket(svc, token, url, x_aad, started)
+        return LaneTicket(svc, token, url, x_aad, started, vault)
 
     def lane_answer(
         self, ticket: LaneTicket, body: bytes, default: bytes
@@ -170,20 +192,32 @@ class Front:
         """The whole response's pieces to a held request, or None to serve it the usual way;
         on success the metrics and the log line ``_record`` would write. ``default``: the
         server's own header lines (``date``), as uvicorn writes them."""
-        log = AccessRecord(200, "POST", bytes_in=len(body))
-        answered = data.lane.answer(ticket.svc, ticket.token, ticket.url, ticket.x_aad, body, log)
-        if answered is None:
-            return None
-        pieces, algorithm, operation = answered
-        sent = sum(map(len, pieces))
+        if ticket.vault:
+            log = AccessRecord(200, "POST", self.transit.routes["encrypt"].path)
+            answer = transit.lane.answer(
+                ticket.svc, ticket.token, self._vault_encrypt, ticket.url, body, log
+            )
+            if answer is None:
+                return None
+            head, pieces = transit.lane.HEADERS % len(answer), [answer]
+        else:
+            log = AccessRecord(200, "POST", bytes_in=len(body))
+            answered = data.lane.answer(
+                ticket.svc, ticket.token, ticket.url, ticket.x_aad, body, log
+            )
+            if answered is None:
+                return None
+            pieces, algorithm, operation = answered
+            sent = sum(map(len, pieces))
+            _metrics.count_bytes(algorithm, operation, len(body), sent)
+            log.bytes_out, head = sent, _OCTETS % sent
         ended = time.perf_counter()
         elapsed = ended - ticket.started
         _metrics.count_request(log.route, "POST", 200, elapsed)
-        _metrics.count_bytes(algorithm, operation, len(body), sent)
         _metrics.count_lane()
-        log.bytes_out, log.duration_ms = sent, round(elapsed * 1000, 3)
+        log.duration_ms = round(elapsed * 1000, 3)
         self.access.write(log, ended)
-        return (_OK, default, _OCTETS % sent, *pieces)
+        return (_OK, default, head, *pieces)
 
     def _admit(
         self,

@@ -63,7 +63,7 @@ class Lane(Protocol):
 
 
 LANE: Lane | None = None  # set by the app while its services run
-LANE_URL = (b"/v1/keys/", b"/v1/decrypt")  # URLs the lane may answer (it decides)
+LANE_URLS: tuple[bytes, ...] = ()  # URL prefixes the lane may answer (it decides), set with it
 # How long a held request's body may take to arrive before it goes the usual way (under the
 # app's own receive deadline from then on).
 LANE_WAIT = 1.0
@@ -156,7 +156,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         parser = self.parser
         if (
             LANE is not None
-            and self.url.startswith(LANE_URL)
+            and self.url.startswith(LANE_URLS)
             and parser.get_method() == b"POST"
             and (self.cycle is None or self.cycle.response_complete)
             and not self.pipeline

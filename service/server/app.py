@@ -70,13 +70,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         assert isinstance(app, SealflowApp)
         app.state.services = app.front.svc = svc
         if settings.small_lane:
-            _protocol.LANE = app.front
+            _protocol.LANE, _protocol.LANE_URLS = app.front, app.front.lane_urls()
         _drain.install(settings.drain_seconds)
         sync = asyncio.create_task(_sync_metrics(app))
         try:
             yield
         finally:
-            _protocol.LANE = None
+            _protocol.LANE, _protocol.LANE_URLS = None, ()
             app.state.services = app.front.svc = None
             sync.cancel()
             app.access_log.flush()

@@ -37,6 +37,7 @@ from ._transfer import WHOLE_MAX
 
 _KEYS = b"/v1/keys/"
 _DECRYPT_ANY = b"/v1/decrypt"
+URLS = (_KEYS, _DECRYPT_ANY)  # what the lane may answer (``answer`` decides)
 _SINGLE = b"mode=single"
 _ENVELOPE_MIN = NONCE_LEN + TAG_LEN
 # The largest body the lane takes: a whole-body encrypt, or its envelope (prefix at most 75

@@ -3,12 +3,14 @@ front of FastAPI like the data routes.
 
 ``_routes`` routes and authorises, ``_wire`` reads and writes Vault's JSON, ``_items`` reads a
 request's items, ``_data`` encrypts, decrypts and rewraps, ``_ciphertext`` is the ``vault:v``
-format, ``_keys`` the key routes, ``_sys`` health and token lookup, and ``_openapi`` describes
-the routes in the OpenAPI document.
+format, ``_keys`` the key routes, ``_sys`` health and token lookup, ``_openapi`` describes
+the routes in the OpenAPI document, and ``_lane`` answers a small single encrypt in the
+small-request lane.
 """
 
+from . import _lane as lane
 from ._openapi import SECURITY_SCHEMES, paths
 from ._routes import Route, Transit, authenticate
 from ._wire import refuse
 
-__all__ = ["SECURITY_SCHEMES", "Route", "Transit", "authenticate", "paths", "refuse"]
+__all__ = ["SECURITY_SCHEMES", "Route", "Transit", "authenticate", "lane", "paths", "refuse"]

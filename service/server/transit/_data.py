@@ -53,18 +53,37 @@ class _Results:
 
 
 async def encrypt(svc: Services, name: str, body: Body, size: int) -> Answer:
-    work, batch = items(body, "plaintext", "missing plaintext to encrypt")
-    results = _Results(len(work))
-    plaintexts = _decode_all(work, results)
-    key = _key(svc.store, name)
-    versions = _versions(key, work, results)
-    aads = _aads(work, results)
-    materials = _materials(svc.store, key, versions, results)
-    _count(svc, key, versions, plaintexts, results)
-    sealed = await svc.crypto.run(size, _seal, key.algorithm, materials, versions, aads, plaintexts)
-    for i, blob in sealed.items():
-        results.values[i] = (versions[i], _ciphertext.encode(versions[i], blob))
-    return _answer(body, work, results, batch, _encrypted, partial=True)
+    sealing = _Sealing(svc, name, body)
+    return sealing.answer(await svc.crypto.run(size, _seal, *sealing.inputs))
+
+
+def encrypt_now(svc: Services, name: str, body: Body) -> Answer:
+    """``encrypt`` of a small body, sealed on the spot (the small-request lane's): the same
+    steps and answer, without the crypto pool's hop."""
+    sealing = _Sealing(svc, name, body)
+    return sealing.answer(_seal(*sealing.inputs))
+
+
+class _Sealing:
+    """An encrypt request's items checked (in Transit's order) and counted, ready to seal."""
+
+    def __init__(self, svc: Services, name: str, body: Body) -> None:
+        self.body = body
+        self.work, self.batch = items(body, "plaintext", "missing plaintext to encrypt")
+        self.results = results = _Results(len(self.work))
+        plaintexts = _decode_all(self.work, results)
+        key = _key(svc.store, name)
+        self.versions = versions = _versions(key, self.work, results)
+        aads = _aads(self.work, results)
+        materials = _materials(svc.store, key, versions, results)
+        _count(svc, key, versions, plaintexts, results)
+        self.inputs = (key.algorithm, materials, versions, aads, plaintexts)
+
+    def answer(self, sealed: dict[int, bytes]) -> Answer:
+        versions, results = self.versions, self.results
+        for i, blob in sealed.items():
+            results.values[i] = (versions[i], _ciphertext.encode(versions[i], blob))
+        return _answer(self.body, self.work, results, self.batch, _encrypted, partial=True)
 
 
 async def decrypt(svc: Services, name: str, body: Body, size: int) -> Answer:

@@ -116,6 +116,60 @@ def test_the_lane_answers_logs_and_counts_as_the_asgi_path_does(
     assert sorted(map(json.dumps, lines(lane))) == sorted(map(json.dumps, lines(usual)))
 
 
+def transit_exchange(srv: Server) -> list[Any]:
+    """Transit encrypts on srv: the single items the lane takes, and what it leaves alone."""
+    seen: list[Any] = []
+    scoped = new_token(srv, "encrypt:other")
+    vault = {"X-Vault-Token": srv.token}
+    hi = {"plaintext": "aGk="}
+    with httpx.Client(base_url=srv.url + "/v1/transit", headers=vault) as c:
+        replies = [
+            c.post("/encrypt/default", json={"plaintext": base64.b64encode(b"hi").decode()}),
+            c.post("/encrypt/default", json={"plaintext": "aGk=", "associated_data": "eA=="}),
+            c.post("/encrypt/default", json={"plaintext": "aGk=", "key_version": "1"}),
+            c.post("/encrypt/default", json={"plaintext": "!!"}),
+            c.post("/encrypt/default", json={"plaintext": "aGk=", "key_version": 9}),
+            c.post("/encrypt/absent", json={"plaintext": "aGk="}),
+            c.post("/encrypt/default", content=b"{not json"),
+            c.post("/encrypt/default", json={"batch_input": [{"plaintext": "aGk="}]}),
+            c.post("/encrypt/default", json=hi, headers={"X-Vault-Token": scoped}),
+            c.post("/encrypt/default", json=hi, headers={"X-Vault-Token": "x"}),
+        ]  # fmt: skip
+        bearer = httpx.post(
+            srv.url + "/v1/transit/encrypt/default",
+            json={"plaintext": "aGk="},
+            headers={"Authorization": f"Bearer {srv.token}"},
+        )
+        for reply in [*replies, bearer]:
+            answer = reply.json()
+            data = answer.get("data") or {}
+            shape = sorted(answer), sorted(data), answer.get("errors")
+            seen.append((reply.status_code, sorted(reply.headers), shape))
+        sealed = replies[0].json()["data"]["ciphertext"]
+        opened = c.post("/decrypt/default", json={"ciphertext": sealed}).json()
+        assert base64.b64decode(opened["data"]["plaintext"]) == b"hi"
+    return seen
+
+
+def test_transit_encrypts_take_the_lane_and_answer_the_same(pair: tuple[Server, Server]) -> None:
+    lane, usual = pair
+    before = lane_count(lane)
+    assert transit_exchange(lane) == transit_exchange(usual)
+    assert lane_count(lane) - before == 4  # the three good items and the Bearer one
+    assert lane_count(usual) == 0
+    time.sleep(0.3)  # the access log goes out every 0.1 s
+
+    def lines(srv: Server) -> list[str]:
+        volatile = ("ts", "duration_ms")
+        return sorted(
+            json.dumps({k: v for k, v in entry.items() if k not in volatile})
+            for entry in srv.access()
+            if entry["route"].startswith("/v1/transit/")
+        )
+
+    assert lines(lane) == lines(usual)
+
+
 def raw(srv: Server, data: list[bytes], pause: float = 0.0) -> bytes:
     """Send data in writes (pause between them), then read until the server closes or idles."""
     sock = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
