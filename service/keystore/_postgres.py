@@ -44,6 +44,7 @@ from ._rows import (
     token_info,
     with_limits,
 )
+from ._writes import VersionWrites
 from .errors import (
     InvalidRequest,
     KeyExists,
@@ -78,7 +79,7 @@ def redact(url: str) -> str:
     return make_conninfo("", **params)
 
 
-class PostgresKeyStore:
+class PostgresKeyStore(VersionWrites[Db]):
     """A ``KeyStore`` on PostgreSQL; see the module docstring.
 
     ``provision`` runs in the transaction that creates the schema, and only then: the first
@@ -181,38 +182,6 @@ class PostgresKeyStore:
             if max_encryptions is not None or auto_rotate_period is not None:
                 info = self._locked_key(db, name)
                 self._write_limits(db, limits_row(info, max_encryptions, auto_rotate_period))
-            return self._locked_key(db, name)
-
-    def rotate_key(self, name: str) -> KeyInfo:
-        with self._transaction() as db:
-            # The key's row lock (and _transaction's) keep another replica from the same version.
-            info = self._locked_key(db, name)
-            if info.latest >= MAX_VERSION:
-                raise InvalidRequest(f"key {name!r} has no version left")
-            self._add_version(db, name, info.latest + 1, info.algorithm, info.exportable)
-            return self._locked_key(db, name)
-
-    def rotate_if_latest(self, name: str, version: int) -> KeyInfo:
-        with self._transaction() as db:
-            info = self._locked_key(db, name)
-            if info.latest != version:
-                return info
-            self._add_version(db, name, info.latest + 1, info.algorithm, info.exportable)
-            info = self._locked_key(db, name)
-        log.warning(
-            "key %r rotated automatically to version %d",
-            name,
-            info.latest,
-            extra={"fields": {"key": name, "version": info.latest}},
-        )
-        return info
-
-    def set_limits(
-        self, name: str, max_encryptions: int | None = None, auto_rotate_period: float | None = None
-    ) -> KeyInfo:
-        with self._transaction() as db:
-            info = self._locked_key(db, name)
-            self._write_limits(db, limits_row(info, max_encryptions, auto_rotate_period))
             return self._locked_key(db, name)
 
     def _write_limits(self, db: Db, row: tuple[str, int, float]) -> None:

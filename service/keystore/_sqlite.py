@@ -35,6 +35,7 @@ from ._rows import (
     token_info,
     with_limits,
 )
+from ._writes import VersionWrites
 from .errors import (
     InvalidRequest,
     KeyExists,
@@ -60,7 +61,7 @@ _LIMITS_SQL = "SELECT name, max_encryptions, auto_rotate_period, mac FROM key_li
 _TOKENS_SQL = "SELECT id, digest, scopes, label, created_at, revoked_at, mac FROM tokens"
 
 
-class SQLiteKeyStore:
+class SQLiteKeyStore(VersionWrites[sqlite3.Connection]):
     """A ``KeyStore`` whose reads come from memory, refreshed when another connection commits.
 
     ``PRAGMA data_version`` changes whenever another connection (in this process or another)
@@ -156,36 +157,6 @@ class SQLiteKeyStore:
             if max_encryptions is not None or auto_rotate_period is not None:
                 info = self._locked_key(db, name)
                 self._write_limits(db, limits_row(info, max_encryptions, auto_rotate_period))
-            return self._locked_key(db, name)
-
-    def rotate_key(self, name: str) -> KeyInfo:
-        with self._transaction() as db:
-            # Inside BEGIN IMMEDIATE no other writer can take the same next version.
-            info = self._locked_key(db, name)
-            self._add_version(db, name, info.latest + 1, info.algorithm, info.exportable)
-            return self._locked_key(db, name)
-
-    def rotate_if_latest(self, name: str, version: int) -> KeyInfo:
-        with self._transaction() as db:
-            info = self._locked_key(db, name)
-            if info.latest != version:
-                return info
-            self._add_version(db, name, info.latest + 1, info.algorithm, info.exportable)
-            info = self._locked_key(db, name)
-        log.warning(
-            "key %r rotated automatically to version %d",
-            name,
-            info.latest,
-            extra={"fields": {"key": name, "version": info.latest}},
-        )
-        return info
-
-    def set_limits(
-        self, name: str, max_encryptions: int | None = None, auto_rotate_period: float | None = None
-    ) -> KeyInfo:
-        with self._transaction() as db:
-            info = self._locked_key(db, name)
-            self._write_limits(db, limits_row(info, max_encryptions, auto_rotate_period))
             return self._locked_key(db, name)
 
     def _write_limits(self, db: sqlite3.Connection, row: tuple[str, int, float]) -> None:
