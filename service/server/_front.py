@@ -146,45 +146,28 @@ class Front:
         if svc is None or DRAINING.is_set() or self.active >= self.limit:
             return None
         started = time.perf_counter()
-        authorization = x_aad = vault_token = None
-        size = length = 0
-        for name, value in headers:
-            size += len(name) + len(value)
-            if name == b"authorization":
-                if authorization is not None:
-                    return None
-                authorization = value
-            elif name == b"content-length":
-                length = int(value)  # the parser has refused a malformed one
-            elif name == b"x-aad":
-                if x_aad is not None:
-                    return None
-                x_aad = value
-            elif name == b"x-vault-token":
-                vault_token = value
-            elif name == b"transfer-encoding":
-                return None
-        if size > self.max_header_bytes or length > data.lane.MAX_BODY or b"%" in url:
-            return None
+        head = data.Head()
+        try:
+            authorization, vault_token = self._scan(headers, head)
+        except errors.ApiError:
+            return None  # refused from the head: the app does it
+        length = head.length
+        if length is None or length > data.lane.MAX_BODY or b"%" in url:
+            return None  # no Content-Length: chunked
         vault = url.startswith(self._vault_encrypt)
         if vault and length > self.max_json_bytes:
             return None
-        if vault and vault_token is not None:  # Transit: X-Vault-Token first, as Vault
-            secret = vault_token.decode("latin-1").strip()
-        elif authorization is not None:
-            scheme, _, rest = authorization.decode("latin-1").partition(" ")
-            if scheme.lower() != "bearer":
-                return None
-            secret = rest.strip()
+        if vault:
+            secret = transit.token_secret(vault_token, authorization)
         else:
-            return None
+            secret = None if authorization is None else _auth.bearer(authorization)
         try:
             token = svc.store.find_token(secret) if secret else None
         except KeyStoreError:
             return None
         if token is None or self.by_token.get(token.id, 0) >= self.per_token:
             return None
-        return LaneTicket(svc, token, url, x_aad, started, vault)
+        return LaneTicket(svc, token, url, head.x_aad, started, vault)
 
     def lane_answer(
         self, ticket: LaneTicket, body: bytes, default: bytes
@@ -229,28 +212,8 @@ class Front:
     ) -> TokenInfo | None:
         """Everything decided from the head, in one pass over the headers (which also fills
         in what the data routes need); the token if any."""
-        authorization: str | None = None
-        vault_token: bytes | None = None
-        size = 0
-        for name, value in scope["headers"]:
-            size += len(name) + len(value)
-            if name == b"authorization":
-                if authorization is not None:
-                    raise errors.bad_request("more than one Authorization header")
-                authorization = value.decode("latin-1")
-            elif name == b"content-length":
-                head.length = int(value)  # the parser has refused a malformed one
-            elif name == b"x-aad":
-                if head.x_aad is not None:
-                    raise errors.bad_request("more than one X-AAD header")
-                head.x_aad = value
-            elif name == data.DUPLEX:
-                head.duplex = value.strip() == b"1"
-            elif name == b"x-vault-token":
-                vault_token = value
+        authorization, vault_token = self._scan(scope["headers"], head)
         length = head.length or 0
-        if size > self.max_header_bytes:
-            raise errors.headers_too_large(self.max_header_bytes)
         raw_path: bytes = scope.get("raw_path") or b""
         if b"%2f" in raw_path.lower():
             # Routing happens on the decoded path: an encoded slash would let a request
@@ -280,6 +243,35 @@ class Front:
             raise errors.too_many_for_token(self.per_token)
         scope["sealflow.token"] = token
         return token
+
+    def _scan(
+        self, headers: list[tuple[bytes, bytes]], head: data.Head
+    ) -> tuple[str | None, bytes | None]:
+        """The one pass over a request's headers (for ``_admit`` and ``lane_head``): fills in
+        ``head`` and gives the ``Authorization`` and ``X-Vault-Token`` values; 400 for a second
+        Authorization or X-AAD, 431 beyond ``max_header_bytes``."""
+        authorization: str | None = None
+        vault_token: bytes | None = None
+        size = 0
+        for name, value in headers:
+            size += len(name) + len(value)
+            if name == b"authorization":
+                if authorization is not None:
+                    raise errors.bad_request("more than one Authorization header")
+                authorization = value.decode("latin-1")
+            elif name == b"content-length":
+                head.length = int(value)  # the parser has refused a malformed one
+            elif name == b"x-aad":
+                if head.x_aad is not None:
+                    raise errors.bad_request("more than one X-AAD header")
+                head.x_aad = value
+            elif name == data.DUPLEX:
+                head.duplex = value.strip() == b"1"
+            elif name == b"x-vault-token":
+                vault_token = value
+        if size > self.max_header_bytes:
+            raise errors.headers_too_large(self.max_header_bytes)
+        return authorization, vault_token
 
     async def _watched(
         self,

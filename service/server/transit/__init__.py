@@ -10,7 +10,16 @@ small-request lane.
 
 from . import _lane as lane
 from ._openapi import SECURITY_SCHEMES, paths
-from ._routes import Route, Transit, authenticate
+from ._routes import Route, Transit, authenticate, token_secret
 from ._wire import refuse
 
-__all__ = ["SECURITY_SCHEMES", "Route", "Transit", "authenticate", "lane", "paths", "refuse"]
+__all__ = [
+    "SECURITY_SCHEMES",
+    "Route",
+    "Transit",
+    "authenticate",
+    "lane",
+    "paths",
+    "refuse",
+    "token_secret",
+]

@@ -199,13 +199,7 @@ def authenticate(
     store: KeyStore, vault_token: bytes | None, authorization: str | None
 ) -> TokenInfo:
     """The live token of ``X-Vault-Token`` (first) or ``Authorization: Bearer``; else 403."""
-    secret: str | None = None
-    if vault_token is not None:
-        secret = vault_token.decode("latin-1").strip()
-    elif authorization is not None:
-        scheme, _, rest = authorization.partition(" ")
-        if scheme.lower() == "bearer":
-            secret = rest.strip()
+    secret = token_secret(vault_token, authorization)
     if not secret:
         _metrics.AUTH_FAILURES.labels("missing").inc()
         raise _wire.permission_denied()
@@ -214,6 +208,16 @@ def authenticate(
         _metrics.AUTH_FAILURES.labels("invalid").inc()
         raise _wire.permission_denied()
     return token
+
+
+def token_secret(vault_token: bytes | None, authorization: str | None) -> str | None:
+    """The secret a Transit request presents: ``X-Vault-Token`` first, as Vault reads it, else
+    ``Authorization: Bearer``; None (or empty) if neither. No side effect."""
+    if vault_token is not None:
+        return vault_token.decode("latin-1").strip()
+    if authorization is not None:
+        return _auth.bearer(authorization)
+    return None
 
 
 def _secret(scope: Scope) -> str | None:
