@@ -30,7 +30,7 @@ from ._routes import (
     ENCRYPT_ROUTE,
     _aad,
     _prefix,
-    key_version,
+    opening_material,
     sealing_version,
 )
 from ._transfer import WHOLE_MAX
@@ -111,16 +111,15 @@ def _open(
     if n is None or len(body) < n:
         return None
     prefix = parse(body[:n])
-    name = prefix.name
-    if prefix.mode is not Mode.SINGLE or (route_key is not None and name != route_key):
+    if prefix.mode is not Mode.SINGLE:
         return None
     if len(body) - n > min(whole, svc.settings.max_single_bytes + _ENVELOPE_MIN):
         return None
-    if len(body) - n < _ENVELOPE_MIN or not _auth.allows(token, "decrypt", route_key or name):
+    if len(body) - n < _ENVELOPE_MIN:
         return None
-    key, material = key_version(svc.store, name, prefix.version)
-    if prefix.algorithm is not key.algorithm or prefix.version < key.min_decryption_version:
-        return None
+    if route_key is not None and not _auth.allows(token, "decrypt", route_key):
+        return None  # the route's own scope, checked from its head on the ASGI path
+    material = opening_material(svc.store, token, route_key, prefix)  # ApiError: None
     with memoryview(body) as view:
         plaintext = engine.open(
             prefix.algorithm,
@@ -130,5 +129,6 @@ def _open(
             view[n + NONCE_LEN :],
         )
     route = DECRYPT_ANY_ROUTE if route_key is None else DECRYPT_ROUTE
-    log.route, log.key, log.version, log.mode = route.path, name, prefix.version, "single"
+    log.route, log.key, log.version = route.path, prefix.name, prefix.version
+    log.mode = "single"
     return [plaintext], prefix.algorithm.value, "decrypt"

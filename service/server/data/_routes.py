@@ -173,23 +173,39 @@ def key_version(store: KeyStore, name: str, version: int | None = None) -> tuple
 
 
 def _decrypt_key(store: KeyStore, token: TokenInfo, route_key: str | None) -> Resolve:
-    """The rules for an envelope's prefix: scope (for /v1/decrypt), key, algorithm, version."""
+    """The rules for an envelope's prefix (``opening_material``), with their refusals counted."""
 
     def resolve(prefix: Prefix) -> bytes:
-        if route_key is None:
-            _auth.require(token, "decrypt", prefix.name)
-        elif prefix.name != route_key:
-            # The envelope names another key: it cannot authenticate under this one.
-            raise errors.decryption_failed()
-        key, material = key_version(store, prefix.name, prefix.version)
-        if prefix.algorithm is not key.algorithm:
-            raise errors.decryption_failed()
-        if prefix.version < key.min_decryption_version:
-            _metrics.DECRYPTION_FAILURES.labels("version_retired").inc()
-            raise errors.version_retired()
-        return material
+        try:
+            return opening_material(store, token, route_key, prefix)
+        except ApiError as exc:
+            if exc.code == "forbidden":
+                _metrics.AUTH_FAILURES.labels("forbidden").inc()
+            elif exc.code == "version_retired":
+                _metrics.DECRYPTION_FAILURES.labels("version_retired").inc()
+            raise
 
     return resolve
+
+
+def opening_material(
+    store: KeyStore, token: TokenInfo, route_key: str | None, prefix: Prefix
+) -> bytes:
+    """The material to open an envelope with this prefix, or the ApiError its rules give:
+    scope (for /v1/decrypt), key, algorithm, version. Counts nothing (the small-request lane
+    asks too, and leaves refusals to the ASGI path)."""
+    if route_key is None:
+        if not _auth.allows(token, "decrypt", prefix.name):
+            raise errors.forbidden(f"decrypt:{prefix.name}")
+    elif prefix.name != route_key:
+        # The envelope names another key: it cannot authenticate under this one.
+        raise errors.decryption_failed()
+    key, material = key_version(store, prefix.name, prefix.version)
+    if prefix.algorithm is not key.algorithm:
+        raise errors.decryption_failed()
+    if prefix.version < key.min_decryption_version:
+        raise errors.version_retired()
+    return material
 
 
 def _aad(header: bytes) -> bytes:
