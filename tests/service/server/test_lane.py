@@ -232,3 +232,41 @@ def test_the_lane_waits_a_moment_for_the_body_and_keeps_order(make_server: MakeS
     lengths = [int(n) for n in re.findall(rb"content-length: (\d+)", two)]
     assert lengths[0] - lengths[1] == 1000 - 3  # the 1000-byte body's answer first
     assert lane_count(srv) == before + 3
+
+
+def test_held_answers_leave_in_order_before_anything_else_on_their_connection(
+    make_server: MakeServer,
+) -> None:
+    """Lane answers wait for the end of the loop's turn (docs/SERVICE.md): whatever else is
+    written to their connection in that turn (an app's answer, the parser's 400, a refusal,
+    the close after a half-close) goes after them."""
+    srv = make_server()
+    body = os.urandom(100)
+    before = lane_count(srv)
+    # Three lane requests and one for the ASGI app, in one write: four answers, in order.
+    get = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+    mixed = raw(srv, [head(srv, 100) + body + head(srv, 1) + b"a" + head(srv, 2) + b"ab" + get])
+    statuses = re.findall(rb"HTTP/1.1 (\d+) ", mixed)
+    assert statuses == [b"200"] * 4
+    lengths = [int(n) for n in re.findall(rb"content-length: (\d+)", mixed)]
+    assert lengths[0] - lengths[1] == 99
+    assert lengths[1] - lengths[2] == -1
+    assert mixed.rstrip().endswith(b"}")  # the app's JSON answer came last
+    # A lane request, then bytes the parser refuses: the answer, then the 400.
+    bad = raw(srv, [head(srv, 100) + body + b"NOT HTTP\r\n\r\n"])
+    assert re.findall(rb"HTTP/1.1 (\d+) ", bad) == [b"200", b"400"]
+    # A lane request, then a head over the limit: the answer, then the 431.
+    big = b"POST / HTTP/1.1\r\nX-Big: " + b"x" * 70_000 + b"\r\n\r\n"
+    refused = raw(srv, [head(srv, 100) + body + big])
+    assert re.findall(rb"HTTP/1.1 (\d+) ", refused) == [b"200", b"431"]
+    # A lane request and the client's half-close in the same moment: the answer still comes.
+    sock = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+    sock.sendall(head(srv, 100) + body)
+    sock.shutdown(socket.SHUT_WR)
+    received = b""
+    while chunk := sock.recv(65536):
+        received += chunk
+    sock.close()
+    assert received.startswith(b"HTTP/1.1 200 ")
+    assert int(re.findall(rb"content-length: (\d+)", received)[0]) > 100
+    assert lane_count(srv) == before + 6
