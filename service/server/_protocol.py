@@ -22,10 +22,10 @@ complete: the body and the response pay no cost (docs/BENCHMARKS.md measures it)
 own refusals happen before the app sees a request, so they are counted in
 ``sealflow_connections_refused_total`` rather than in the request metrics.
 
-The small-request lane's answers leave together at the end of the event loop's turn
-(``_send_held``), not each as soon as it is made: the server reads every ready connection in
-one turn, and writing each answer at once wakes a client that has gone back to sleep for each
-of them (on this machine's virtual CPUs a cross-core wake-up cost about 15 us of the server's
+The small-request lane's answers, and the app's small responses (``_OneSend``), leave
+together at the end of the event loop's turn (``_send_held``), not each as soon as it is made:
+the server reads every ready connection in one turn, and writing each answer at once wakes a
+client that has gone back to sleep for each of them (on this machine's virtual CPUs a cross-core wake-up cost about 15 us of the server's
 time per response, more than the seal and the log line together). Held this way, a turn's
 answers cost about one wake-up between them: Redis writes its replies the same way, before
 the event loop sleeps. An answer never waits for more than the rest of its turn, and anything
@@ -117,7 +117,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._ticket: Any = None
         self._lane: list[bytes] = []
         self._lane_timer: asyncio.TimerHandle | None = None
-        self._held: list[bytes] = []  # lane answers waiting for the end of the turn
+        self._held: list[bytes] = []  # answers waiting for the end of the turn
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -202,6 +202,14 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self.send_held()  # answers to the requests before the bad one come first
         super().send_400_response(msg)
 
+    def hold(self, pieces: Sequence[bytes]) -> None:
+        """Queue bytes for this connection, to be written at the end of the loop's turn."""
+        if not self._held:
+            if not _holding:
+                self.loop.call_soon(_send_held)
+            _holding.append(self)
+        self._held.extend(pieces)
+
     def send_held(self) -> None:
         """Write this connection's held lane answers now (see the module's docstring)."""
         pieces = self._held
@@ -240,7 +248,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self.scope["method"] = LIST_METHOD  # the app's task has not run yet
         cycle = self.cycle
         if cycle is not None:
-            cycle.transport = _OneSend(self.transport, cycle)  # type: ignore[assignment]
+            cycle.transport = _OneSend(self.transport, cycle, self)  # type: ignore[assignment]
 
     def on_response_complete(self) -> None:
         cycle = self.cycle
@@ -261,11 +269,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
                 self._to_app(complete=True)
             else:
                 self._drop_ticket()
-                if not self._held:
-                    if not _holding:
-                        self.loop.call_soon(_send_held)
-                    _holding.append(self)
-                self._held.extend(answer)
+                self.hold(answer)
                 self.on_response_complete()  # keep-alive timer, request count, reading on
         self._head = 0  # a pipelined request may follow
 
@@ -307,6 +311,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             transport.close()
 
 
+# The largest first body write whose response is held for the end of the turn (_OneSend).
+_HOLD_MAX = 64 * 1024
+
 # Connections with lane answers held until the end of the loop's turn, in the order answered.
 _holding: list[GuardedHttpToolsProtocol] = []
 
@@ -345,42 +352,57 @@ def _guarded(call: Callable[..., _T], *args: Any) -> _T | None:
 
 
 class _OneSend:
-    """A response's transport: its head waits for the first body write and leaves with it.
+    """A response's transport: its head waits for the first body write and leaves with it,
+    at the end of the loop's turn when the two are small.
 
     uvicorn writes a response's head and its body separately, two ``send()`` calls where one
     does: for a small response that is two trips through the kernel's TCP path and two
     packets. Held here, the head goes out with the first body bytes in one write (uvloop's
-    ``writelines``: one ``writev``). The head is also sent when the response completes
-    without a body write (HEAD) and before the transport is closed. A ``100 Continue``,
-    written before the response starts, is never held.
+    ``writelines``: one ``writev``). When that first write is at most ``_HOLD_MAX`` bytes the
+    pair is held with the connection's lane answers (``GuardedHttpToolsProtocol.hold``) and
+    leaves with the turn's other answers, for the reason the lane's do (the module's
+    docstring); a larger one, and every later write, goes at once, after whatever the
+    connection holds. The head is also sent when the response completes without a body write
+    (HEAD) and before the transport is closed. A ``100 Continue``, written before the response
+    starts, is never held.
     """
 
-    __slots__ = ("_cycle", "_held", "_transport")
+    __slots__ = ("_cycle", "_head", "_protocol", "_transport")
 
-    def __init__(self, transport: asyncio.Transport, cycle: Any) -> None:
+    def __init__(
+        self, transport: asyncio.Transport, cycle: Any, protocol: GuardedHttpToolsProtocol
+    ) -> None:
         self._transport = transport
         self._cycle = cycle
-        self._held: bytes | None = None
+        self._protocol = protocol
+        self._head: bytes | None = None
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
-        held = self._held
-        if held is not None:
-            self._held = None
-            self._transport.writelines((held, data))
+        head = self._head
+        if head is not None:
+            self._head = None
+            if len(data) <= _HOLD_MAX:
+                # A copy: the app may reuse its buffer once send() returns.
+                self._protocol.hold((head, bytes(data)))
+                return
+            self._protocol.send_held()
+            self._transport.writelines((head, data))
         elif self._cycle is not None and self._cycle.response_started:
-            self._held = bytes(data)
+            self._head = bytes(data)
             self._cycle = None  # only the head is held, once
         else:
+            self._protocol.send_held()
             self._transport.write(data)
 
     def flush(self) -> None:
-        held = self._held
-        if held is not None:
-            self._held = None
-            self._transport.write(held)
+        head = self._head
+        if head is not None:
+            self._head = None
+            self._protocol.hold((head,))
 
     def close(self) -> None:
         self.flush()
+        self._protocol.send_held()
         self._transport.close()
 
     def __getattr__(self, name: str) -> Any:  # is_closing, abort, get_extra_info, ...
