@@ -45,7 +45,7 @@ def test_min_encryption_version_is_stored_and_checked(
     assert store.configure("orders", min_encryption_version=2).min_encryption_version == 2
     for bad in (4, -1, True):
         with pytest.raises(InvalidRequest):
-            store.configure("orders", min_encryption_version=bad)  # type: ignore[arg-type]
+            store.configure("orders", min_encryption_version=bad)
     # Both rules in one call: the result must have min_encryption >= min_decryption.
     with pytest.raises(InvalidRequest, match="below min_decryption_version"):
         store.configure("orders", min_decryption_version=3)
