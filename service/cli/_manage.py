@@ -42,6 +42,8 @@ def _key_json(key: KeyInfo, store: KeyStore) -> dict[str, Any]:
         "exportable": key.exportable,
         "latest": key.latest,
         "min_decryption_version": key.min_decryption_version,
+        "min_encryption_version": key.min_encryption_version,
+        "deletion_allowed": key.deletion_allowed,
         "max_encryptions": key.max_encryptions,
         "auto_rotate_period": key.auto_rotate_period,
         "encryptions_left": max(key.max_encryptions - usage.get(key.latest, none).encryptions, 0),

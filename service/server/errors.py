@@ -68,6 +68,16 @@ def bad_request(message: str) -> ApiError:
     return ApiError(400, "bad_request", message)
 
 
+def transit_only(name: str) -> ApiError:
+    """A key name the envelope cannot carry (one of Vault's names, docs/TRANSIT.md)."""
+    return ApiError(
+        400,
+        "bad_request",
+        f"key name {name!r} is outside the native rule [a-z0-9][a-z0-9._-]* (1 to 64): an"
+        " envelope cannot carry it; a key of such a name is used through the Transit API only",
+    )
+
+
 def unauthorized() -> ApiError:
     # RFC 6750 section 3: a 401 names the scheme the client should use.
     return ApiError(
