@@ -20,6 +20,7 @@ from starlette.exceptions import HTTPException
 
 from sealflow.engine import DecryptionError
 from sealflow.service.keystore import (
+    DeletionNotAllowed,
     InvalidRequest,
     KeyExists,
     KeyNotFound,
@@ -145,6 +146,7 @@ _STORE_ERRORS: dict[type[KeyStoreError], tuple[int, str]] = {
     KeyNotFound: (404, "key_not_found"),
     TokenNotFound: (404, "token_not_found"),
     KeyExists: (409, "key_exists"),
+    DeletionNotAllowed: (409, "deletion_not_allowed"),
     InvalidRequest: (400, "bad_request"),
     NotExportable: (403, "not_exportable"),
     VersionRetired: (403, "version_retired"),
