@@ -417,7 +417,7 @@ def test_delete_key_only_when_allowed(server: Server, vault: hvac.Client) -> Non
         assert stale_native.json()["error"]["code"] == "decryption_failed"
     time.sleep(0.3)  # log lines go out in batches
     logged = [json.loads(line) for line in server.log.read_text().splitlines() if "{" in line[:1]]
-    deleted = [e for e in logged if "deleted with its" in e.get("msg", "")]
+    deleted = [e for e in logged if f"key '{name}' deleted with its" in e.get("msg", "")]
     assert len(deleted) == 1, deleted
     assert (deleted[0]["logger"], deleted[0]["level"]) == ("sealflow.keystore", "warning")
 
