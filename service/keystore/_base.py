@@ -3,7 +3,8 @@
 The service only talks to a ``KeyStore``; ``SQLiteKeyStore`` (``_sqlite``) is
 the embedded implementation, ``PostgresKeyStore`` (``_postgres``) the shared one for
 replicas on several hosts. Implementations must make every write one transaction (a key version
-once written is never lost, reused or changed) and must show writes made by
+once written is never lost, reused or changed, but with its whole key by ``delete_key``, which
+needs the key's ``deletion_allowed``) and must show writes made by
 other processes on the next call, without a restart. Any method may raise
 ``KeyStoreUnavailable`` when the store itself fails (I/O error, lock held too long).
 
