@@ -72,6 +72,9 @@ def exchange(srv: Server, other: Server) -> list[Any]:
             c.post("/v1/decrypt", content=sealed.content[:20]),
             c.post("/v1/keys/t-chacha/decrypt", content=sealed.content),  # not its key
             c.post("/v1/keys/absent/encrypt?mode=single", content=body),
+            # A Transit-only name (Vault's rule) on the native routes: refused by name.
+            c.post("/v1/keys/Not_Native/encrypt?mode=single", content=body),
+            c.post("/v1/keys/Not_Native/decrypt", content=sealed.content),
             c.post(ENCRYPT, content=body, headers={"X-AAD": "!!"}),
             c.post("/v1/keys/default/encrypt?mode=other", content=body),
             narrow.post(ENCRYPT, content=body),
@@ -123,7 +126,15 @@ def transit_exchange(srv: Server) -> list[Any]:
     vault = {"X-Vault-Token": srv.token}
     hi = {"plaintext": "aGk="}
     with httpx.Client(base_url=srv.url + "/v1/transit", headers=vault) as c:
+        # A key with min_encryption_version 2 of 3 versions, under one of Vault's names.
+        for step in ("", "/rotate", "/rotate"):
+            assert c.post(f"/keys/Floor_1{step}", json={}).status_code == 200
+        floor = c.post("/keys/Floor_1/config", json={"min_encryption_version": 2})
+        assert floor.json()["data"]["min_encryption_version"] == 2
         replies = [
+            c.post("/encrypt/Floor_1", json={"plaintext": "aGk=", "key_version": 1}),
+            c.post("/encrypt/Floor_1", json={"plaintext": "aGk=", "key_version": 2}),
+            c.post("/encrypt/Floor_1", json={"plaintext": "aGk="}),
             c.post("/encrypt/default", json={"plaintext": base64.b64encode(b"hi").decode()}),
             c.post("/encrypt/default", json={"plaintext": "aGk=", "associated_data": "eA=="}),
             c.post("/encrypt/default", json={"plaintext": "aGk=", "key_version": "1"}),
@@ -145,7 +156,11 @@ def transit_exchange(srv: Server) -> list[Any]:
             data = answer.get("data") or {}
             shape = sorted(answer), sorted(data), answer.get("errors")
             seen.append((reply.status_code, sorted(reply.headers), shape))
-        sealed = replies[0].json()["data"]["ciphertext"]
+        refused = replies[0].json()["errors"]
+        assert refused == [
+            "requested version for encryption is less than the minimum encryption key version"
+        ]
+        sealed = replies[3].json()["data"]["ciphertext"]
         opened = c.post("/decrypt/default", json={"ciphertext": sealed}).json()
         assert base64.b64decode(opened["data"]["plaintext"]) == b"hi"
     return seen
@@ -155,7 +170,8 @@ def test_transit_encrypts_take_the_lane_and_answer_the_same(pair: tuple[Server, 
     lane, usual = pair
     before = lane_count(lane)
     assert transit_exchange(lane) == transit_exchange(usual)
-    assert lane_count(lane) - before == 4  # the three good items and the Bearer one
+    # The five good items (two of them of key Floor_1) and the Bearer one.
+    assert lane_count(lane) - before == 6
     assert lane_count(usual) == 0
     time.sleep(0.3)  # the access log goes out every 0.1 s
 
