@@ -22,14 +22,15 @@ complete: the body and the response pay no cost (docs/BENCHMARKS.md measures it)
 own refusals happen before the app sees a request, so they are counted in
 ``sealflow_connections_refused_total`` rather than in the request metrics.
 
-The small-request lane's answers, and the app's small responses (``_OneSend``), leave
-together at the end of the event loop's turn (``_send_held``), not each as soon as it is made:
-the server reads every ready connection in one turn, and writing each answer at once wakes a
-client that has gone back to sleep for each of them (on this machine's virtual CPUs a cross-core wake-up cost about 15 us of the server's
-time per response, more than the seal and the log line together). Held this way, a turn's
-answers cost about one wake-up between them: Redis writes its replies the same way, before
-the event loop sleeps. An answer never waits for more than the rest of its turn, and anything
-else written to its connection (a refusal, a 400 from the parser, a close) sends it first.
+The small-request lane's answers, and the app's small responses (``_OneSend``), leave together
+at the end of the event loop's turn (``_send_held``), not each as soon as it is made: the
+server reads every ready connection in one turn, and writing each answer at once wakes a client
+that has gone back to sleep for each of them (on this machine's virtual CPUs a cross-core
+wake-up cost about 15 us of the server's time per response, more than the seal and the log line
+together). Held this way, a turn's answers cost about one wake-up between them: Redis writes
+its replies the same way, before the event loop sleeps. An answer never waits for more than the
+rest of its turn, and anything else written to its connection (a refusal, a 400 from the
+parser, a close) sends it first.
 """
 
 from __future__ import annotations
