@@ -93,7 +93,8 @@ def _keys(args: argparse.Namespace, store: KeyStore) -> None:
         _print(_key_json(store.set_limits(args.name, *limits), store))
     elif args.action == "policy":
         rules = args.min_encryption_version, args.deletion_allowed
-        _print(_key_json(store.configure(args.name, None, *rules), store))
+        exportable = True if args.make_exportable else None
+        _print(_key_json(store.configure(args.name, None, *rules, exportable=exportable), store))
     elif args.action == "delete":
         key = store.delete_key(args.name)
         print(f"deleted key {key.name} and its {len(key.versions)} versions", file=sys.stderr)
@@ -154,7 +155,9 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     create.add_argument(
         "--algorithm", choices=[a.value for a in Algorithm], default=Algorithm.AES_256_GCM.value
     )
-    create.add_argument("--exportable", action="store_true", help="allow export (cannot change)")
+    create.add_argument(
+        "--exportable", action="store_true", help="allow export (`keys policy` can add it later)"
+    )
     limits = keys.add_parser(
         "limits", parents=[common], help="change a key's usage limits (automatic rotation)"
     )
@@ -192,6 +195,11 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     allow.add_argument(
         "--forbid-deletion", dest="deletion_allowed", action="store_const", const=False
+    )
+    policy.add_argument(
+        "--make-exportable",
+        action="store_true",
+        help="let every version of the key be exported from now on (cannot be undone)",
     )
     keys.add_parser(
         "delete",

@@ -40,7 +40,11 @@ DEFAULT_MAX_ENCRYPTIONS = 2**32
 class KeyInfo:
     name: str
     algorithm: Algorithm
+    # What clients see: created exportable, or made exportable since (Transit's config).
     exportable: bool
+    # The flag the key was created with: bound into every version's wrapping AAD, rotations
+    # included, so it never changes (``_integrity``); only the keystore reads it.
+    created_exportable: bool
     min_decryption_version: int
     versions: tuple[KeyVersionInfo, ...]  # ascending, never empty
     # Per version: sealings before an automatic rotation (docs/OPERATIONS.md, Usage limits).
@@ -145,11 +149,15 @@ class KeyStore(Protocol):
         min_encryption_version: int | None = None,
         deletion_allowed: bool | None = None,
         allow_lowering: bool = False,
+        exportable: bool | None = None,
     ) -> KeyInfo:
-        """Set any of a key's version rules and its deletion flag (None: unchanged) in one
-        transaction: ``set_min_decryption_version``'s rules, and InvalidRequest unless
-        ``0 <= min_encryption_version <= latest`` and, when it is not 0, it is at least the
-        min_decryption_version that results. Each change is logged (key name, old and new)."""
+        """Set any of a key's version rules, its deletion flag and its exportability (None:
+        unchanged) in one transaction: ``set_min_decryption_version``'s rules, and
+        InvalidRequest unless ``0 <= min_encryption_version <= latest`` and, when it is not 0,
+        it is at least the min_decryption_version that results. ``exportable`` True makes
+        every version of the key exportable from now on (its wrapping is unchanged);
+        InvalidRequest for False on an exportable key: material may have left already. Each
+        change is logged (key name, old and new)."""
 
     def delete_key(self, name: str) -> KeyInfo:
         """Remove the key, every version's material, its limits and usage, in one transaction;
@@ -225,12 +233,13 @@ def export_material(
 ) -> tuple[KeyInfo, int, bytes]:
     """The key, the version (latest by default) and its material, for export.
 
-    NotExportable unless the key was created exportable; VersionRetired for a version below
-    ``min_decryption_version`` (retired for decryption, so not handed out either).
+    NotExportable unless the key is exportable (created so, or made so since); VersionRetired
+    for a version below ``min_decryption_version`` (retired for decryption, so not handed out
+    either).
     """
     key = store.get_key(name)
     if not key.exportable:
-        raise NotExportable(f"key {name!r} was not created exportable")
+        raise NotExportable(f"key {name!r} is not exportable")
     version = key.latest if version is None else version
     if version < key.min_decryption_version:
         raise VersionRetired(

@@ -8,8 +8,8 @@ volume, a restored backup, a careless chmod) must not be able to change what it 
   longer unwraps;
 - every other row that decides something, a key's row (algorithm, exportable,
   min_decryption_version), its limits row (max_encryptions, auto_rotate_period), its policy
-  row (min_encryption_version, deletion_allowed) and a token's row (digest, scopes,
-  revocation), carries an
+  row (min_encryption_version, deletion_allowed, made_exportable) and a token's row (digest,
+  scopes, revocation), carries an
   HMAC-SHA-256 over every one of its columns, under a key derived from the master key with
   HKDF-SHA-256, one key per kind of row.
 
@@ -56,7 +56,14 @@ TOKEN_ROW = Row("token", ("id", "digest", "scopes", "label", "created_at", "revo
 # A key's usage limits (a key without this row has the defaults).
 LIMITS_ROW = Row("limits", ("name", "max_encryptions", "auto_rotate_period"))
 # A key's Transit policy (a key without this row: min_encryption_version 0, deletion not allowed).
+# A row whose made_exportable is 0 is MAC'd over these three columns, as every policy row was
+# before the flag existed, so those rows still verify; one whose flag is set (the key made
+# exportable after its creation) over all four, under POLICY_EXPORTABLE_ROW's own key: a flag
+# set without the master key, or cleared, fails either way (docs/SERVICE.md, Keystore).
 POLICY_ROW = Row("policy", ("name", "min_encryption_version", "deletion_allowed"))
+POLICY_EXPORTABLE_ROW = Row(
+    "policy-exportable", ("name", "min_encryption_version", "deletion_allowed", "made_exportable")
+)
 
 
 def encode(label: str, values: Sequence[object]) -> bytes:
@@ -100,7 +107,7 @@ class Integrity:
 
     def __init__(self, master_key: bytes) -> None:
         self._wrapper = KeyWrapper(master_key)
-        rows = (KEY_ROW, TOKEN_ROW, LIMITS_ROW, POLICY_ROW)
+        rows = (KEY_ROW, TOKEN_ROW, LIMITS_ROW, POLICY_ROW, POLICY_EXPORTABLE_ROW)
         self._mac_keys = {row: _derive(master_key, row) for row in rows}
 
     def wrap(

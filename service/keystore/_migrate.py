@@ -1,7 +1,7 @@
 """``sealflow keystore migrate``: an SQLite keystore copied into PostgreSQL, verbatim, then checked.
 
 Rows are copied as they are stored (wrapped material, MACs, times, ids, digests, usage limits
-and counts, Transit policies): both stores
+and counts, Transit policies with made_exportable): both stores
 authenticate the same columns with the same types (``_integrity``), so nothing is rewrapped or
 re-signed and a row that was refused in SQLite stays refused. The copy is one transaction into
 an empty PostgreSQL keystore; then both stores are opened with the master key and every key,
@@ -73,7 +73,8 @@ def _rows(path: Path) -> tuple[Rows, Rows, Rows, Rows, Rows, Rows]:
             usage = db.execute("SELECT name, version, reserved, bytes FROM key_usage").fetchall()
         if "key_policy" in tables:
             policies = db.execute(
-                "SELECT name, min_encryption_version, deletion_allowed, mac FROM key_policy"
+                "SELECT name, min_encryption_version, deletion_allowed, made_exportable, mac"
+                " FROM key_policy"
             ).fetchall()
     return keys, versions, tokens, limits, usage, policies
 

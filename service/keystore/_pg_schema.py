@@ -74,6 +74,14 @@ MIGRATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
             " mac bytea NOT NULL)",
         ),
     ),
+    (
+        "Transit policy per key: made_exportable (a key made exportable after its creation)",
+        (
+            # Set only by keys/:name/config (never cleared); the row's MAC then covers it
+            # (_integrity, POLICY_EXPORTABLE_ROW). Rows written before keep 0 and their MAC.
+            "ALTER TABLE sealflow_key_policy ADD COLUMN made_exportable integer NOT NULL DEFAULT 0",
+        ),
+    ),
 )
 
 

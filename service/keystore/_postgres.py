@@ -40,14 +40,16 @@ from ._base import (
     valid_scope,
     valid_secret,
 )
-from ._integrity import KEY_ROW, LIMITS_ROW, POLICY_ROW, TOKEN_ROW, Integrity, refuse
+from ._integrity import KEY_ROW, LIMITS_ROW, TOKEN_ROW, Integrity, refuse
 from ._pg_watch import Watcher
 from ._rows import (
     MAX_VERSION,
+    PolicyRow,
     digest,
     forget_replaced,
     key_info,
     limits_row,
+    policy_mac,
     present,
     token_info,
     with_limits,
@@ -71,7 +73,10 @@ _KEYS_SQL = (
     " JOIN sealflow_key_versions v ON v.name = k.name"
 )
 _LIMITS_SQL = "SELECT name, max_encryptions, auto_rotate_period, mac FROM sealflow_key_limits"
-_POLICY_SQL = "SELECT name, min_encryption_version, deletion_allowed, mac FROM sealflow_key_policy"
+_POLICY_SQL = (
+    "SELECT name, min_encryption_version, deletion_allowed, made_exportable, mac"
+    " FROM sealflow_key_policy"
+)
 _TOKENS_SQL = "SELECT id, digest, scopes, label, created_at, revoked_at, mac FROM sealflow_tokens"
 # Seconds a write waits for a connection before it is KeyStoreUnavailable (503).
 _WRITE_TIMEOUT = 5.0
@@ -238,12 +243,14 @@ class PostgresKeyStore(VersionWrites[Db]):
             (version, self._integrity.mac(KEY_ROW, row), name),
         )
 
-    def _write_policy(self, db: Db, row: tuple[str, int, int]) -> None:
+    def _write_policy(self, db: Db, row: PolicyRow) -> None:
         db.execute(
-            "INSERT INTO sealflow_key_policy VALUES (%s, %s, %s, %s) ON CONFLICT (name) DO UPDATE"
+            "INSERT INTO sealflow_key_policy (name, min_encryption_version, deletion_allowed,"
+            " made_exportable, mac) VALUES (%s, %s, %s, %s, %s) ON CONFLICT (name) DO UPDATE"
             " SET min_encryption_version = excluded.min_encryption_version,"
-            " deletion_allowed = excluded.deletion_allowed, mac = excluded.mac",
-            (*row, self._integrity.mac(POLICY_ROW, row)),
+            " deletion_allowed = excluded.deletion_allowed,"
+            " made_exportable = excluded.made_exportable, mac = excluded.mac",
+            (*row, policy_mac(self._integrity, row)),
         )
 
     def _delete_rows(self, db: Db, name: str) -> None:
@@ -384,7 +391,11 @@ class PostgresKeyStore(VersionWrites[Db]):
                 )
                 cur.executemany("INSERT INTO sealflow_key_limits VALUES (%s, %s, %s, %s)", limits)
                 cur.executemany("INSERT INTO sealflow_usage VALUES (%s, %s, %s, %s)", usage)
-                cur.executemany("INSERT INTO sealflow_key_policy VALUES (%s, %s, %s, %s)", policies)
+                cur.executemany(
+                    "INSERT INTO sealflow_key_policy (name, min_encryption_version,"
+                    " deletion_allowed, made_exportable, mac) VALUES (%s, %s, %s, %s, %s)",
+                    policies,
+                )
 
     # -- the cache
 
@@ -471,7 +482,7 @@ class PostgresKeyStore(VersionWrites[Db]):
                     if row is None:
                         raise KeyStoreCorrupt(f"key {info.name!r} version {version} vanished")
                     material[info.name, version] = self._integrity.unwrap(
-                        info.name, version, info.algorithm, info.exportable, row[0]
+                        info.name, version, info.algorithm, info.created_exportable, row[0]
                     )
                 except KeyStoreCorrupt:
                     refuse(self._where, f"key {info.name!r} version {version}")

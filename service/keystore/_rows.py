@@ -11,7 +11,15 @@ from typing import Any
 from sealflow.engine import Algorithm
 
 from ._base import KeyInfo, KeyVersionInfo, TokenInfo
-from ._integrity import KEY_ROW, LIMITS_ROW, POLICY_ROW, Integrity, refuse
+from ._integrity import (
+    KEY_ROW,
+    LIMITS_ROW,
+    POLICY_EXPORTABLE_ROW,
+    POLICY_ROW,
+    Integrity,
+    Row,
+    refuse,
+)
 from .errors import InvalidRequest, KeyNotFound, KeyStoreCorrupt
 
 ALGORITHMS = {alg.value for alg in Algorithm}
@@ -29,6 +37,7 @@ def key_info(integrity: Integrity, rows: Sequence[Sequence[Any]], where: str) ->
                 name=name,
                 algorithm=Algorithm(algorithm),
                 exportable=bool(exportable),
+                created_exportable=bool(exportable),
                 min_decryption_version=min_version,
                 versions=tuple(KeyVersionInfo(r[6], r[7]) for r in rows),
             )
@@ -98,21 +107,41 @@ def with_policy(
     policy_rows: Sequence[Sequence[Any]],
     where: str,
 ) -> dict[str, KeyInfo | None]:
-    """The keys with their policy rows (name, min_encryption_version, deletion_allowed, mac)
-    applied; a key whose policy row fails its check is refused like one whose own row does
-    (a forged ``deletion_allowed`` must not let a key be deleted)."""
+    """The keys with their policy rows (name, min_encryption_version, deletion_allowed,
+    made_exportable, mac) applied; a key whose policy row fails its check is refused like one
+    whose own row does (a forged ``deletion_allowed`` must not let a key be deleted, nor a
+    forged ``made_exportable`` its material be exported)."""
     for row in policy_rows:
         name = row[0]
         info = keys.get(name)
         if info is None:
             continue
-        values = tuple(row[:3])
-        if integrity.verify(POLICY_ROW, values, row[3]):
-            keys[name] = replace(info, min_encryption_version=row[1], deletion_allowed=bool(row[2]))
+        values = tuple(row[:4])
+        if integrity.verify(*_policy_form(values), row[4]):
+            keys[name] = replace(
+                info,
+                min_encryption_version=row[1],
+                deletion_allowed=bool(row[2]),
+                exportable=info.created_exportable or bool(row[3]),
+            )
         else:
             refuse(where, f"policy of key {name!r}")
             keys[name] = None
     return keys
+
+
+PolicyRow = tuple[str, int, int, int]
+
+
+def _policy_form(values: Sequence[Any]) -> tuple[Row, Sequence[Any]]:
+    # A row without the flag is MAC'd as before the flag existed (_integrity, POLICY_ROW).
+    if values[3] == 0:
+        return POLICY_ROW, values[:3]
+    return POLICY_EXPORTABLE_ROW, values
+
+
+def policy_mac(integrity: Integrity, row: PolicyRow) -> bytes:
+    return integrity.mac(*_policy_form(row))
 
 
 def policy_row(
@@ -120,9 +149,12 @@ def policy_row(
     min_decryption_version: int,
     min_encryption_version: int | None,
     deletion_allowed: bool | None,
-) -> tuple[str, int, int]:
+    exportable: bool | None = None,
+) -> PolicyRow:
     """The new policy row of a key (None: unchanged), or InvalidRequest. Stored as SQLite hands
-    it back (``deletion_allowed`` 0 or 1), so the MAC verifies on reading."""
+    it back (``deletion_allowed`` and ``made_exportable`` 0 or 1), so the MAC verifies on
+    reading. ``made_exportable`` is set only for a key not created exportable: the creation
+    flag stays in the key's row and its wrapping."""
     least = (
         info.min_encryption_version if min_encryption_version is None else min_encryption_version
     )
@@ -138,7 +170,15 @@ def policy_row(
         )
     if not isinstance(allowed, bool):
         raise InvalidRequest(f"deletion_allowed must be true or false, not {allowed!r}")
-    return info.name, least, int(allowed)
+    if exportable is not None and not isinstance(exportable, bool):
+        raise InvalidRequest(f"exportable must be true or false, not {exportable!r}")
+    if exportable is False and info.exportable:
+        raise InvalidRequest(
+            f"key {info.name!r} is exportable and stays so: its material may have been"
+            " exported already"
+        )
+    made = info.exportable or bool(exportable)
+    return info.name, least, int(allowed), int(made and not info.created_exportable)
 
 
 def forget_replaced(

@@ -30,15 +30,17 @@ from ._base import (
     valid_scope,
     valid_secret,
 )
-from ._integrity import KEY_ROW, LIMITS_ROW, POLICY_ROW, TOKEN_ROW, Integrity, refuse
+from ._integrity import KEY_ROW, LIMITS_ROW, TOKEN_ROW, Integrity, refuse
 from ._masterkey import KeyWrapper
 from ._rows import (
     MAX_VERSION,
+    PolicyRow,
     digest,
     forget_replaced,
     grant,
     key_info,
     limits_row,
+    policy_mac,
     present,
     token_info,
     with_limits,
@@ -66,7 +68,9 @@ _KEY_ROW_SQL = (
     " WHERE name = ?"
 )
 _LIMITS_SQL = "SELECT name, max_encryptions, auto_rotate_period, mac FROM key_limits"
-_POLICY_SQL = "SELECT name, min_encryption_version, deletion_allowed, mac FROM key_policy"
+_POLICY_SQL = (
+    "SELECT name, min_encryption_version, deletion_allowed, made_exportable, mac FROM key_policy"
+)
 # TOKEN_ROW.columns order, then the MAC.
 _TOKENS_SQL = "SELECT id, digest, scopes, label, created_at, revoked_at, mac FROM tokens"
 
@@ -236,10 +240,11 @@ class SQLiteKeyStore(VersionWrites[sqlite3.Connection]):
             (version, self._integrity.mac(KEY_ROW, row), name),
         )
 
-    def _write_policy(self, db: sqlite3.Connection, row: tuple[str, int, int]) -> None:
+    def _write_policy(self, db: sqlite3.Connection, row: PolicyRow) -> None:
         db.execute(
-            "INSERT OR REPLACE INTO key_policy VALUES (?, ?, ?, ?)",
-            (*row, self._integrity.mac(POLICY_ROW, row)),
+            "INSERT OR REPLACE INTO key_policy (name, min_encryption_version, deletion_allowed,"
+            " made_exportable, mac) VALUES (?, ?, ?, ?, ?)",
+            (*row, policy_mac(self._integrity, row)),
         )
 
     def _delete_rows(self, db: sqlite3.Connection, name: str) -> None:
@@ -287,7 +292,7 @@ class SQLiteKeyStore(VersionWrites[sqlite3.Connection]):
                 raise KeyNotFound(f"key {name!r} version {version} not found")
             try:
                 material = self._integrity.unwrap(
-                    name, version, info.algorithm, info.exportable, row[0]
+                    name, version, info.algorithm, info.created_exportable, row[0]
                 )
             except KeyStoreCorrupt:
                 refuse(str(self._path), f"key {name!r} version {version}")

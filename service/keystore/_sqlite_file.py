@@ -53,12 +53,16 @@ USAGE_SCHEMA = (
     # counter that UPDATE raises cannot carry one (docs/SERVICE.md, Usage).
     "CREATE TABLE IF NOT EXISTS key_usage (name TEXT NOT NULL, version INTEGER NOT NULL,"
     " reserved INTEGER NOT NULL, bytes INTEGER NOT NULL, PRIMARY KEY (name, version))",
-    # mac: over the other columns, in POLICY_ROW.columns order. No row: min_encryption_version
-    # 0, deletion not allowed (what every key had before this table).
+    # mac: over the other columns, in POLICY_ROW.columns order, or POLICY_EXPORTABLE_ROW's
+    # when made_exportable is set. No row: min_encryption_version 0, deletion not allowed,
+    # exportable as created (what every key had before this table).
     "CREATE TABLE IF NOT EXISTS key_policy (name TEXT PRIMARY KEY,"
     " min_encryption_version INTEGER NOT NULL, deletion_allowed INTEGER NOT NULL,"
-    " mac BLOB NOT NULL)",
+    " mac BLOB NOT NULL, made_exportable INTEGER NOT NULL DEFAULT 0)",
 )
+# Columns added to those tables since; a file whose table lacks one gets it at open (its rows
+# take the default, which is what they meant).
+USAGE_COLUMNS = (("key_policy", "made_exportable", "INTEGER NOT NULL DEFAULT 0"),)
 
 
 def create(path: Path, integrity: Integrity, fill: Callable[[Path], None] | None = None) -> bool:
@@ -157,6 +161,30 @@ def open_file(db: sqlite3.Connection, path: Path, integrity: Integrity, legacy: 
         raise KeyStoreUnavailable(f"the master key does not open keystore {path}")
     for statement in USAGE_SCHEMA:
         db.execute(statement)
+    _add_columns(db)
+
+
+def _add_columns(db: sqlite3.Connection) -> None:
+    """Add what USAGE_COLUMNS lists where it is missing, once, whoever opens the file first."""
+
+    def missing() -> list[tuple[str, str, str]]:
+        return [
+            (table, column, kind)
+            for table, column, kind in USAGE_COLUMNS
+            if column not in {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+        ]
+
+    if not missing():
+        return
+    db.execute("BEGIN IMMEDIATE")  # another process may be adding it too
+    try:
+        for table, column, kind in missing():
+            db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        raise
 
 
 def _enable_wal(db: sqlite3.Connection) -> None:

@@ -1,6 +1,6 @@
 """The write sequences both stores share: a rotation, a rotation only while a version is still
-the latest (automatic rotation), new limits, a key's version rules and deletion flag, a
-deletion. Each store supplies its transaction, its locked
+the latest (automatic rotation), new limits, a key's version rules, deletion flag and
+exportability, a deletion. Each store supplies its transaction, its locked
 read of a key and its row writes (the SQL dialects differ); the order of checks and writes is
 written here once, so the two stores cannot drift apart."""
 
@@ -14,7 +14,7 @@ from typing import Generic, TypeVar
 from sealflow.engine import Algorithm
 
 from ._base import KeyInfo
-from ._rows import MAX_VERSION, limits_row, policy_row
+from ._rows import MAX_VERSION, PolicyRow, limits_row, policy_row
 from .errors import DeletionNotAllowed, InvalidRequest
 
 log = logging.getLogger("sealflow.keystore")
@@ -44,7 +44,8 @@ class VersionWrites(ABC, Generic[Db]):
         by ``_locked_key``: a refused row is never re-signed)."""
 
     @abstractmethod
-    def _write_policy(self, db: Db, row: tuple[str, int, int]) -> None: ...
+    def _write_policy(self, db: Db, row: PolicyRow) -> None:
+        """The key's policy row, MAC'd (``_rows.policy_mac``)."""
 
     @abstractmethod
     def _delete_rows(self, db: Db, name: str) -> None:
@@ -57,7 +58,8 @@ class VersionWrites(ABC, Generic[Db]):
             info = self._locked_key(db, name)
             if info.latest >= MAX_VERSION:
                 raise InvalidRequest(f"key {name!r} has no version left")
-            self._add_version(db, name, info.latest + 1, info.algorithm, info.exportable)
+            # Wrapped under the creation flag, as every version before it (_integrity).
+            self._add_version(db, name, info.latest + 1, info.algorithm, info.created_exportable)
             return self._locked_key(db, name)
 
     def rotate_if_latest(self, name: str, version: int) -> KeyInfo:
@@ -65,7 +67,7 @@ class VersionWrites(ABC, Generic[Db]):
             info = self._locked_key(db, name)
             if info.latest != version:
                 return info
-            self._add_version(db, name, info.latest + 1, info.algorithm, info.exportable)
+            self._add_version(db, name, info.latest + 1, info.algorithm, info.created_exportable)
             info = self._locked_key(db, name)
         log.warning(
             "key %r rotated automatically to version %d",
@@ -95,6 +97,7 @@ class VersionWrites(ABC, Generic[Db]):
         min_encryption_version: int | None = None,
         deletion_allowed: bool | None = None,
         allow_lowering: bool = False,
+        exportable: bool | None = None,
     ) -> KeyInfo:
         with self._transaction() as db:
             before = info = self._locked_key(db, name)
@@ -114,10 +117,11 @@ class VersionWrites(ABC, Generic[Db]):
                     " makes retired versions decryptable again; it must be asked for"
                     " explicitly (allow_lowering)"
                 )
-            row = policy_row(info, least, min_encryption_version, deletion_allowed)
+            row = policy_row(info, least, min_encryption_version, deletion_allowed, exportable)
             if least != old:
                 self._write_min_decryption(db, name, least)
-            if row != (name, info.min_encryption_version, int(info.deletion_allowed)):
+            made = int(info.exportable and not info.created_exportable)
+            if row != (name, info.min_encryption_version, int(info.deletion_allowed), made):
                 self._write_policy(db, row)
             info = self._locked_key(db, name)
         _log_changes(before, info)
@@ -141,13 +145,14 @@ class VersionWrites(ABC, Generic[Db]):
 
 def _log_changes(before: KeyInfo, after: KeyInfo) -> None:
     """One line per rule changed; a lowering of min_decryption_version as a warning (retired
-    versions decrypt again), as is allowing deletion."""
-    for field in ("min_decryption_version", "min_encryption_version", "deletion_allowed"):
+    versions decrypt again), as are allowing deletion and making the key exportable."""
+    fields = ("min_decryption_version", "min_encryption_version", "deletion_allowed", "exportable")
+    for field in fields:
         old, new = getattr(before, field), getattr(after, field)
         if old == new:
             continue
         louder = (field == "min_decryption_version" and new < old) or (
-            field == "deletion_allowed" and new
+            field in ("deletion_allowed", "exportable") and new
         )
         log.log(
             logging.WARNING if louder else logging.INFO,

@@ -24,7 +24,7 @@ class InvalidRequest(KeyStoreError):
 
 
 class NotExportable(KeyStoreError):
-    """Export of a key that was not created exportable."""
+    """Export of a key that is not exportable (neither created nor made so)."""
 
 
 class VersionRetired(KeyStoreError):

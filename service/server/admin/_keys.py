@@ -109,6 +109,11 @@ class KeyPatch(BaseModel):
     deletion_allowed: StrictBool | None = Field(
         None, description="whether DELETE may remove the key and all its versions"
     )
+    exportable: StrictBool | None = Field(
+        None,
+        description="true makes the key exportable, every version (never undone: false on an"
+        " exportable key is a 400)",
+    )
 
 
 def _utc(value: datetime) -> str:
@@ -214,19 +219,24 @@ def rotate_key(name: KeyName, svc: ServicesDep, _: AdminDep, log: LogDep) -> Key
     return KeyOut.of(key, svc.store)
 
 
-@router.patch("/{name}", summary="Retire old versions; change usage limits; allow deletion")
+@router.patch(
+    "/{name}",
+    summary="Retire old versions; change usage limits; allow deletion; make exportable",
+)
 def patch_key(name: KeyName, body: KeyPatch, svc: ServicesDep, _: AdminDep, log: LogDep) -> KeyOut:
     log.key = name
     limits = body.max_encryptions, body.auto_rotate_period
     rules = body.min_decryption_version, body.min_encryption_version, body.deletion_allowed
-    if rules == (None, None, None) and limits == (None, None):
+    if rules == (None, None, None) and body.exportable is None and limits == (None, None):
         raise errors.bad_request(
             "nothing to change: give min_decryption_version, min_encryption_version,"
-            " deletion_allowed, max_encryptions or auto_rotate_period"
+            " deletion_allowed, exportable, max_encryptions or auto_rotate_period"
         )
     key = svc.store.get_key(name)
-    if rules != (None, None, None):
-        key = svc.store.configure(name, *rules, allow_lowering=body.allow_lowering)
+    if rules != (None, None, None) or body.exportable is not None:
+        key = svc.store.configure(
+            name, *rules, allow_lowering=body.allow_lowering, exportable=body.exportable
+        )
     if limits != (None, None):
         key = svc.store.set_limits(name, *limits)
     return KeyOut.of(key, svc.store)

@@ -3,10 +3,11 @@
 Keys are the native API's keys: a key made here encrypts on ``/v1/keys/{name}/encrypt`` and
 back, unless its name is one of Vault's that an envelope cannot carry (capitals, ``_``): such
 a key is used through Transit only. What the keystore cannot hold (derived or convergent keys,
-``allow_plaintext_backup``, making an existing key exportable) is refused with a 400 naming
-the field, rather than accepted and ignored (docs/TRANSIT.md). ``keys/:name/config`` checks
-every field in Transit's order, with Transit's messages, before it writes anything. Keystore
-writes (one fsynced transaction) run on a thread, off the event loop.
+``allow_plaintext_backup``) is refused with a 400 naming the field, rather than accepted and
+ignored (docs/TRANSIT.md). ``keys/:name/config`` checks every field in Transit's order, with
+Transit's messages, before it writes anything; ``exportable`` goes false -> true only (the
+keystore records it beside the key's wrapping, which keeps the creation flag). Keystore writes
+(one fsynced transaction) run on a thread, off the event loop.
 """
 
 from __future__ import annotations
@@ -208,22 +209,21 @@ async def config(store: KeyStore, name: str, body: Body) -> bytes:
     deletion = key.deletion_allowed
     if _given(body, "deletion_allowed"):
         deletion = _wire.as_bool(body, "deletion_allowed")
-    if _wire.as_bool(body, "exportable") and not key.exportable:
-        raise _wire.user_error(
-            "sealflow cannot make an existing key exportable (exportability is bound into"
-            " its wrapped material); create an exportable key and rewrap onto it"
-        )
+    # As Transit: false -> true only; false on an exportable key is ignored (no error), since
+    # material once exportable may have left already.
+    exportable = _wire.as_bool(body, "exportable") or key.exportable
     _unsupported(body, "allow_plaintext_backup")
     period = _period(body)
-    # Everything checked: now the writes (the version rules and the flag in one transaction).
-    if (min_decryption, min_encryption, deletion) != (
+    # Everything checked: now the writes (the version rules and flags in one transaction).
+    if (min_decryption, min_encryption, deletion, exportable) != (
         key.min_decryption_version,
         key.min_encryption_version,
         key.deletion_allowed,
+        key.exportable,
     ):
         # Transit lowers min_decryption_version when asked to; the keystore logs every change.
         key = await asyncio.to_thread(
-            store.configure, name, min_decryption, min_encryption, deletion, True
+            store.configure, name, min_decryption, min_encryption, deletion, True, exportable
         )
     if period is not None and period != key.auto_rotate_period:
         key = await asyncio.to_thread(store.set_limits, name, None, period)
