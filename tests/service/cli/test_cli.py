@@ -188,6 +188,14 @@ def test_keys_commands(server: Server) -> None:
     assert done.returncode != 0
     assert b"exportable" in done.stderr
     assert server.cli("keys", "create", name).returncode == 1  # exists
+    # A key made exportable later: `keys show` says so, and its first version exports.
+    later = "cli-" + os.urandom(3).hex()
+    server.cli("keys", "create", later)
+    assert json.loads(server.cli("keys", "show", later).stdout)["exportable"] is False
+    made = json.loads(server.cli("keys", "policy", later, "--make-exportable").stdout)
+    assert made["exportable"] is True
+    assert json.loads(server.cli("keys", "show", later).stdout)["exportable"] is True
+    assert json.loads(server.cli("keys", "export", later).stdout)["version"] == 1
 
 
 def test_tokens_commands_never_print_secrets_after_creation(server: Server) -> None:

@@ -68,6 +68,25 @@ def test_export_only_for_exportable_keys(client: httpx.Client) -> None:
     assert client.get(f"/v1/keys/{name}/export?version=3").status_code == 404
 
 
+def test_patch_makes_a_key_exportable(client: httpx.Client) -> None:
+    name = unique("exp")
+    client.post("/v1/keys", json={"name": name}).raise_for_status()
+    client.post(f"/v1/keys/{name}/rotate").raise_for_status()
+    for bad in ("true", 1):  # strict, as the other fields
+        assert client.patch(f"/v1/keys/{name}", json={"exportable": bad}).status_code == 400
+    unchanged = client.patch(f"/v1/keys/{name}", json={"exportable": False}).json()
+    assert unchanged["exportable"] is False
+    r = client.patch(f"/v1/keys/{name}", json={"exportable": True})
+    assert (r.status_code, r.json()["exportable"], r.json()["latest"]) == (200, True, 2)
+    assert client.get(f"/v1/keys/{name}").json()["exportable"] is True
+    for version in (1, 2):
+        exported = client.get(f"/v1/keys/{name}/export?version={version}").json()
+        assert len(base64.b64decode(exported["key"])) == 32
+    r = client.patch(f"/v1/keys/{name}", json={"exportable": False})
+    assert (r.status_code, r.json()["error"]["code"]) == (400, "bad_request")
+    assert "stays so" in r.json()["error"]["message"]
+
+
 def test_rotation_while_requests_are_in_flight(server: Server, client: httpx.Client) -> None:
     name = unique("rot")
     client.post("/v1/keys", json={"name": name}).raise_for_status()

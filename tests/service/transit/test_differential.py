@@ -17,6 +17,7 @@ from typing import Any
 import hvac
 import hvac.exceptions
 import pytest
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from tests.service.transit.conftest import unique
 
@@ -259,3 +260,26 @@ def test_min_encryption_version_deletion_and_vault_names(both: Both) -> None:
     both.same(lambda c: transit(c).create_key(name))
     again = both.same(lambda c: transit(c).read_key(name))
     assert {a["data"]["latest_version"] for a in again.values()} == {1}
+
+
+def test_a_key_made_exportable(both: Both) -> None:
+    """config exportable false -> true as Transit: the key exports every version, whose
+    material opens that server's own ciphertext; true -> false is ignored, without an error."""
+    name = unique("diff")
+    both.same(lambda c: transit(c).create_key(name))
+    sealed = both.same(lambda c: transit(c).encrypt_data(name, b64(b"before")))
+    both.same(lambda c: transit(c).rotate_key(name))
+    both.same(lambda c: transit(c).export_key(name, "encryption-key"))  # refused on both
+    made = both.same(lambda c: transit(c).update_key_configuration(name, exportable=True))
+    assert {a["data"]["exportable"] for a in made.values()} == {True}
+    exported = both.same(lambda c: transit(c).export_key(name, "encryption-key"))
+    for server, answer in exported.items():
+        keys = answer["data"]["keys"]
+        assert sorted(keys) == ["1", "2"]
+        raw = base64.b64decode(sealed[server]["data"]["ciphertext"].split(":", 2)[2])
+        opened = AESGCM(base64.b64decode(keys["1"])).decrypt(raw[:12], raw[12:], None)
+        assert opened == b"before"
+    kept = both.same(lambda c: transit(c).update_key_configuration(name, exportable=False))
+    assert {a["data"]["exportable"] for a in kept.values()} == {True}
+    read = both.same(lambda c: transit(c).read_key(name))
+    assert {a["data"]["exportable"] for a in read.values()} == {True}

@@ -14,6 +14,7 @@ import httpx
 import hvac
 import hvac.exceptions
 import pytest
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from tests.service.conftest import Server
 from tests.service.server.test_auth import new_token
@@ -131,8 +132,6 @@ def test_export_only_for_exportable_keys(vault: hvac.Client) -> None:
     vault.secrets.transit.create_key(name)
     with pytest.raises(hvac.exceptions.InvalidRequest, match="not exportable"):
         vault.secrets.transit.export_key(name, "encryption-key")
-    with pytest.raises(hvac.exceptions.InvalidRequest, match="cannot make an existing key"):
-        vault.secrets.transit.update_key_configuration(name, exportable=True)
     name = unique("hv")
     vault.secrets.transit.create_key(name, exportable=True)
     vault.secrets.transit.rotate_key(name)
@@ -140,6 +139,33 @@ def test_export_only_for_exportable_keys(vault: hvac.Client) -> None:
     assert sorted(keys) == ["1", "2"]
     latest = vault.secrets.transit.export_key(name, "encryption-key", "latest")
     assert latest["data"]["keys"] == {"2": keys["2"]}
+
+
+def test_a_key_made_exportable_opens_its_old_ciphertexts(vault: hvac.Client) -> None:
+    """config exportable false -> true: every version's material exports and opens what that
+    version sealed before the flip, with ``cryptography`` alone; true -> false is ignored."""
+    transit = vault.secrets.transit
+    name = unique("hv")
+    transit.create_key(name)
+    sealed = {1: transit.encrypt_data(name, b64(b"one"), associated_data=b64(b"ad"))}
+    transit.rotate_key(name)
+    sealed[2] = transit.encrypt_data(name, b64(b"two"), associated_data=b64(b"ad"))
+    made = transit.update_key_configuration(name, exportable=True)["data"]
+    assert (made["exportable"], made["latest_version"]) == (True, 2)
+    assert transit.read_key(name)["data"]["exportable"] is True
+    keys = transit.export_key(name, "encryption-key")["data"]["keys"]
+    assert sorted(keys) == ["1", "2"]
+    for version, plaintext in ((1, b"one"), (2, b"two")):
+        text = sealed[version]["data"]["ciphertext"]
+        assert text.startswith(f"vault:v{version}:")
+        raw = base64.b64decode(text.split(":", 2)[2])
+        aead = AESGCM(base64.b64decode(keys[str(version)]))
+        assert aead.decrypt(raw[:12], raw[12:], b"ad") == plaintext
+    # A version made after the flip exports too; false never takes the flag back (Transit).
+    transit.rotate_key(name)
+    kept = transit.update_key_configuration(name, exportable=False)["data"]
+    assert kept["exportable"] is True
+    assert sorted(transit.export_key(name, "encryption-key")["data"]["keys"]) == ["1", "2", "3"]
 
 
 @pytest.mark.parametrize(("bits", "size"), [(None, 32), (128, 16), (256, 32), (512, 64)])
