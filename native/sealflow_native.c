@@ -732,61 +732,65 @@ int sf_open_many(int alg, const char *key, const char *aad, size_t aadlen, size_
  */
 static const char sf_b64_alphabet[] =
     "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-#define SF_B64_BAD 0xFF
-/* The value of each byte in the alphabet, SF_B64_BAD for every other byte (sf_init fills it). */
-static unsigned char sf_b64_values[256];
+/* Decoding: each byte's value shifted into its place in a 24-bit group (by its position in the
+   group of 4), or SF_B64_BAD for a byte outside the alphabet: a group is 4 lookups OR-ed, and
+   one test per text. Encoding: the two characters of each 12-bit value. sf_init fills both. */
+#define SF_B64_BAD (1U << 24)
+static uint32_t sf_b64_values[4][256];
+static char sf_b64_pairs[4096][2];
 
 static void sf_b64_init(void)
 {
-    memset(sf_b64_values, SF_B64_BAD, sizeof(sf_b64_values));
-    for (unsigned char i = 0; i < 64; i++)
-        sf_b64_values[(unsigned char)sf_b64_alphabet[i]] = i;
+    for (int k = 0; k < 4; k++)
+        for (int c = 0; c < 256; c++)
+            sf_b64_values[k][c] = SF_B64_BAD;
+    for (uint32_t i = 0; i < 64; i++)
+        for (int k = 0; k < 4; k++)
+            sf_b64_values[k][(unsigned char)sf_b64_alphabet[i]] = i << (18 - 6 * k);
+    for (int i = 0; i < 4096; i++) {
+        sf_b64_pairs[i][0] = sf_b64_alphabet[i >> 6];
+        sf_b64_pairs[i][1] = sf_b64_alphabet[i & 0x3F];
+    }
 }
 
 /* One canonical text of n bytes into out (room for n / 4 * 3 bytes); SF_ERR_ARG if it is not. */
 static int sf_b64_decode(const unsigned char *s, size_t n, unsigned char *out, size_t *outn)
 {
-    const unsigned char *v = sf_b64_values;
+    const uint32_t(*v)[256] = sf_b64_values;
     size_t groups = n / 4, o = 0;
-    unsigned a, b, c, d;
+    uint32_t w, seen = 0;
 
     if (n % 4 != 0)
         return SF_ERR_ARG;
     *outn = 0;
     if (n == 0)
         return SF_OK;
-    for (size_t g = 0; g + 1 < groups; g++, s += 4) {
-        a = v[s[0]], b = v[s[1]], c = v[s[2]], d = v[s[3]];
-        if ((a | b | c | d) > 63)
-            return SF_ERR_ARG;
-        out[o] = (unsigned char)(a << 2 | b >> 4);
-        out[o + 1] = (unsigned char)((b & 0x0F) << 4 | c >> 2);
-        out[o + 2] = (unsigned char)((c & 0x03) << 6 | d);
-        o += 3;
+    for (size_t g = 0; g + 1 < groups; g++, s += 4, o += 3) {
+        w = v[0][s[0]] | v[1][s[1]] | v[2][s[2]] | v[3][s[3]];
+        seen |= w; /* a bad byte anywhere sets SF_B64_BAD: tested once, after the loop */
+        out[o] = (unsigned char)(w >> 16);
+        out[o + 1] = (unsigned char)(w >> 8);
+        out[o + 2] = (unsigned char)w;
     }
-    /* The last group: xxxx, xxx= or xx==. */
-    a = v[s[0]], b = v[s[1]];
-    if ((a | b) > 63)
+    /* The last group: xxxx, xxx= (the last 2 bits zero) or xx== (the last 4 bits zero). */
+    size_t last = s[3] != '=' ? 3 : s[2] != '=' ? 2 : 1;
+    w = v[0][s[0]] | v[1][s[1]];
+    if (last > 1)
+        w |= v[2][s[2]];
+    if (last > 2)
+        w |= v[3][s[3]];
+    if (last == 2 && (w & 0xFF) != 0)
         return SF_ERR_ARG;
-    out[o++] = (unsigned char)(a << 2 | b >> 4);
-    if (s[2] == '=') {
-        if (s[3] != '=' || (b & 0x0F) != 0)
-            return SF_ERR_ARG;
-    } else {
-        c = v[s[2]];
-        if (c > 63)
-            return SF_ERR_ARG;
-        out[o++] = (unsigned char)((b & 0x0F) << 4 | c >> 2);
-        if (s[3] == '=') {
-            if ((c & 0x03) != 0)
-                return SF_ERR_ARG;
-        } else {
-            d = v[s[3]];
-            if (d > 63)
-                return SF_ERR_ARG;
-            out[o++] = (unsigned char)((c & 0x03) << 6 | d);
-        }
-    }
+    if (last == 1 && (w & 0xFFFF) != 0)
+        return SF_ERR_ARG;
+    out[o] = (unsigned char)(w >> 16);
+    if (last > 1)
+        out[o + 1] = (unsigned char)(w >> 8);
+    if (last > 2)
+        out[o + 2] = (unsigned char)w;
+    o += last;
+    if ((seen | w) & SF_B64_BAD)
+        return SF_ERR_ARG;
     *outn = o;
     return SF_OK;
 }
@@ -794,20 +798,16 @@ static int sf_b64_decode(const unsigned char *s, size_t n, unsigned char *out, s
 /* Standard padded base64 of n bytes into out (4 * ceil(n / 3) bytes); returns the end. */
 static unsigned char *sf_b64_encode(const unsigned char *in, size_t n, unsigned char *out)
 {
-    const char *t = sf_b64_alphabet;
     size_t i = 0;
     for (; i + 3 <= n; i += 3, out += 4) {
         uint32_t w = (uint32_t)in[i] << 16 | (uint32_t)in[i + 1] << 8 | in[i + 2];
-        out[0] = (unsigned char)t[w >> 18];
-        out[1] = (unsigned char)t[(w >> 12) & 0x3F];
-        out[2] = (unsigned char)t[(w >> 6) & 0x3F];
-        out[3] = (unsigned char)t[w & 0x3F];
+        memcpy(out, sf_b64_pairs[w >> 12], 2);
+        memcpy(out + 2, sf_b64_pairs[w & 0xFFF], 2);
     }
     if (i < n) {
         uint32_t w = (uint32_t)in[i] << 16 | (i + 1 < n ? (uint32_t)in[i + 1] << 8 : 0);
-        out[0] = (unsigned char)t[w >> 18];
-        out[1] = (unsigned char)t[(w >> 12) & 0x3F];
-        out[2] = (unsigned char)(i + 1 < n ? t[(w >> 6) & 0x3F] : '=');
+        memcpy(out, sf_b64_pairs[w >> 12], 2);
+        out[2] = (unsigned char)(i + 1 < n ? sf_b64_pairs[w & 0xFFF][0] : '=');
         out[3] = '=';
         out += 4;
     }
