@@ -359,19 +359,25 @@ class NativeProvider:
             _raise(rc)
 
 
-def base64_column(column: BytesLike, count: int, sep: int) -> tuple[bytearray, int, array[int]]:
-    """Decode count canonical base64 texts separated by the byte sep (``sf_base64_column``):
-    a buffer holding them end to end, how many of its bytes they take, and their lengths.
-    ValueError if a text is not canonical padded base64 or the count differs."""
+def base64_column(
+    column: BytesLike, count: int | None, sep: bytes
+) -> tuple[bytearray, int, array[int]]:
+    """Decode the canonical base64 texts that sep separates in column (``sf_base64_column``):
+    exactly count of them, or as many as there are (None). A buffer holding them end to end,
+    how many of its bytes they take, and their lengths. ValueError if a text is not canonical
+    padded base64, a separator is cut short, or the count differs."""
     n = len(column)
+    room = count if count is not None else n // len(sep) + 1
     out = new_bytearray(n // 4 * 3)
-    lengths = array("I", bytes(4 * count))
-    used = ffi.new("size_t *")
+    lengths = array("I", bytes(4 * room))
+    found, used = ffi.new("size_t *"), ffi.new("size_t *")
     if _base64_column(
-        _in(column), n, sep, count, _from_buffer(out), len(out),
-        _from_buffer("uint32_t[]", lengths), used,
+        _in(column), n, sep, len(sep), room, count is not None, _from_buffer(out), len(out),
+        _from_buffer("uint32_t[]", lengths), found, used,
     ):  # fmt: skip
         raise ValueError("records: a text is not canonical padded base64, or the count differs")
+    if found[0] != room:
+        lengths = lengths[: found[0]]
     return out, int(used[0]), lengths
 
 

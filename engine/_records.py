@@ -18,6 +18,9 @@ from ._errors import DecryptionError
 from ._types import BytesLike, RecordStatus
 
 FRAME_LEN = 4
+_BASE64_BYTES = frozenset(
+    bytes((c,)) for c in b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/="
+)
 _OK = RecordStatus.OK
 _BYTES_LIKE = (bytes, bytearray, memoryview)
 
@@ -99,17 +102,22 @@ class Records:
         return cls(as_bytes_view(data, "records"), _lengths(lengths), False)
 
     @classmethod
-    def from_base64(cls, column: BytesLike, count: int, sep: bytes = b"\n") -> Records:
-        """Records decoded from count standard padded base64 texts separated by sep (one
-        byte), in one native pass: ``b"\\n".join(texts)`` of ``str.encode``d texts, say.
+    def from_base64(
+        cls, column: BytesLike, count: int | None = None, sep: bytes = b"\n"
+    ) -> Records:
+        """Records decoded from standard padded base64 texts separated by sep, in one native
+        pass: ``b"\\n".join(texts)`` of ``str.encode``d texts, say, or texts between the
+        fixed bytes of a serialization (a separator of several bytes). Exactly count texts, or
+        as many as there are (None; an empty column is one empty text).
 
         Canonical base64 only (the alphabet, ``=`` padding to a multiple of 4, zero trailing
-        bits); ValueError for anything else, or another number of texts, so that a caller
-        with a more lenient decoder can take such a batch its own way.
+        bits); ValueError for anything else, a separator cut short, or another number of
+        texts, so that a caller with a more lenient decoder can take such a batch its own way.
+        sep must not start with a base64 character (texts end at its first byte).
         """
-        if len(sep) != 1:
-            raise ValueError("records: the separator is one byte")
-        buf, used, lengths = _native.base64_column(as_bytes_view(column, "column"), count, sep[0])
+        if not sep or sep[:1] in _BASE64_BYTES:
+            raise ValueError("records: the separator must not start with a base64 character")
+        buf, used, lengths = _native.base64_column(as_bytes_view(column, "column"), count, sep)
         return cls(buf if used == len(buf) else memoryview(buf)[:used], lengths, False)
 
     @classmethod

@@ -815,34 +815,51 @@ static unsigned char *sf_b64_encode(const unsigned char *in, size_t n, unsigned 
 }
 
 /*
- * Decode a column of exactly `count` texts separated by the byte `sep` (count 0: inlen is 0)
- * into out, end to end: lens[i] gets text i's decoded length, *used the total. SF_ERR_ARG if
- * a text is not canonical base64, the count differs, or out (outlen bytes) is too small; out
- * and lens are then left partly written, for the caller to drop.
+ * Decode a column of base64 texts separated by the seplen bytes of sep into out, end to end:
+ * lens[i] gets text i's decoded length, *count the number of texts, *used the bytes. sep[0]
+ * must not be a base64 character (a text ends at the first sep[0], and the whole separator
+ * must follow). lens has room for max_count texts; with `exact`, there must be exactly that
+ * many (0: the column is empty). Otherwise an empty column is one empty text. SF_ERR_ARG if
+ * a text is not canonical base64, a separator is cut short, the count is off, or out
+ * (outlen bytes) is too small; out and lens are then left partly written, for the caller to
+ * drop.
  */
-int sf_base64_column(const char *in, size_t inlen, unsigned char sep, size_t count, char *out,
-                     size_t outlen, uint32_t *lens, size_t *used)
+int sf_base64_column(const char *in, size_t inlen, const char *sep, size_t seplen,
+                     size_t max_count, int exact, char *out, size_t outlen, uint32_t *lens,
+                     size_t *count, size_t *used)
 {
     const unsigned char *p = (const unsigned char *)in, *end = p + inlen;
-    size_t o = 0, n;
+    const unsigned char first = seplen > 0 ? (unsigned char)sep[0] : 0;
+    size_t o = 0, n, i = 0;
 
-    if (count == 0)
-        return inlen == 0 ? (*used = 0, SF_OK) : SF_ERR_ARG;
-    for (size_t i = 0; i < count; i++) {
-        const unsigned char *stop = memchr(p, sep, (size_t)(end - p));
+    if (seplen == 0 || sf_b64_values[0][first] != SF_B64_BAD || first == '=')
+        return SF_ERR_ARG;
+    if (exact && max_count == 0) {
+        *count = *used = 0;
+        return inlen == 0 ? SF_OK : SF_ERR_ARG;
+    }
+    for (;;) {
+        const unsigned char *stop = memchr(p, first, (size_t)(end - p));
         if (stop == NULL)
             stop = end;
-        if ((stop == end) != (i + 1 == count))
-            return SF_ERR_ARG; /* fewer or more texts than count */
+        if (i == max_count)
+            return SF_ERR_ARG; /* more texts than lens holds */
         n = (size_t)(stop - p);
         if (n / 4 * 3 > outlen - o || n / 4 * 3 > UINT32_MAX)
             return SF_ERR_ARG;
         if (sf_b64_decode(p, n, (unsigned char *)out + o, &n) != SF_OK)
             return SF_ERR_ARG;
-        lens[i] = (uint32_t)n;
+        lens[i++] = (uint32_t)n;
         o += n;
-        p = stop + 1;
+        if (stop == end)
+            break;
+        if ((size_t)(end - stop) < seplen || memcmp(stop, sep, seplen) != 0)
+            return SF_ERR_ARG;
+        p = stop + seplen;
     }
+    if (exact && i != max_count)
+        return SF_ERR_ARG;
+    *count = i;
     *used = o;
     return SF_OK;
 }

@@ -85,8 +85,9 @@ int sf_open_many(int alg, const char *key, const char *aad, size_t aadlen, size_
 int sf_hkdf_expand_sha512(const char *key, size_t keylen, const char *info, size_t infolen,
                           char *out, size_t outlen);
 /* Batches as text (sf_base64_column, sf_seal_many_text): standard padded base64. */
-int sf_base64_column(const char *in, size_t inlen, unsigned char sep, size_t count, char *out,
-                     size_t outlen, uint32_t *lens, size_t *used);
+int sf_base64_column(const char *in, size_t inlen, const char *sep, size_t seplen,
+                     size_t max_count, int exact, char *out, size_t outlen, uint32_t *lens,
+                     size_t *count, size_t *used);
 int sf_text_size(const uint32_t *lens, size_t count, size_t fixed, size_t beforelen,
                  size_t afterlen, const uint32_t *after_lens, size_t seplen, size_t headlen,
                  size_t taillen, uint64_t *total);

@@ -84,9 +84,41 @@ def test_from_base64_counts_texts() -> None:
     for column, count in [(b"YQ==\nYQ==", 1), (b"YQ==", 2), (b"YQ==\n", 1), (b"x", 0)]:
         with pytest.raises(ValueError, match="records"):
             Records.from_base64(column, count)
-    with pytest.raises(ValueError, match="records"):
-        Records.from_base64(b"YQ==", 1, sep=b"\r\n")
     assert bytes(Records.from_base64(b"YQ==,YWI=", 2, sep=b",").data) == b"aab"
+    for sep in (b"", b"A", b"=x", b"+"):
+        with pytest.raises(ValueError, match="separator"):
+            Records.from_base64(b"YQ==", 1, sep=sep)
+
+
+def test_from_base64_between_fixed_bytes() -> None:
+    """Texts between the fixed bytes of a serialization, as many as there are."""
+    sep = b'"}, {"plaintext": "'
+    records = Records.from_base64(sep.join([b"YQ==", b"", b"YWJj"]), sep=sep)
+    assert list(records.lengths) == [1, 0, 3]
+    assert bytes(records.data) == b"aabc"
+    assert len(Records.from_base64(b"", sep=sep)) == 1
+    assert len(Records.from_base64(b"YQ==", 1, sep=sep)) == 1
+    for column in (
+        b"YQ==" + sep[:-1] + b"YQ==",
+        b"YQ==" + sep[:5],
+        b'YQ=="}, {"x": "YQ==',
+        b'YQ=="',
+    ):
+        with pytest.raises(ValueError, match="records"):
+            Records.from_base64(column, sep=sep)
+    with pytest.raises(ValueError, match="records"):
+        Records.from_base64(sep.join([b"YQ=="] * 3), 2, sep=sep)
+
+
+@given(
+    st.lists(st.binary(max_size=40), min_size=1, max_size=20),
+    st.sampled_from([b"\n", b",", b'"},{"p":"']),
+)
+def test_from_base64_counts_what_it_finds(plaintexts: list[bytes], sep: bytes) -> None:
+    column = sep.join(base64.b64encode(p) for p in plaintexts)
+    records = Records.from_base64(column, sep=sep)
+    assert list(records.lengths) == [len(p) for p in plaintexts]
+    assert bytes(records.data) == b"".join(plaintexts)
 
 
 def opened(alg: Algorithm, key: bytes, aad: bytes, text: bytes) -> bytes:

@@ -3,9 +3,18 @@ item, and answered by one engine call that writes the JSON of ``batch_results`` 
 
 The common batch is a list of objects that carry a ``plaintext`` string each, maybe a
 ``reference`` string each, and the same ``key_version`` and ``associated_data`` (or none) on
-every item. ``column`` recognises it in a few C-level passes over the list (``map``,
-``str.join``) and joins the plaintexts' base64 into one ``\\n``-separated buffer;
-``engine.Records.from_base64`` decodes that in one native call, and
+every item. Two ways in:
+
+- ``from_body``: the request's bytes, unparsed, when they are exactly the usual serialization
+  of a batch of plaintexts only (Go's ``encoding/json`` as the Vault CLI and Go clients write
+  it, or Python's ``json.dumps`` as hvac sends it): the texts between the fixed bytes are the
+  column, and the body need not be parsed at all. The engine's decoder takes base64 characters
+  only, so a body it accepts is exactly such a batch: any escape, quote, space or other field
+  makes it refuse, and the parsed way is tried.
+- ``column``: the parsed body, recognised in a few C-level passes over the list (``map``,
+  ``str.join``), the plaintexts' base64 joined by ``\\n``.
+
+``engine.Records.from_base64`` decodes the column in one native call, and
 ``engine.seal_many_text`` seals every item and writes each result straight into the answer's
 bytes, between the envelope's head and tail. Any other shape (another field type, mixed
 versions, base64 that is not canonical) is None here, and ``_data`` takes the general path,
@@ -30,19 +39,41 @@ from ._wire import Body
 
 _PLAINTEXT = itemgetter("plaintext")
 _SEP = "\n"  # never inside canonical base64: a text holding one makes the count differ
+_NEWLINE = _SEP.encode()
 _NONE = type(None)
 _RESULTS = b'"batch_results":[]'
+# The fixed bytes of a batch of plaintexts only, as the usual encoders write it: (before the
+# first text, between two texts, after the last one).
+_SERIALIZATIONS = (
+    (b'{"batch_input":[{"plaintext":"', b'"},{"plaintext":"', b'"}]}'),  # Go, compact JSON
+    (b'{"batch_input": [{"plaintext": "', b'"}, {"plaintext": "', b'"}]}'),  # json.dumps
+)
+_JSON_SPACE = b" \t\r\n"
 
 
 @dataclass(slots=True, frozen=True)
 class Column:
     """A batch in the common shape."""
 
-    texts: bytes  # the plaintexts' base64, joined by _SEP
-    count: int
+    texts: bytes | memoryview  # the plaintexts' base64, separated by sep
+    count: int | None  # None: as many as the column holds
+    sep: bytes
     version: int  # the key_version every item asks for (0: the latest)
     aad: str  # the associated_data (base64) every item carries ("": none)
     references: list[str] | None  # one per item, None when no item has one
+
+
+def from_body(raw: bytes) -> Column | None:
+    """The column of a body in one of the usual serializations of a batch of plaintexts only
+    (trailing whitespace allowed: Go's encoder ends with a newline), or None. Whether the texts
+    are all base64 is for the decoder to say (``engine.Records.from_base64``)."""
+    end = len(raw)
+    while end and raw[end - 1] in _JSON_SPACE:
+        end -= 1
+    for head, between, tail in _SERIALIZATIONS:
+        if raw.startswith(head) and raw.endswith(tail, 0, end) and end >= len(head) + len(tail):
+            return Column(memoryview(raw)[len(head) : end - len(tail)], None, between, 0, "", None)
+    return None
 
 
 def column(body: Body) -> Column | None:
@@ -56,7 +87,7 @@ def column(body: Body) -> Column | None:
     except (KeyError, TypeError, UnicodeEncodeError):
         return None
     if max(map(len, batch)) == 1:  # the usual batch: plaintext only
-        return Column(joined, len(batch), 0, "", None)
+        return Column(joined, len(batch), _NEWLINE, 0, "", None)
     return _shared(batch, joined)
 
 
@@ -75,6 +106,7 @@ def _shared(batch: list[dict[str, Any]], joined: bytes) -> Column | None:
     return Column(
         joined,
         len(batch),
+        _NEWLINE,
         versions[0] or 0,
         aads[0] or "",
         [r or "" for r in references] if any(references) else None,

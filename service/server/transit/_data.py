@@ -57,6 +57,17 @@ class _Results:
         return [i for i, e in enumerate(self.errors) if e is None]
 
 
+async def encrypt_body(svc: Services, name: str, raw: bytes) -> Answer | None:
+    """``encrypt`` of a body in the usual serialization of a batch of plaintexts only, read
+    without parsing it (``_column.from_body``); None, before any side effect, for any other
+    body or any item that would fail: ``encrypt`` then answers."""
+    column = _column.from_body(raw)
+    sealed = None if column is None else _seal_column(svc, name, column)
+    if sealed is None:
+        return None
+    return 200, await svc.crypto.run(len(raw), sealed)
+
+
 async def encrypt(svc: Services, name: str, body: Body, size: int) -> Answer:
     column = _column.column(body)
     sealed = None if column is None else _seal_column(svc, name, column)
@@ -101,7 +112,7 @@ def _seal_column(svc: Services, name: str, column: _column.Column) -> Callable[[
     fail (bad base64, an unknown key or version, bad associated_data): ``_Sealing`` then
     answers, with each item's error."""
     try:
-        records = engine.Records.from_base64(column.texts, column.count)
+        records = engine.Records.from_base64(column.texts, column.count, column.sep)
         key = svc.store.get_key(name)
         aad = _ciphertext.b64decode(column.aad) if column.aad else b""
     except (ValueError, KeyNotFound):  # CiphertextError is a ValueError

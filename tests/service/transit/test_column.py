@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import dataclasses
+import json
 import os
 from collections import Counter
 from collections.abc import Iterator
@@ -33,7 +34,7 @@ from sealflow.service.keystore import KeyInfo, UsageMeter, prepare
 from sealflow.service.server._startup import start_services
 from sealflow.service.server._state import Services
 from sealflow.service.server.errors import ApiError
-from sealflow.service.server.transit import _column, _data
+from sealflow.service.server.transit import _column, _data, _wire
 
 KEYS = {"k": Algorithm.AES_256_GCM, "c": Algorithm.CHACHA20_POLY1305, "s": Algorithm.AES_128_GCM}
 
@@ -121,12 +122,24 @@ def comparable(svc: Services, name: str, body: dict[str, Any], raw: bytes) -> An
     return answer
 
 
-def check_same(svc: Services, name: str, body: dict[str, Any]) -> Any:
-    """Both paths on one batch; the column's answer (parsed, random parts opened)."""
-    ours, ours_counted = answer(
-        lambda s, n, b: asyncio.run(_data.encrypt(s, n, b, 0)), svc, name, body
-    )
-    theirs, their_counted = answer(general, svc, name, body)
+COMPACT: dict[str, Any] = {"separators": (",", ":")}  # Go's encoding/json
+SERIALIZATIONS: list[dict[str, Any]] = [{}, COMPACT, {"indent": 1}, {"separators": (", ", ":")}]
+
+
+def production(svc: Services, name: str, raw: bytes) -> tuple[int, bytes]:
+    """What the encrypt route does with a body: the unparsed column first, then ``encrypt``."""
+    answered = asyncio.run(_data.encrypt_body(svc, name, raw))
+    if answered is not None:
+        return answered
+    return asyncio.run(_data.encrypt(svc, name, _wire.parse(raw), len(raw)))
+
+
+def check_same(svc: Services, name: str, body: dict[str, Any], raw: bytes | None = None) -> Any:
+    """The route's way and the general path on one batch (raw: how it is serialized, by
+    default as hvac sends it); the route's answer (parsed, random parts opened)."""
+    raw = json.dumps(body).encode() if raw is None else raw
+    ours, ours_counted = answer(lambda s, n, b: production(s, n, raw), svc, name, body)
+    theirs, their_counted = answer(general, svc, name, _wire.parse(raw))
     assert ours_counted == their_counted
     if ours[0] == "error":
         assert ours == theirs
@@ -146,6 +159,16 @@ def test_the_common_batch_takes_the_column(svc: Services) -> None:
     column = _column.column(body)
     assert column is not None
     assert column.count == 1000
+    hows: list[dict[str, Any]] = [{}, COMPACT]
+    for how in hows:  # hvac's serialization, and Go's (with its trailing newline)
+        raw = json.dumps(body, **how).encode() + (b"\n" if how else b"")
+        assert _column.from_body(raw) is not None
+        tally = Tally(svc.usage)
+        counted = dataclasses.replace(svc, usage=tally)  # type: ignore[arg-type]
+        status, _ = asyncio.run(_data.encrypt_body(counted, "k", raw))  # type: ignore[misc]
+        assert status == 200
+        assert tally.seen == {("k", 3, "sealings"): 1000, ("k", 3, "bytes"): 100_000}
+        check_same(svc, "k", body, raw)
     assert column.references is None
     status, answered = check_same(svc, "k", body)
     assert status == 200
@@ -192,9 +215,13 @@ def test_one_bad_item_answers_as_before(svc: Services) -> None:
     column = _column.column(body)
     assert column is not None
     tally = Tally(svc.usage)
-    assert _data._seal_column(dataclasses.replace(svc, usage=tally), "k", column) is None  # type: ignore[arg-type]
+    counted = dataclasses.replace(svc, usage=tally)  # type: ignore[arg-type]
+    assert _data._seal_column(counted, "k", column) is None
+    raw = json.dumps(body).encode()
+    assert _column.from_body(raw) is not None
+    assert asyncio.run(_data.encrypt_body(counted, "k", raw)) is None
     assert not tally.seen
-    status, answered = check_same(svc, "k", body)
+    status, answered = check_same(svc, "k", body, raw)
     assert status == 400
     results = answered["data"]["batch_results"]
     assert results[617] == {"error": "illegal base64 data at input byte 3", "reference": ""}
@@ -250,17 +277,21 @@ def batches(draw: st.DrawFn) -> dict[str, Any]:
     return body
 
 
-@given(body=batches(), name=st.sampled_from(sorted(KEYS)))
+@given(body=batches(), name=st.sampled_from(sorted(KEYS)), how=st.sampled_from(SERIALIZATIONS))
 @settings(
     max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-def test_both_paths_answer_alike(svc: Services, body: dict[str, Any], name: str) -> None:
+def test_both_paths_answer_alike(
+    svc: Services, body: dict[str, Any], name: str, how: dict[str, Any]
+) -> None:
     column = _column.column(body)
     event("column" if column is not None else "not a column")
     if column is not None:
         seal = _data._seal_column(dataclasses.replace(svc, usage=Tally(svc.usage)), name, column)  # type: ignore[arg-type]
         event("sealed by the column" if seal is not None else "declined")
-    check_same(svc, name, body)
+    raw = json.dumps(body, **how).encode()
+    event("unparsed" if _column.from_body(raw) is not None else "parsed")
+    check_same(svc, name, body, raw)
 
 
 def test_refusals_alike(svc: Services) -> None:
