@@ -226,17 +226,21 @@ async def transit_batch(items: int = 1000, size: int = 100, rounds: int = 300) -
             sealing.answer(_data._seal(*sealing.inputs))
 
         n = rounds
+        raw = _column.from_body(body)
+        assert raw is not None
         rows = [
-            (f"orjson.loads of the {len(body):,}-byte body (and freeing it)",
-             _each(lambda: orjson.loads(body), n)),
-            ("_column.column: the plaintexts joined, the shape checked",
-             _each(lambda: _column.column(parsed), n)),
-            ("engine.Records.from_base64 (decode the column)",
-             _each(lambda: engine.Records.from_base64(column.texts, column.count), n)),
+            ("_column.from_body: the unparsed column found",
+             _each(lambda: _column.from_body(body), n)),
+            ("engine.Records.from_base64 of it (decode the column)",
+             _each(lambda: engine.Records.from_base64(raw.texts, raw.count, raw.sep), n)),
             ("engine.seal_many alone (the AEAD of every item)",
              _each(lambda: engine.seal_many("aes-256-gcm", key, b"", records), n)),
             ("_column.seal: seal_many_text, the answer's bytes",
              _each(lambda: _column.seal(ALG, key, b"", records, 1, column), n)),
+            (f"another serialization: orjson.loads of the {len(body):,}-byte body (and freeing it)",
+             _each(lambda: orjson.loads(body), n)),
+            ("another serialization: _column.column (plaintexts joined, shape checked)",
+             _each(lambda: _column.column(parsed), n)),
             ("for comparison: the general path (_Sealing, _seal, answer)",
              _each(general, n // 10)),
         ]  # fmt: skip
