@@ -49,6 +49,7 @@ _SERIALIZATIONS = (
     (b'{"batch_input": [{"plaintext": "', b'"}, {"plaintext": "', b'"}]}'),  # json.dumps
 )
 _JSON_SPACE = b" \t\r\n"
+_TRAILING = 8
 
 
 @dataclass(slots=True, frozen=True)
@@ -67,11 +68,13 @@ def from_body(raw: bytes) -> Column | None:
     """The column of a body in one of the usual serializations of a batch of plaintexts only
     (trailing whitespace allowed: Go's encoder ends with a newline), or None. Whether the texts
     are all base64 is for the decoder to say (``engine.Records.from_base64``)."""
-    end = len(raw)
-    while end and raw[end - 1] in _JSON_SPACE:
-        end -= 1
     for head, between, tail in _SERIALIZATIONS:
-        if raw.startswith(head) and raw.endswith(tail, 0, end) and end >= len(head) + len(tail):
+        if not raw.startswith(head):
+            continue
+        # A few bytes of trailing whitespace at most (a long run of it is parsed instead).
+        last = raw[-_TRAILING:]
+        end = len(raw) - len(last) + len(last.rstrip(_JSON_SPACE))
+        if raw.endswith(tail, 0, end) and end >= len(head) + len(tail):
             return Column(memoryview(raw)[len(head) : end - len(tail)], None, between, 0, "", None)
     return None
 

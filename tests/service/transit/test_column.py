@@ -303,3 +303,32 @@ def test_refusals_alike(svc: Services) -> None:
     ]
     for name, body in refused:
         assert check_same(svc, name, body)[0] == "error"
+
+
+def test_from_body_reads_only_the_usual_serializations(svc: Services) -> None:
+    head = b'{"batch_input":[{"plaintext":"'
+    column = _column.from_body(head + b'YQ=="},{"plaintext":"YWI="}]}\n')
+    assert column is not None
+    records = engine.Records.from_base64(column.texts, column.count, column.sep)
+    assert bytes(records.data) == b"aab"
+    for raw in [
+        head + b'YQ=="}]}' + b" " * 9,  # a long run of trailing whitespace: parsed instead
+        b" " + head + b'YQ=="}]}',
+        head + b'YQ=="}], "partial_failure_response_code": 207}',
+        b'{"batch_input":[]}',
+    ]:
+        assert _column.from_body(raw) is None
+    # Framed like a batch, but the decoder refuses what is between: escapes, other fields,
+    # the other serialization's separator. Each is parsed and answered as before.
+    for middle in [
+        b"YQ\\u003d=",
+        b'YQ==","reference":"r',
+        b'YQ=="}, {"plaintext": "YQ==',
+        b"YQ\\/=",
+    ]:
+        raw = head + middle + b'"}]}'
+        column = _column.from_body(raw)
+        assert column is not None
+        assert asyncio.run(_data.encrypt_body(svc, "k", raw)) is None
+        status, _ = production(svc, "k", raw)
+        assert status == 200
