@@ -42,6 +42,8 @@ def _key_json(key: KeyInfo, store: KeyStore) -> dict[str, Any]:
         "exportable": key.exportable,
         "latest": key.latest,
         "min_decryption_version": key.min_decryption_version,
+        "min_encryption_version": key.min_encryption_version,
+        "deletion_allowed": key.deletion_allowed,
         "max_encryptions": key.max_encryptions,
         "auto_rotate_period": key.auto_rotate_period,
         "encryptions_left": max(key.max_encryptions - usage.get(key.latest, none).encryptions, 0),
@@ -89,6 +91,12 @@ def _keys(args: argparse.Namespace, store: KeyStore) -> None:
         _print(_key_json(store.rotate_key(args.name), store))
     elif args.action == "limits":
         _print(_key_json(store.set_limits(args.name, *limits), store))
+    elif args.action == "policy":
+        rules = args.min_encryption_version, args.deletion_allowed
+        _print(_key_json(store.configure(args.name, None, *rules), store))
+    elif args.action == "delete":
+        key = store.delete_key(args.name)
+        print(f"deleted key {key.name} and its {len(key.versions)} versions", file=sys.stderr)
     elif args.action == "export":
         key, version, material = export_material(store, args.name, args.version)
         _print({"name": key.name, "version": version, "key": base64.b64encode(material).decode()})
@@ -164,6 +172,32 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
             metavar="SECONDS",
             help="seconds a version is used before an automatic rotation (0: never)",
         )
+    policy = keys.add_parser(
+        "policy", parents=[common], help="change a key's Transit policy (docs/TRANSIT.md)"
+    )
+    policy.add_argument("name")
+    policy.add_argument(
+        "--min-encryption-version",
+        type=int,
+        metavar="N",
+        help="the lowest version Transit's encrypt may be asked for (0: any)",
+    )
+    allow = policy.add_mutually_exclusive_group()
+    allow.add_argument(
+        "--allow-deletion",
+        dest="deletion_allowed",
+        action="store_const",
+        const=True,
+        help="let `keys delete` (or Transit's DELETE) remove the key",
+    )
+    allow.add_argument(
+        "--forbid-deletion", dest="deletion_allowed", action="store_const", const=False
+    )
+    keys.add_parser(
+        "delete",
+        parents=[common],
+        help="delete a key and all its versions' material (needs --allow-deletion first)",
+    ).add_argument("name")
     keys.add_parser("list", parents=[common], help="list keys")
     for action, what in (("show", "show a key"), ("rotate", "add a version")):
         keys.add_parser(action, parents=[common], help=what).add_argument("name")

@@ -11,6 +11,7 @@ from ._base import (
     TokenInfo,
     VersionUsage,
     export_material,
+    valid_key_name,
     valid_scope,
     valid_secret,
 )
@@ -22,6 +23,7 @@ from ._provision import ROOT_SCOPES, describe, keystore_url, open_store, prepare
 from ._sqlite import SQLiteKeyStore
 from ._usage import SCARCE, UsageMeter, next_rotation
 from .errors import (
+    DeletionNotAllowed,
     InvalidRequest,
     KeyExists,
     KeyNotFound,
@@ -36,6 +38,7 @@ from .errors import (
 __all__ = [
     "ROOT_SCOPES",
     "SCARCE",
+    "DeletionNotAllowed",
     "InvalidRequest",
     "KeyExists",
     "KeyInfo",
@@ -67,6 +70,7 @@ __all__ = [
     "prepare",
     "read_secret",
     "redact",
+    "valid_key_name",
     "valid_scope",
     "valid_secret",
 ]

@@ -3,7 +3,8 @@
 The service only talks to a ``KeyStore``; ``SQLiteKeyStore`` (``_sqlite``) is
 the embedded implementation, ``PostgresKeyStore`` (``_postgres``) the shared one for
 replicas on several hosts. Implementations must make every write one transaction (a key version
-once written is never lost, reused or changed) and must show writes made by
+once written is never lost, reused or changed, but with its whole key by ``delete_key``, which
+needs the key's ``deletion_allowed``) and must show writes made by
 other processes on the next call, without a restart. Any method may raise
 ``KeyStoreUnavailable`` when the store itself fails (I/O error, lock held too long).
 
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from sealflow.engine import Algorithm
+from sealflow.service.envelope import valid_name
 
 from .errors import NotExportable, VersionRetired
 
@@ -44,6 +46,10 @@ class KeyInfo:
     # Per version: sealings before an automatic rotation (docs/OPERATIONS.md, Usage limits).
     max_encryptions: int = DEFAULT_MAX_ENCRYPTIONS
     auto_rotate_period: float = 0.0  # seconds a version is used before a rotation; 0: never
+    # Transit's policy (docs/TRANSIT.md): the lowest version an explicit key_version may
+    # encrypt with (0: any), and whether DELETE may remove the key.
+    min_encryption_version: int = 0
+    deletion_allowed: bool = False
 
     @property
     def latest(self) -> int:
@@ -78,7 +84,17 @@ class KeyStoreHealth:
     fallbacks: int  # times notifications were lost and polling took over
 
 
-SCOPE_RE = re.compile(r"admin|(?:encrypt|decrypt):[a-z0-9._*?\[\]!-]{1,64}")
+SCOPE_RE = re.compile(r"admin|(?:encrypt|decrypt):[A-Za-z0-9._*?\[\]!-]{1,64}")
+
+# Key names: the native rule (``envelope.NAME_RE``, what an envelope can carry), or Vault's rule
+# ``\w(([\w-.]+)?\w)?`` with ASCII ``\w`` as Go reads it, for keys made through Transit (usable
+# through Transit only: the native routes refuse names an envelope cannot carry); 1 to 64.
+VAULT_NAME_RE = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,62}[A-Za-z0-9_])?")
+
+
+def valid_key_name(name: str) -> bool:
+    """A name the keystore holds: the native rule or Vault's (see ``VAULT_NAME_RE``)."""
+    return valid_name(name) or VAULT_NAME_RE.fullmatch(name) is not None
 
 
 SECRET_RE = re.compile(r"[A-Za-z0-9_-]{43,512}")
@@ -121,6 +137,24 @@ class KeyStore(Protocol):
 
         A lowering is logged (warning: key name, old and new value).
         """
+
+    def configure(
+        self,
+        name: str,
+        min_decryption_version: int | None = None,
+        min_encryption_version: int | None = None,
+        deletion_allowed: bool | None = None,
+        allow_lowering: bool = False,
+    ) -> KeyInfo:
+        """Set any of a key's version rules and its deletion flag (None: unchanged) in one
+        transaction: ``set_min_decryption_version``'s rules, and InvalidRequest unless
+        ``0 <= min_encryption_version <= latest`` and, when it is not 0, it is at least the
+        min_decryption_version that results. Each change is logged (key name, old and new)."""
+
+    def delete_key(self, name: str) -> KeyInfo:
+        """Remove the key, every version's material, its limits and usage, in one transaction;
+        the key as it was. KeyNotFound if absent, DeletionNotAllowed unless ``deletion_allowed``
+        was set. Logged (name and number of versions, never material)."""
 
     def get_key(self, name: str) -> KeyInfo:
         """KeyNotFound if absent."""

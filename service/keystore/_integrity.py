@@ -7,8 +7,9 @@ volume, a restored backup, a careless chmod) must not be able to change what it 
   name, the version, the algorithm and exportability: a relabelled key or a moved blob no
   longer unwraps;
 - every other row that decides something, a key's row (algorithm, exportable,
-  min_decryption_version), its limits row (max_encryptions, auto_rotate_period) and a token's
-  row (digest, scopes, revocation), carries an
+  min_decryption_version), its limits row (max_encryptions, auto_rotate_period), its policy
+  row (min_encryption_version, deletion_allowed) and a token's row (digest, scopes,
+  revocation), carries an
   HMAC-SHA-256 over every one of its columns, under a key derived from the master key with
   HKDF-SHA-256, one key per kind of row.
 
@@ -54,6 +55,8 @@ KEY_ROW = Row("key", ("name", "algorithm", "exportable", "min_decryption_version
 TOKEN_ROW = Row("token", ("id", "digest", "scopes", "label", "created_at", "revoked_at"))
 # A key's usage limits (a key without this row has the defaults).
 LIMITS_ROW = Row("limits", ("name", "max_encryptions", "auto_rotate_period"))
+# A key's Transit policy (a key without this row: min_encryption_version 0, deletion not allowed).
+POLICY_ROW = Row("policy", ("name", "min_encryption_version", "deletion_allowed"))
 
 
 def encode(label: str, values: Sequence[object]) -> bytes:
@@ -97,7 +100,8 @@ class Integrity:
 
     def __init__(self, master_key: bytes) -> None:
         self._wrapper = KeyWrapper(master_key)
-        self._mac_keys = {row: _derive(master_key, row) for row in (KEY_ROW, TOKEN_ROW, LIMITS_ROW)}
+        rows = (KEY_ROW, TOKEN_ROW, LIMITS_ROW, POLICY_ROW)
+        self._mac_keys = {row: _derive(master_key, row) for row in rows}
 
     def wrap(
         self, name: str, version: int, algorithm: Algorithm, exportable: bool, material: bytes

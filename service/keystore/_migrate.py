@@ -1,7 +1,7 @@
 """``sealflow keystore migrate``: an SQLite keystore copied into PostgreSQL, verbatim, then checked.
 
 Rows are copied as they are stored (wrapped material, MACs, times, ids, digests, usage limits
-and counts): both stores
+and counts, Transit policies): both stores
 authenticate the same columns with the same types (``_integrity``), so nothing is rewrapped or
 re-signed and a row that was refused in SQLite stays refused. The copy is one transaction into
 an empty PostgreSQL keystore; then both stores are opened with the master key and every key,
@@ -38,9 +38,9 @@ def migrate(source: Path, url: str, master_key: bytes) -> Migrated:
         raise KeyStoreUnavailable(f"no SQLite keystore at {source}")
     # Opening checks the file and the master key (and upgrades a schema-1 file in place first).
     with closing(SQLiteKeyStore(source, master_key)) as old:
-        keys, versions, tokens, limits, usage = _rows(source)
+        keys, versions, tokens, limits, usage, policies = _rows(source)
         with closing(PostgresKeyStore(url, master_key, watch=False)) as new:
-            new.import_rows(keys, versions, tokens, limits, usage)
+            new.import_rows(keys, versions, tokens, limits, usage, policies)
             _verify(old, new)
     return Migrated(len(keys), len(versions), len(tokens))
 
@@ -48,7 +48,7 @@ def migrate(source: Path, url: str, master_key: bytes) -> Migrated:
 Rows = list[tuple[object, ...]]
 
 
-def _rows(path: Path) -> tuple[Rows, Rows, Rows, Rows, Rows]:
+def _rows(path: Path) -> tuple[Rows, Rows, Rows, Rows, Rows, Rows]:
     with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
         db.execute("BEGIN")  # one snapshot of all three tables
         keys = db.execute(
@@ -64,14 +64,18 @@ def _rows(path: Path) -> tuple[Rows, Rows, Rows, Rows, Rows]:
         ).fetchall()
         # Absent from a keystore no release with usage limits has opened: none to copy.
         tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master")}
-        limits = usage = []
+        limits = usage = policies = []
         if "key_limits" in tables:
             limits = db.execute(
                 "SELECT name, max_encryptions, auto_rotate_period, mac FROM key_limits"
             ).fetchall()
         if "key_usage" in tables:
             usage = db.execute("SELECT name, version, reserved, bytes FROM key_usage").fetchall()
-    return keys, versions, tokens, limits, usage
+        if "key_policy" in tables:
+            policies = db.execute(
+                "SELECT name, min_encryption_version, deletion_allowed, mac FROM key_policy"
+            ).fetchall()
+    return keys, versions, tokens, limits, usage, policies
 
 
 def _verify(old: SQLiteKeyStore, new: PostgresKeyStore) -> None:

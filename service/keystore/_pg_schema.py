@@ -33,7 +33,8 @@ MIGRATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "CREATE TABLE sealflow_keys (name text PRIMARY KEY, algorithm text NOT NULL,"
             " exportable integer NOT NULL, min_decryption_version bigint NOT NULL,"
             " created_at double precision NOT NULL, mac bytea NOT NULL)",
-            # Append-only: rows are never deleted, and the primary key refuses reuse.
+            # Rows are deleted only with their key (delete_key, deletion_allowed set), never
+            # changed; the primary key refuses reuse while the key lives.
             "CREATE TABLE sealflow_key_versions (name text NOT NULL REFERENCES sealflow_keys,"
             " version bigint NOT NULL CHECK (version BETWEEN 1 AND 4294967295),"
             " wrapped bytea NOT NULL, created_at double precision NOT NULL,"
@@ -61,6 +62,16 @@ MIGRATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "CREATE TABLE sealflow_usage (name text NOT NULL, version bigint NOT NULL,"
             " reserved bigint NOT NULL, bytes bigint NOT NULL, PRIMARY KEY (name, version),"
             " FOREIGN KEY (name, version) REFERENCES sealflow_key_versions)",
+        ),
+    ),
+    (
+        "Transit policy per key: min_encryption_version, deletion_allowed",
+        (
+            # mac: over the other columns, in POLICY_ROW.columns order. No row:
+            # min_encryption_version 0, deletion not allowed (what every key had before).
+            "CREATE TABLE sealflow_key_policy (name text PRIMARY KEY REFERENCES sealflow_keys,"
+            " min_encryption_version bigint NOT NULL, deletion_allowed integer NOT NULL,"
+            " mac bytea NOT NULL)",
         ),
     ),
 )

@@ -29,20 +29,29 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import ConnectionPool
 
 from sealflow.engine import Algorithm
-from sealflow.service.envelope import valid_name
 
 from . import _pg_schema, _pg_usage
-from ._base import KeyInfo, KeyStoreHealth, TokenInfo, VersionUsage, valid_scope, valid_secret
-from ._integrity import KEY_ROW, LIMITS_ROW, TOKEN_ROW, Integrity, refuse
+from ._base import (
+    KeyInfo,
+    KeyStoreHealth,
+    TokenInfo,
+    VersionUsage,
+    valid_key_name,
+    valid_scope,
+    valid_secret,
+)
+from ._integrity import KEY_ROW, LIMITS_ROW, POLICY_ROW, TOKEN_ROW, Integrity, refuse
 from ._pg_watch import Watcher
 from ._rows import (
     MAX_VERSION,
     digest,
+    forget_replaced,
     key_info,
     limits_row,
     present,
     token_info,
     with_limits,
+    with_policy,
 )
 from ._writes import VersionWrites
 from .errors import (
@@ -62,6 +71,7 @@ _KEYS_SQL = (
     " JOIN sealflow_key_versions v ON v.name = k.name"
 )
 _LIMITS_SQL = "SELECT name, max_encryptions, auto_rotate_period, mac FROM sealflow_key_limits"
+_POLICY_SQL = "SELECT name, min_encryption_version, deletion_allowed, mac FROM sealflow_key_policy"
 _TOKENS_SQL = "SELECT id, digest, scopes, label, created_at, revoked_at, mac FROM sealflow_tokens"
 # Seconds a write waits for a connection before it is KeyStoreUnavailable (503).
 _WRITE_TIMEOUT = 5.0
@@ -104,6 +114,7 @@ class PostgresKeyStore(VersionWrites[Db]):
         self._tokens: dict[bytes, tuple[bytes, TokenInfo]] = {}
         self._token_list: list[TokenInfo] = []
         self._material: dict[tuple[str, int], bytes] = {}
+        self._born: dict[str, float] = {}  # _rows.forget_replaced
         self._generation = -1
         self._reload_lock = threading.Lock()
         self._ambient: Db | None = None  # the open transaction of provision
@@ -165,7 +176,7 @@ class PostgresKeyStore(VersionWrites[Db]):
         max_encryptions: int | None = None,
         auto_rotate_period: float | None = None,
     ) -> KeyInfo:
-        if not valid_name(name):
+        if not valid_key_name(name):
             raise InvalidRequest(f"invalid key name {name!r}")
         if not isinstance(algorithm, Algorithm):
             raise InvalidRequest(f"unknown algorithm {algorithm!r}")
@@ -214,43 +225,33 @@ class PostgresKeyStore(VersionWrites[Db]):
         with self._transaction(bump=False) as db:
             return _pg_usage.usage(db, name)
 
-    def set_min_decryption_version(
-        self, name: str, version: int, allow_lowering: bool = False
-    ) -> KeyInfo:
-        with self._transaction() as db:
-            info = self._locked_key(db, name)
-            old = info.min_decryption_version
-            if not 1 <= version <= info.latest:
-                raise InvalidRequest(
-                    f"min_decryption_version must be between 1 and {info.latest}, not {version}"
-                )
-            if version < old and not allow_lowering:
-                raise InvalidRequest(
-                    f"lowering min_decryption_version of key {name!r} from {old} to {version}"
-                    " makes retired versions decryptable again; it must be asked for"
-                    " explicitly (allow_lowering)"
-                )
-            stored = db.execute(
-                "SELECT name, algorithm, exportable, min_decryption_version, created_at"
-                " FROM sealflow_keys WHERE name = %s",
-                (name,),
-            ).fetchone()
-            assert stored is not None  # locked above
-            row = (*stored[:3], version, stored[4])
-            db.execute(
-                "UPDATE sealflow_keys SET min_decryption_version = %s, mac = %s WHERE name = %s",
-                (version, self._integrity.mac(KEY_ROW, row), name),
-            )
-            info = self._locked_key(db, name)
-        if version < old:
-            log.warning(
-                "min_decryption_version of key %r lowered from %d to %d",
-                name,
-                old,
-                version,
-                extra={"fields": {"key": name, "old": old, "new": version}},
-            )
-        return info
+    def _write_min_decryption(self, db: Db, name: str, version: int) -> None:
+        stored = db.execute(
+            "SELECT name, algorithm, exportable, min_decryption_version, created_at"
+            " FROM sealflow_keys WHERE name = %s",
+            (name,),
+        ).fetchone()
+        assert stored is not None  # locked by the caller
+        row = (*stored[:3], version, stored[4])
+        db.execute(
+            "UPDATE sealflow_keys SET min_decryption_version = %s, mac = %s WHERE name = %s",
+            (version, self._integrity.mac(KEY_ROW, row), name),
+        )
+
+    def _write_policy(self, db: Db, row: tuple[str, int, int]) -> None:
+        db.execute(
+            "INSERT INTO sealflow_key_policy VALUES (%s, %s, %s, %s) ON CONFLICT (name) DO UPDATE"
+            " SET min_encryption_version = excluded.min_encryption_version,"
+            " deletion_allowed = excluded.deletion_allowed, mac = excluded.mac",
+            (*row, self._integrity.mac(POLICY_ROW, row)),
+        )
+
+    def _delete_rows(self, db: Db, name: str) -> None:
+        # Children first (foreign keys); the change is announced at commit like any write, and
+        # every replica's reload drops the key and its material (_load, forget_replaced).
+        tables = ("usage", "key_limits", "key_policy", "key_versions", "keys")
+        for table in tables:
+            db.execute(f"DELETE FROM sealflow_{table} WHERE name = %s", (name,))  # noqa: S608
 
     def get_key(self, name: str) -> KeyInfo:
         self._read()
@@ -268,6 +269,8 @@ class PostgresKeyStore(VersionWrites[Db]):
             return material
         if not 1 <= version <= MAX_VERSION or all(v.version != version for v in info.versions):
             raise KeyNotFound(f"key {name!r} version {version} not found")
+        if name not in self._keys:  # deleted while this call ran (the cache was reloaded)
+            raise KeyNotFound(f"key {name!r} not found")
         # Loaded with its key, so only a version that failed to unwrap is missing.
         raise KeyStoreCorrupt(f"key {name!r} version {version} fails its integrity check")
 
@@ -286,7 +289,9 @@ class PostgresKeyStore(VersionWrites[Db]):
             rows = db.execute(_KEYS_SQL + " WHERE k.name = %s ORDER BY v.version", (name,))
             keys = {name: key_info(self._integrity, rows.fetchall(), self._where)}
             limits = db.execute(_LIMITS_SQL + " WHERE name = %s", (name,)).fetchall()
+            policies = db.execute(_POLICY_SQL + " WHERE name = %s", (name,)).fetchall()
             keys = with_limits(self._integrity, keys, limits, self._where)
+            keys = with_policy(self._integrity, keys, policies, self._where)
         else:
             keys = {}
         return present(keys, name)
@@ -353,6 +358,7 @@ class PostgresKeyStore(VersionWrites[Db]):
         tokens: list[tuple[object, ...]],
         limits: list[tuple[object, ...]],
         usage: list[tuple[object, ...]],
+        policies: list[tuple[object, ...]],
     ) -> None:
         """Rows of another store, as stored (``_migrate``), in one transaction, into an empty
         keystore: KeyStoreUnavailable if it holds keys or tokens already."""
@@ -378,6 +384,7 @@ class PostgresKeyStore(VersionWrites[Db]):
                 )
                 cur.executemany("INSERT INTO sealflow_key_limits VALUES (%s, %s, %s, %s)", limits)
                 cur.executemany("INSERT INTO sealflow_usage VALUES (%s, %s, %s, %s)", usage)
+                cur.executemany("INSERT INTO sealflow_key_policy VALUES (%s, %s, %s, %s)", policies)
 
     # -- the cache
 
@@ -400,16 +407,18 @@ class PostgresKeyStore(VersionWrites[Db]):
                         return
                     keys = db.execute(_KEYS_SQL + " ORDER BY k.name, v.version").fetchall()
                     limits = db.execute(_LIMITS_SQL).fetchall()
+                    policies = db.execute(_POLICY_SQL).fetchall()
                     tokens = db.execute(_TOKENS_SQL + " ORDER BY seq").fetchall()
             except psycopg.Error as exc:
                 raise KeyStoreUnavailable(f"keystore {self._where}: {_reason(exc)}") from None
-            self._load(keys, limits, tokens)
+            self._load(keys, limits, policies, tokens)
             self._generation = generation
 
     def _load(
         self,
         key_rows: list[tuple[Any, ...]],
         limit_rows: list[tuple[Any, ...]],
+        policy_rows: list[tuple[Any, ...]],
         token_rows: list[tuple[Any, ...]],
     ) -> None:
         keys = {
@@ -417,15 +426,20 @@ class PostgresKeyStore(VersionWrites[Db]):
             for name, group in itertools.groupby(key_rows, key=lambda row: row[0])
         }
         keys = with_limits(self._integrity, keys, limit_rows, self._where)
+        keys = with_policy(self._integrity, keys, policy_rows, self._where)
+        # A deleted key's material goes with it (and is never taken for a new key's): pruned in
+        # a copy, so that readers of the old cache keep what they read meanwhile.
+        material = dict(self._material)
+        forget_replaced(material, self._born, keys)
         wanted = [
-            (info, v.version)
+            (info, v.version, v.created_at)
             for info in keys.values()
             if info is not None
             for v in info.versions
-            if (info.name, v.version) not in self._material
+            if (info.name, v.version) not in material
         ]
         if wanted:
-            self._unwrap(wanted)
+            self._unwrap(wanted, material)
         tokens: dict[bytes, tuple[bytes, TokenInfo]] = {}
         token_list = []
         for stored in token_rows:
@@ -436,21 +450,27 @@ class PostgresKeyStore(VersionWrites[Db]):
                 token_list.append(info)
             else:
                 refuse(self._where, f"token {row[0]!r}")
-        # Replaced whole, never changed in place: a reader holds one consistent snapshot.
+        # Replaced whole, never changed in place: a reader holds one consistent snapshot. The
+        # material first: a reader of the new keys never finds an old key's material.
+        self._material = material
         self._keys, self._tokens, self._token_list = keys, tokens, token_list
 
-    def _unwrap(self, wanted: list[tuple[KeyInfo, int]]) -> None:
-        """Unwrap versions not seen before (a version never changes once written)."""
+    def _unwrap(
+        self, wanted: list[tuple[KeyInfo, int, float]], material: dict[tuple[str, int], bytes]
+    ) -> None:
+        """Unwrap versions not seen before (a version never changes while its key lives); the
+        creation time picks the version loaded, not one of a key made since in its place."""
         with self._pool.connection(timeout=_WRITE_TIMEOUT) as db:
-            for info, version in wanted:
+            for info, version, born in wanted:
                 row = db.execute(
-                    "SELECT wrapped FROM sealflow_key_versions WHERE name = %s AND version = %s",
-                    (info.name, version),
+                    "SELECT wrapped FROM sealflow_key_versions WHERE name = %s AND version = %s"
+                    " AND created_at = %s",
+                    (info.name, version, born),
                 ).fetchone()
                 try:
                     if row is None:
                         raise KeyStoreCorrupt(f"key {info.name!r} version {version} vanished")
-                    self._material[info.name, version] = self._integrity.unwrap(
+                    material[info.name, version] = self._integrity.unwrap(
                         info.name, version, info.algorithm, info.exportable, row[0]
                     )
                 except KeyStoreCorrupt:

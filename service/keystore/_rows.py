@@ -11,7 +11,7 @@ from typing import Any
 from sealflow.engine import Algorithm
 
 from ._base import KeyInfo, KeyVersionInfo, TokenInfo
-from ._integrity import KEY_ROW, LIMITS_ROW, Integrity, refuse
+from ._integrity import KEY_ROW, LIMITS_ROW, POLICY_ROW, Integrity, refuse
 from .errors import InvalidRequest, KeyNotFound, KeyStoreCorrupt
 
 ALGORITHMS = {alg.value for alg in Algorithm}
@@ -90,6 +90,86 @@ def limits_row(
     if period != 0 and not 1 <= period <= 100 * 365 * 86400:
         raise InvalidRequest("auto_rotate_period must be 0 (never) or from 1 s to 100 years")
     return info.name, most, float(period)
+
+
+def with_policy(
+    integrity: Integrity,
+    keys: dict[str, KeyInfo | None],
+    policy_rows: Sequence[Sequence[Any]],
+    where: str,
+) -> dict[str, KeyInfo | None]:
+    """The keys with their policy rows (name, min_encryption_version, deletion_allowed, mac)
+    applied; a key whose policy row fails its check is refused like one whose own row does
+    (a forged ``deletion_allowed`` must not let a key be deleted)."""
+    for row in policy_rows:
+        name = row[0]
+        info = keys.get(name)
+        if info is None:
+            continue
+        values = tuple(row[:3])
+        if integrity.verify(POLICY_ROW, values, row[3]):
+            keys[name] = replace(info, min_encryption_version=row[1], deletion_allowed=bool(row[2]))
+        else:
+            refuse(where, f"policy of key {name!r}")
+            keys[name] = None
+    return keys
+
+
+def policy_row(
+    info: KeyInfo,
+    min_decryption_version: int,
+    min_encryption_version: int | None,
+    deletion_allowed: bool | None,
+) -> tuple[str, int, int]:
+    """The new policy row of a key (None: unchanged), or InvalidRequest. Stored as SQLite hands
+    it back (``deletion_allowed`` 0 or 1), so the MAC verifies on reading."""
+    least = (
+        info.min_encryption_version if min_encryption_version is None else min_encryption_version
+    )
+    allowed = info.deletion_allowed if deletion_allowed is None else deletion_allowed
+    if isinstance(least, bool) or not isinstance(least, int) or not 0 <= least <= info.latest:
+        raise InvalidRequest(
+            f"min_encryption_version must be between 0 and {info.latest}, not {least!r}"
+        )
+    if least and least < min_decryption_version:
+        raise InvalidRequest(
+            f"min_encryption_version {least} is below min_decryption_version"
+            f" {min_decryption_version}"
+        )
+    if not isinstance(allowed, bool):
+        raise InvalidRequest(f"deletion_allowed must be true or false, not {allowed!r}")
+    return info.name, least, int(allowed)
+
+
+def forget_replaced(
+    material: dict[tuple[str, int], bytes],
+    born: dict[str, float],
+    keys: dict[str, KeyInfo | None],
+) -> None:
+    """Drop cached material of keys deleted, or deleted and created again, since it was cached.
+
+    A version never changes while its key lives, but ``delete_key`` ends a key, and a new key
+    of the same name has new material under the same (name, version). ``born`` holds, per name
+    with material cached, the creation time of its version 1 (a new key has another); it is
+    updated here for the keys present. A key refused (None) keeps its material: it is refused
+    on every call anyway, and a refusal may be lifted by restoring the row.
+    """
+    gone = set()
+    for name, when in born.items():
+        if name not in keys:
+            gone.add(name)
+            continue
+        info = keys[name]
+        if info is not None and info.versions[0].created_at != when:
+            gone.add(name)
+    if gone:
+        for k in [k for k in material if k[0] in gone]:
+            del material[k]
+        for name in gone:
+            del born[name]
+    for name, info in keys.items():
+        if info is not None and name not in born:
+            born[name] = info.versions[0].created_at
 
 
 # Sealings reserved at a time, at most, and the share of what is left one reservation takes.

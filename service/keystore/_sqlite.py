@@ -19,21 +19,30 @@ from contextlib import closing, contextmanager
 from pathlib import Path
 
 from sealflow.engine import Algorithm
-from sealflow.service.envelope import valid_name
 
 from . import _sqlite_file
-from ._base import KeyInfo, KeyStoreHealth, TokenInfo, VersionUsage, valid_scope, valid_secret
-from ._integrity import KEY_ROW, LIMITS_ROW, TOKEN_ROW, Integrity, refuse
+from ._base import (
+    KeyInfo,
+    KeyStoreHealth,
+    TokenInfo,
+    VersionUsage,
+    valid_key_name,
+    valid_scope,
+    valid_secret,
+)
+from ._integrity import KEY_ROW, LIMITS_ROW, POLICY_ROW, TOKEN_ROW, Integrity, refuse
 from ._masterkey import KeyWrapper
 from ._rows import (
     MAX_VERSION,
     digest,
+    forget_replaced,
     grant,
     key_info,
     limits_row,
     present,
     token_info,
     with_limits,
+    with_policy,
 )
 from ._writes import VersionWrites
 from .errors import (
@@ -57,6 +66,7 @@ _KEY_ROW_SQL = (
     " WHERE name = ?"
 )
 _LIMITS_SQL = "SELECT name, max_encryptions, auto_rotate_period, mac FROM key_limits"
+_POLICY_SQL = "SELECT name, min_encryption_version, deletion_allowed, mac FROM key_policy"
 # TOKEN_ROW.columns order, then the MAC.
 _TOKENS_SQL = "SELECT id, digest, scopes, label, created_at, revoked_at, mac FROM tokens"
 
@@ -67,7 +77,8 @@ class SQLiteKeyStore(VersionWrites[sqlite3.Connection]):
     ``PRAGMA data_version`` changes whenever another connection (in this process or another)
     has committed, so one cheap pragma per call keeps the cache exact. Every row is checked
     against its MAC when it is read into the cache; unwrapped material is kept across
-    refreshes (a key version is immutable once written), behind its key's checked row.
+    refreshes (a key version is immutable while its key lives), behind its key's checked row,
+    and dropped when a refresh finds its key deleted (``_rows.forget_replaced``).
 
     ``max_staleness`` (seconds) skips the pragma when the last one is more recent: at
     thousands of requests a second one pragma (~4 us) per request was a tenth of the cost
@@ -90,6 +101,7 @@ class SQLiteKeyStore(VersionWrites[sqlite3.Connection]):
         self._keys: dict[str, KeyInfo | None] | None = None
         self._tokens: dict[bytes, tuple[bytes, TokenInfo]] | None = None
         self._material: dict[tuple[str, int], bytes] = {}
+        self._born: dict[str, float] = {}  # _rows.forget_replaced
         if not os.path.lexists(path):
             _sqlite_file.create(path, self._integrity)
         with self._locked():
@@ -140,7 +152,7 @@ class SQLiteKeyStore(VersionWrites[sqlite3.Connection]):
         max_encryptions: int | None = None,
         auto_rotate_period: float | None = None,
     ) -> KeyInfo:
-        if not valid_name(name):
+        if not valid_key_name(name):
             raise InvalidRequest(f"invalid key name {name!r}")
         if not isinstance(algorithm, Algorithm):
             raise InvalidRequest(f"unknown algorithm {algorithm!r}")
@@ -149,6 +161,9 @@ class SQLiteKeyStore(VersionWrites[sqlite3.Connection]):
         with self._transaction() as db:
             if db.execute("SELECT 1 FROM keys WHERE name = ?", (name,)).fetchone():
                 raise KeyExists(f"key {name!r} already exists")
+            # What a process still counted against a deleted key of this name (the table has
+            # no foreign key to refuse it) is not this key's.
+            db.execute("DELETE FROM key_usage WHERE name = ?", (name,))
             db.execute(
                 "INSERT INTO keys VALUES (?, ?, ?, ?, ?, ?)",
                 (*row, self._integrity.mac(KEY_ROW, row)),
@@ -213,38 +228,26 @@ class SQLiteKeyStore(VersionWrites[sqlite3.Connection]):
             ).fetchall()
         return {v: VersionUsage(r, b) for v, r, b in rows}
 
-    def set_min_decryption_version(
-        self, name: str, version: int, allow_lowering: bool = False
-    ) -> KeyInfo:
-        with self._transaction() as db:
-            info = self._locked_key(db, name)  # checked: a refused row is never re-signed
-            old = info.min_decryption_version
-            if not 1 <= version <= info.latest:
-                raise InvalidRequest(
-                    f"min_decryption_version must be between 1 and {info.latest}, not {version}"
-                )
-            if version < old and not allow_lowering:
-                raise InvalidRequest(
-                    f"lowering min_decryption_version of key {name!r} from {old} to {version}"
-                    " makes retired versions decryptable again; it must be asked for"
-                    " explicitly (allow_lowering)"
-                )
-            stored = db.execute(_KEY_ROW_SQL, (name,)).fetchone()
-            row = (*stored[:3], version, stored[4])
-            db.execute(
-                "UPDATE keys SET min_decryption_version = ?, mac = ? WHERE name = ?",
-                (version, self._integrity.mac(KEY_ROW, row), name),
-            )
-            info = self._locked_key(db, name)
-        if version < old:
-            log.warning(
-                "min_decryption_version of key %r lowered from %d to %d",
-                name,
-                old,
-                version,
-                extra={"fields": {"key": name, "old": old, "new": version}},
-            )
-        return info
+    def _write_min_decryption(self, db: sqlite3.Connection, name: str, version: int) -> None:
+        stored = db.execute(_KEY_ROW_SQL, (name,)).fetchone()
+        row = (*stored[:3], version, stored[4])
+        db.execute(
+            "UPDATE keys SET min_decryption_version = ?, mac = ? WHERE name = ?",
+            (version, self._integrity.mac(KEY_ROW, row), name),
+        )
+
+    def _write_policy(self, db: sqlite3.Connection, row: tuple[str, int, int]) -> None:
+        db.execute(
+            "INSERT OR REPLACE INTO key_policy VALUES (?, ?, ?, ?)",
+            (*row, self._integrity.mac(POLICY_ROW, row)),
+        )
+
+    def _delete_rows(self, db: sqlite3.Connection, name: str) -> None:
+        for table in ("key_usage", "key_limits", "key_policy", "key_versions", "keys"):
+            db.execute(f"DELETE FROM {table} WHERE name = ?", (name,))  # noqa: S608
+        for k in [k for k in self._material if k[0] == name]:
+            del self._material[k]
+        self._born.pop(name, None)
 
     def get_key(self, name: str) -> KeyInfo:
         keys = self._keys
@@ -273,9 +276,12 @@ class SQLiteKeyStore(VersionWrites[sqlite3.Connection]):
             material = self._material.get((name, version))
             if material is not None:
                 return material
+            # The version of this key (its creation time), not of one that replaced it since.
+            born = [v.created_at for v in info.versions if v.version == version]
             row = self._conn.execute(
-                "SELECT wrapped FROM key_versions WHERE name = ? AND version = ?",
-                (name, version),
+                "SELECT wrapped FROM key_versions WHERE name = ? AND version = ?"
+                " AND created_at = ?",
+                (name, version, born[0] if born else None),
             ).fetchone()
             if row is None:
                 raise KeyNotFound(f"key {name!r} version {version} not found")
@@ -304,7 +310,10 @@ class SQLiteKeyStore(VersionWrites[sqlite3.Connection]):
     def _key_cache(self) -> dict[str, KeyInfo | None]:
         self._refresh()
         if self._keys is None:
-            self._keys = self._query_keys(self._conn)
+            keys = self._query_keys(self._conn)
+            # Before the new cache is seen: material of a deleted key never outlives it.
+            forget_replaced(self._material, self._born, keys)
+            self._keys = keys
         return self._keys
 
     def _query_keys(
@@ -319,7 +328,9 @@ class SQLiteKeyStore(VersionWrites[sqlite3.Connection]):
         }
         where = where.replace("k.name", "name")
         limits = db.execute(_LIMITS_SQL + where, args).fetchall()
-        return with_limits(self._integrity, keys, limits, str(self._path))
+        policies = db.execute(_POLICY_SQL + where, args).fetchall()
+        keys = with_limits(self._integrity, keys, limits, str(self._path))
+        return with_policy(self._integrity, keys, policies, str(self._path))
 
     # -- tokens
 

@@ -34,8 +34,8 @@ SCHEMA = (
     "CREATE TABLE keys (name TEXT PRIMARY KEY, algorithm TEXT NOT NULL,"
     " exportable INTEGER NOT NULL, min_decryption_version INTEGER NOT NULL,"
     " created_at REAL NOT NULL, mac BLOB NOT NULL)",
-    # Append-only: rows are never deleted, and the primary key refuses reuse. `wrapped` is
-    # rewritten only by the upgrade from schema 1, with the same material.
+    # Rows are deleted only with their key (delete_key, deletion_allowed set); never changed:
+    # `wrapped` is rewritten only by the upgrade from schema 1, with the same material.
     "CREATE TABLE key_versions (name TEXT NOT NULL, version INTEGER NOT NULL,"
     " wrapped BLOB NOT NULL, created_at REAL NOT NULL, PRIMARY KEY (name, version))",
     # mac: over the other columns, in TOKEN_ROW.columns order.
@@ -53,6 +53,11 @@ USAGE_SCHEMA = (
     # counter that UPDATE raises cannot carry one (docs/SERVICE.md, Usage).
     "CREATE TABLE IF NOT EXISTS key_usage (name TEXT NOT NULL, version INTEGER NOT NULL,"
     " reserved INTEGER NOT NULL, bytes INTEGER NOT NULL, PRIMARY KEY (name, version))",
+    # mac: over the other columns, in POLICY_ROW.columns order. No row: min_encryption_version
+    # 0, deletion not allowed (what every key had before this table).
+    "CREATE TABLE IF NOT EXISTS key_policy (name TEXT PRIMARY KEY,"
+    " min_encryption_version INTEGER NOT NULL, deletion_allowed INTEGER NOT NULL,"
+    " mac BLOB NOT NULL)",
 )
 
 
@@ -141,6 +146,8 @@ def open_file(db: sqlite3.Connection, path: Path, integrity: Integrity, legacy: 
     _enable_wal(db)
     # Writes are rare and a lost key version loses data: pay for an fsync per commit.
     db.execute("PRAGMA synchronous = FULL")
+    # A deleted key's wrapped material is overwritten in the file, not left in free pages.
+    db.execute("PRAGMA secure_delete = ON")
     meta = read_meta(db)
     if meta.get("schema_version") == 1:
         meta = _upgrade_once(db, path, integrity, legacy)

@@ -95,6 +95,17 @@ class UsageMeter:
                 self._scarce.setdefault(k, time.monotonic())
         return self._reserve_for(key, version, n, limit)
 
+    def forget(self, name: str) -> None:
+        """Drop what this process holds or has not written for a key just deleted: its rows
+        are gone, and a new key of the same name starts from nothing. (Other processes drop
+        theirs once they find the key gone, ``_give_back``.)"""
+        with self._lock:
+            for table in (self._held, self._limits, self._bytes, self._scarce):
+                for k in [k for k in table if k[0] == name]:
+                    del table[k]
+            self._refill = {k for k in self._refill if k[0] != name}
+            self._rotate = {k for k in self._rotate if k[0] != name}
+
     def add_bytes(self, name: str, version: int, nbytes: int) -> None:
         if nbytes > 0:
             with self._lock:
@@ -248,7 +259,8 @@ class UsageMeter:
             try:
                 latest = self._store.get_key(name).latest
             except KeyNotFound:
-                latest = version
+                self.forget(name)  # deleted (delete_key): nothing to give back to
+                continue
             with self._lock:
                 near = self._limits.get(k, 0) - totals.get(k, 0) < SCARCE
                 if near:

@@ -31,6 +31,10 @@ class VersionRetired(KeyStoreError):
     """Export of a version below the key's min_decryption_version."""
 
 
+class DeletionNotAllowed(KeyStoreError):
+    """Deletion of a key whose ``deletion_allowed`` was not set."""
+
+
 class KeyStoreUnavailable(KeyStoreError):
     """The store is corrupt, unreadable, or the master key does not open it."""
 

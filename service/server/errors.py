@@ -20,6 +20,7 @@ from starlette.exceptions import HTTPException
 
 from sealflow.engine import DecryptionError
 from sealflow.service.keystore import (
+    DeletionNotAllowed,
     InvalidRequest,
     KeyExists,
     KeyNotFound,
@@ -66,6 +67,16 @@ def malformed_envelope(why: str) -> ApiError:
 
 def bad_request(message: str) -> ApiError:
     return ApiError(400, "bad_request", message)
+
+
+def transit_only(name: str) -> ApiError:
+    """A key name the envelope cannot carry (one of Vault's names, docs/TRANSIT.md)."""
+    return ApiError(
+        400,
+        "bad_request",
+        f"key name {name!r} is outside the native rule [a-z0-9][a-z0-9._-]* (1 to 64): an"
+        " envelope cannot carry it; a key of such a name is used through the Transit API only",
+    )
 
 
 def unauthorized() -> ApiError:
@@ -135,6 +146,7 @@ _STORE_ERRORS: dict[type[KeyStoreError], tuple[int, str]] = {
     KeyNotFound: (404, "key_not_found"),
     TokenNotFound: (404, "token_not_found"),
     KeyExists: (409, "key_exists"),
+    DeletionNotAllowed: (409, "deletion_not_allowed"),
     InvalidRequest: (400, "bad_request"),
     NotExportable: (403, "not_exportable"),
     VersionRetired: (403, "version_retired"),

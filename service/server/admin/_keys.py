@@ -1,4 +1,4 @@
-"""Admin routes: create, list, show, rotate, patch and export keys (scope ``admin``).
+"""Admin routes: create, list, show, rotate, patch, delete and export keys (scope ``admin``).
 
 Plain ``def`` routes: FastAPI runs them on its thread pool, so a keystore write
 (one SQLite transaction, fsynced) never blocks the event loop.
@@ -10,7 +10,7 @@ import base64
 from datetime import UTC, datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Path, Query, Response
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -53,7 +53,7 @@ _ERRORS: dict[int | str, dict[str, object]] = {
     401: _error("unauthorized: no valid bearer token"),
     403: _error("forbidden (the token lacks admin), not_exportable or version_retired"),
     404: _error("key_not_found"),
-    409: _error("key_exists"),
+    409: _error("key_exists, or deletion_not_allowed (set deletion_allowed first)"),
     413: _error("too_large: the body exceeds 64 KiB"),
     415: _error("unsupported_media_type: a body not declared as JSON"),
     503: _error("keystore_unavailable"),
@@ -100,6 +100,15 @@ class KeyPatch(BaseModel):
     )
     max_encryptions: StrictInt | None = _MAX_ENCRYPTIONS
     auto_rotate_period: StrictInt | StrictFloat | None = _PERIOD
+    min_encryption_version: StrictInt | None = Field(
+        None,
+        ge=0,
+        description="the lowest version Transit's encrypt may be asked for by key_version (0:"
+        " any); native encryption always uses the latest",
+    )
+    deletion_allowed: StrictBool | None = Field(
+        None, description="whether DELETE may remove the key and all its versions"
+    )
 
 
 def _utc(value: datetime) -> str:
@@ -126,6 +135,8 @@ class KeyOut(BaseModel):
     exportable: bool
     latest: int
     min_decryption_version: int
+    min_encryption_version: int
+    deletion_allowed: bool
     versions: list[VersionOut]
     max_encryptions: int
     auto_rotate_period: float
@@ -147,6 +158,8 @@ class KeyOut(BaseModel):
             exportable=key.exportable,
             latest=key.latest,
             min_decryption_version=key.min_decryption_version,
+            min_encryption_version=key.min_encryption_version,
+            deletion_allowed=key.deletion_allowed,
             versions=[
                 VersionOut(
                     version=v.version,
@@ -201,22 +214,34 @@ def rotate_key(name: KeyName, svc: ServicesDep, _: AdminDep, log: LogDep) -> Key
     return KeyOut.of(key, svc.store)
 
 
-@router.patch("/{name}", summary="Retire old versions for decryption; change usage limits")
+@router.patch("/{name}", summary="Retire old versions; change usage limits; allow deletion")
 def patch_key(name: KeyName, body: KeyPatch, svc: ServicesDep, _: AdminDep, log: LogDep) -> KeyOut:
     log.key = name
     limits = body.max_encryptions, body.auto_rotate_period
-    if body.min_decryption_version is None and limits == (None, None):
+    rules = body.min_decryption_version, body.min_encryption_version, body.deletion_allowed
+    if rules == (None, None, None) and limits == (None, None):
         raise errors.bad_request(
-            "nothing to change: give min_decryption_version, max_encryptions or auto_rotate_period"
+            "nothing to change: give min_decryption_version, min_encryption_version,"
+            " deletion_allowed, max_encryptions or auto_rotate_period"
         )
     key = svc.store.get_key(name)
-    if body.min_decryption_version is not None:
-        key = svc.store.set_min_decryption_version(
-            name, body.min_decryption_version, body.allow_lowering
-        )
+    if rules != (None, None, None):
+        key = svc.store.configure(name, *rules, allow_lowering=body.allow_lowering)
     if limits != (None, None):
         key = svc.store.set_limits(name, *limits)
     return KeyOut.of(key, svc.store)
+
+
+@router.delete(
+    "/{name}",
+    status_code=204,
+    summary="Delete a key and every version's material (only once deletion_allowed is set)",
+)
+def delete_key(name: KeyName, svc: ServicesDep, _: AdminDep, log: LogDep) -> Response:
+    log.key = name
+    svc.store.delete_key(name)
+    svc.usage.forget(name)
+    return Response(status_code=204)
 
 
 @router.get(

@@ -21,7 +21,7 @@ from typing import Any
 from starlette.types import Receive, Scope, Send
 
 from sealflow.engine import Algorithm
-from sealflow.service.envelope import Mode, Prefix
+from sealflow.service.envelope import Mode, Prefix, valid_name
 from sealflow.service.keystore import KeyInfo, KeyNotFound, KeyStore, KeyStoreError, TokenInfo
 
 from .. import _auth, _metrics, errors
@@ -118,6 +118,8 @@ def _prepare(
     name = path[len(_KEYS) : path.rindex("/")]
     if route is DECRYPT_ROUTE:
         _auth.require(token, "decrypt", name)
+        if not valid_name(name):  # no envelope names it (encrypt: sealing_version says so)
+            raise errors.transit_only(name)
         resolve = _decrypt_key(svc.store, token, name)
         if records:
             return DecryptRecords(svc, log, aad, length, duplex, resolve)
@@ -153,7 +155,10 @@ def _encoded(mode: Mode, algorithm: Algorithm, version: int, name: str) -> bytes
 
 def sealing_version(svc: Services, name: str) -> tuple[KeyInfo, bytes]:
     """The key and the material of its latest version, one sealing counted against it (which
-    rotates the key first if that version reached its limit), or 404 key_not_found."""
+    rotates the key first if that version reached its limit), or 404 key_not_found; 400 for
+    a name an envelope cannot carry (a Transit-only key)."""
+    if not valid_name(name):
+        raise errors.transit_only(name)
     try:
         return svc.usage.seal(name)
     except KeyNotFound:

@@ -33,6 +33,9 @@ from ._wire import Body
 KEY_NOT_FOUND = "encryption key not found"
 _VERSION_NEGATIVE = "requested version for encryption is negative"
 _VERSION_TOO_HIGH = "requested version for encryption is higher than the latest key version"
+_VERSION_TOO_LOW = (
+    "requested version for encryption is less than the minimum encryption key version"
+)
 # What Go's AEADs say when a tag does not verify (Transit passes it on as it is).
 _AUTH_FAILED = {
     Algorithm.AES_128_GCM: "cipher: message authentication failed",
@@ -242,6 +245,8 @@ def _versions(key: KeyInfo, work: list[Item], results: _Results) -> dict[int, in
             results.fail(i, _VERSION_NEGATIVE)
         elif version > latest:
             results.fail(i, _VERSION_TOO_HIGH)
+        elif 0 < version < key.min_encryption_version:  # 0: the latest, never below it
+            results.fail(i, _VERSION_TOO_LOW)
         else:
             chosen[i] = version or latest
     return chosen

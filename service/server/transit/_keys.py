@@ -1,10 +1,12 @@
 """Transit's key routes over the keystore: create, read, list, rotate, config, delete, export.
 
 Keys are the native API's keys: a key made here encrypts on ``/v1/keys/{name}/encrypt`` and
-back. What the keystore cannot hold (``min_encryption_version`` above 0, ``deletion_allowed``,
-``auto_rotate_period``, derived or convergent keys, making an existing key exportable) is
-refused with a 400 naming the field, rather than accepted and ignored (docs/TRANSIT.md).
-Keystore writes (one fsynced transaction) run on a thread, off the event loop.
+back, unless its name is one of Vault's that an envelope cannot carry (capitals, ``_``): such
+a key is used through Transit only. What the keystore cannot hold (derived or convergent keys,
+``allow_plaintext_backup``, making an existing key exportable) is refused with a 400 naming
+the field, rather than accepted and ignored (docs/TRANSIT.md). ``keys/:name/config`` checks
+every field in Transit's order, with Transit's messages, before it writes anything. Keystore
+writes (one fsynced transaction) run on a thread, off the event loop.
 """
 
 from __future__ import annotations
@@ -14,14 +16,15 @@ import base64
 from typing import Any
 
 from sealflow.engine import Algorithm
-from sealflow.service.envelope import valid_name
 from sealflow.service.keystore import (
+    DeletionNotAllowed,
     KeyExists,
     KeyInfo,
     KeyNotFound,
     KeyStore,
     VersionUsage,
     next_rotation,
+    valid_key_name,
 )
 
 from . import _wire
@@ -70,7 +73,7 @@ def policy(key: KeyInfo, usage: dict[int, VersionUsage] | None = None) -> dict[s
     return extra | {
         "allow_plaintext_backup": False,
         "auto_rotate_period": int(key.auto_rotate_period),
-        "deletion_allowed": False,
+        "deletion_allowed": key.deletion_allowed,
         "derived": False,
         "exportable": key.exportable,
         "imported_key": False,
@@ -82,7 +85,7 @@ def policy(key: KeyInfo, usage: dict[int, VersionUsage] | None = None) -> dict[s
         "latest_version": key.latest,
         "min_available_version": 0,
         "min_decryption_version": key.min_decryption_version,
-        "min_encryption_version": 0,
+        "min_encryption_version": key.min_encryption_version,
         "name": key.name,
         "soft_deleted": False,
         "supports_decryption": True,
@@ -112,10 +115,11 @@ def _period(body: Body) -> float | None:
 
 
 def check_name(name: str) -> None:
-    if not valid_name(name):
+    if not valid_key_name(name):
         raise _wire.user_error(
-            f"invalid key name {name!r}: sealflow key names are 1 to 64 of a-z, 0-9, '.', '_'"
-            " and '-', starting with a letter or digit"
+            f"invalid key name {name!r}: key names are 1 to 64 ASCII characters, Vault's rule"
+            r" \w(([\w-.]+)?\w)? (letters, digits, '_', and '-' or '.' inside) or sealflow's"
+            " [a-z0-9][a-z0-9._-]*"
         )
 
 
@@ -169,21 +173,8 @@ async def config(store: KeyStore, name: str, body: Body) -> bytes:
     except KeyNotFound:
         raise _wire.user_error(f"no existing key named {name} could be found") from None
     warnings = []
-    if _wire.as_int(body, "min_encryption_version"):
-        raise _wire.user_error(
-            "min_encryption_version is not supported by sealflow: encryption always uses the"
-            " latest version unless key_version is given"
-        )
-    _unsupported(body, "deletion_allowed", "allow_plaintext_backup")
-    period = _period(body)
-    if period is not None and period != key.auto_rotate_period:
-        key = await asyncio.to_thread(store.set_limits, name, None, period)
-    if _wire.as_bool(body, "exportable") and not key.exportable:
-        raise _wire.user_error(
-            "sealflow cannot make an existing key exportable (exportability is bound into"
-            " its wrapped material); create an exportable key and rewrap onto it"
-        )
-    if "min_decryption_version" in body and body["min_decryption_version"] is not None:
+    min_decryption = key.min_decryption_version
+    if _given(body, "min_decryption_version"):
         wanted = _wire.as_int(body, "min_decryption_version")
         if wanted < 0:
             raise _wire.user_error("min decryption version cannot be negative")
@@ -192,22 +183,71 @@ async def config(store: KeyStore, name: str, body: Body) -> bytes:
             warnings.append(
                 "since Vault 0.3, transit key numbering starts at 1; forcing minimum to 1"
             )
-        if wanted > key.latest:
+        if wanted != min_decryption and wanted > key.latest:
             raise _wire.user_error(
                 f"cannot set min decryption version of {wanted}, latest key version is {key.latest}"
             )
-        if wanted != key.min_decryption_version:
-            # Transit lowers it when asked to; the keystore logs every lowering.
-            key = await asyncio.to_thread(store.set_min_decryption_version, name, wanted, True)
+        min_decryption = wanted
+    min_encryption = key.min_encryption_version
+    if _given(body, "min_encryption_version"):
+        wanted = _wire.as_int(body, "min_encryption_version")
+        if wanted < 0:
+            raise _wire.user_error("min encryption version cannot be negative")
+        if wanted != min_encryption and wanted > key.latest:
+            raise _wire.user_error(
+                f"cannot set min encryption version of {wanted}, latest key version is {key.latest}"
+            )
+        min_encryption = wanted
+    # Transit checks the pair as it would be after the call: each may change the other's bound.
+    if 0 < min_encryption < min_decryption:
+        raise _wire.user_error(
+            "cannot set min encryption/decryption values; min encryption version of"
+            f" {min_encryption} must be greater than or equal to min decryption version of"
+            f" {min_decryption}"
+        )
+    deletion = key.deletion_allowed
+    if _given(body, "deletion_allowed"):
+        deletion = _wire.as_bool(body, "deletion_allowed")
+    if _wire.as_bool(body, "exportable") and not key.exportable:
+        raise _wire.user_error(
+            "sealflow cannot make an existing key exportable (exportability is bound into"
+            " its wrapped material); create an exportable key and rewrap onto it"
+        )
+    _unsupported(body, "allow_plaintext_backup")
+    period = _period(body)
+    # Everything checked: now the writes (the version rules and the flag in one transaction).
+    if (min_decryption, min_encryption, deletion) != (
+        key.min_decryption_version,
+        key.min_encryption_version,
+        key.deletion_allowed,
+    ):
+        # Transit lowers min_decryption_version when asked to; the keystore logs every change.
+        key = await asyncio.to_thread(
+            store.configure, name, min_decryption, min_encryption, deletion, True
+        )
+    if period is not None and period != key.auto_rotate_period:
+        key = await asyncio.to_thread(store.set_limits, name, None, period)
     return _wire.envelope(policy(key), warnings)
 
 
-def delete(store: KeyStore, name: str) -> bytes:
+def _given(body: Body, field: str) -> bool:
+    return body.get(field) is not None
+
+
+async def delete(store: KeyStore, name: str) -> None:
+    """Transit's ``DELETE keys/:name``: only once ``deletion_allowed`` was set; the key, every
+    version's material, its limits and usage go in one keystore transaction (logged), and
+    every replica drops it from its cache (docs/TRANSIT.md, Deleting a key)."""
     try:
-        store.get_key(name)
+        await asyncio.to_thread(store.delete_key, name)
     except KeyNotFound:
-        return b""
-    raise _wire.user_error(f"error deleting policy {name}: deletion is not allowed for this key")
+        raise _wire.user_error(
+            f"error deleting policy {name}: could not delete key; not found"
+        ) from None
+    except DeletionNotAllowed:
+        raise _wire.user_error(
+            f"error deleting policy {name}: deletion is not allowed for this key"
+        ) from None
 
 
 def export(store: KeyStore, kind: str, name: str, version: str | None) -> bytes:

@@ -130,7 +130,8 @@ def paths(mount: str) -> dict[str, Any]:
     }
     key_delete = {
         "tags": _TAG,
-        "summary": "Refused: sealflow never deletes key versions (400), or 204 if absent",
+        "summary": "Delete the key and all its versions (admin): 204 once deletion_allowed is"
+        " set, else 400 (also for a key that does not exist, as in Transit)",
         "parameters": [name],
         "responses": _answers(204, 400, 403),
         "security": _SECURITY,
@@ -185,10 +186,16 @@ def paths(mount: str) -> dict[str, Any]:
         f"{mount}/keys/{{name}}/config": {
             "post": {
                 "tags": _TAG,
-                "summary": "min_decryption_version, exportable (admin)",
+                "summary": "min_decryption_version, min_encryption_version, deletion_allowed,"
+                " auto_rotate_period, exportable (admin)",
                 "parameters": [name],
                 "requestBody": _body(
-                    {"min_decryption_version": _LENIENT_INT, "exportable": _LENIENT_BOOL}
+                    {
+                        "min_decryption_version": _LENIENT_INT,
+                        "min_encryption_version": _LENIENT_INT,
+                        "deletion_allowed": _LENIENT_BOOL,
+                        "exportable": _LENIENT_BOOL,
+                    }
                 ),
                 "responses": admin_write,
                 "security": _SECURITY,

@@ -162,7 +162,8 @@ class Transit:
         if kind == "config":
             return 200, await _keys.config(store, name, _wire.parse(body))
         if method == "DELETE":
-            _keys.delete(store, name)
+            await _keys.delete(store, name)
+            svc.usage.forget(name)  # sealings this process holds for it are not a new key's
             return 204, b""
         return 200, await _keys.create(store, name, _wire.parse(body))
 

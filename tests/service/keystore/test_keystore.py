@@ -102,7 +102,8 @@ def test_unknown_key_or_version_raises_key_not_found(store: KeyStore) -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["", "Orders", "-lead", ".lead", "a" * 65, "a/b", "a b", "caf\u00e9", "a\x00"]
+    "name",
+    ["", "-lead", ".lead", "a" * 65, "a/b", "a b", "caf\u00e9", "a\x00", "Ab-", "_x.", "\u0661"],
 )
 def test_invalid_key_names_are_refused(store: KeyStore, name: str) -> None:
     with pytest.raises(InvalidRequest):
@@ -156,7 +157,12 @@ def test_lowering_min_decryption_version_must_be_asked_for_and_is_logged(
     (record,) = caplog.records
     assert record.levelno == logging.WARNING
     assert "'orders'" in record.getMessage()
-    assert record.fields == {"key": "orders", "old": 3, "new": 1}  # type: ignore[attr-defined]
+    assert record.fields == {  # type: ignore[attr-defined]
+        "key": "orders",
+        "setting": "min_decryption_version",
+        "old": 3,
+        "new": 1,
+    }
     # Raising it, or setting the same value, needs nothing and logs nothing.
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="sealflow.keystore"):

@@ -175,3 +175,47 @@ def test_lowering_min_decryption_version_is_explicit_and_logged(
     assert len(lowered) == 1
     assert lowered[0]["level"] == "warning"
     assert (lowered[0]["key"], lowered[0]["old"], lowered[0]["new"]) == (name, 3, 1)
+
+
+def test_policy_and_deletion_through_the_admin_api(server: Server, client: httpx.Client) -> None:
+    name = unique("adm")
+    assert client.post("/v1/keys", json={"name": name}).status_code == 201
+    sealed = client.post(f"/v1/keys/{name}/encrypt?mode=single", content=b"gone soon").content
+    client.post(f"/v1/keys/{name}/rotate").raise_for_status()
+    shown = client.get(f"/v1/keys/{name}").json()
+    assert (shown["min_encryption_version"], shown["deletion_allowed"]) == (0, False)
+    refused = client.delete(f"/v1/keys/{name}")
+    assert (refused.status_code, refused.json()["error"]["code"]) == (409, "deletion_not_allowed")
+    assert client.get(f"/v1/keys/{name}").status_code == 200
+    for bad in ({"min_encryption_version": 3}, {"deletion_allowed": "yes"}):
+        assert client.patch(f"/v1/keys/{name}", json=bad).status_code == 400
+    patched = client.patch(
+        f"/v1/keys/{name}", json={"min_encryption_version": 2, "deletion_allowed": True}
+    ).json()
+    assert (patched["min_encryption_version"], patched["deletion_allowed"]) == (2, True)
+    # Native encryption always uses the latest version: the rule changes nothing there.
+    assert client.post(f"/v1/keys/{name}/encrypt?mode=single", content=b"x").status_code == 200
+    deleted = client.delete(f"/v1/keys/{name}")
+    assert (deleted.status_code, deleted.content) == (204, b"")
+    assert client.get(f"/v1/keys/{name}").status_code == 404
+    opened = client.post(f"/v1/keys/{name}/decrypt", content=sealed)
+    assert (opened.status_code, opened.json()["error"]["code"]) == (404, "key_not_found")
+    missing = client.delete(f"/v1/keys/{name}")
+    assert (missing.status_code, missing.json()["error"]["code"]) == (404, "key_not_found")
+
+
+def test_policy_and_deletion_through_the_cli(server: Server) -> None:
+    name = unique("cli")
+    assert server.cli("keys", "create", name).returncode == 0
+    assert server.cli("keys", "rotate", name).returncode == 0
+    refused = server.cli("keys", "delete", name)
+    assert refused.returncode != 0
+    assert b"deletion is not allowed" in refused.stderr
+    set_ = server.cli("keys", "policy", name, "--min-encryption-version", "2", "--allow-deletion")
+    assert set_.returncode == 0, set_.stderr
+    shown = json.loads(set_.stdout)
+    assert (shown["min_encryption_version"], shown["deletion_allowed"]) == (2, True)
+    done = server.cli("keys", "delete", name)
+    assert done.returncode == 0, done.stderr
+    assert f"deleted key {name} and its 2 versions".encode() in done.stderr
+    assert server.cli("keys", "show", name).returncode != 0

@@ -72,6 +72,9 @@ def exchange(srv: Server, other: Server) -> list[Any]:
             c.post("/v1/decrypt", content=sealed.content[:20]),
             c.post("/v1/keys/t-chacha/decrypt", content=sealed.content),  # not its key
             c.post("/v1/keys/absent/encrypt?mode=single", content=body),
+            # A Transit-only name (Vault's rule) on the native routes: refused by name.
+            c.post("/v1/keys/Not_Native/encrypt?mode=single", content=body),
+            c.post("/v1/keys/Not_Native/decrypt", content=sealed.content),
             c.post(ENCRYPT, content=body, headers={"X-AAD": "!!"}),
             c.post("/v1/keys/default/encrypt?mode=other", content=body),
             narrow.post(ENCRYPT, content=body),
@@ -123,7 +126,15 @@ def transit_exchange(srv: Server) -> list[Any]:
     vault = {"X-Vault-Token": srv.token}
     hi = {"plaintext": "aGk="}
     with httpx.Client(base_url=srv.url + "/v1/transit", headers=vault) as c:
+        # A key with min_encryption_version 2 of 3 versions, under one of Vault's names.
+        for step in ("", "/rotate", "/rotate"):
+            assert c.post(f"/keys/Floor_1{step}", json={}).status_code == 200
+        floor = c.post("/keys/Floor_1/config", json={"min_encryption_version": 2})
+        assert floor.json()["data"]["min_encryption_version"] == 2
         replies = [
+            c.post("/encrypt/Floor_1", json={"plaintext": "aGk=", "key_version": 1}),
+            c.post("/encrypt/Floor_1", json={"plaintext": "aGk=", "key_version": 2}),
+            c.post("/encrypt/Floor_1", json={"plaintext": "aGk="}),
             c.post("/encrypt/default", json={"plaintext": base64.b64encode(b"hi").decode()}),
             c.post("/encrypt/default", json={"plaintext": "aGk=", "associated_data": "eA=="}),
             c.post("/encrypt/default", json={"plaintext": "aGk=", "key_version": "1"}),
@@ -145,7 +156,11 @@ def transit_exchange(srv: Server) -> list[Any]:
             data = answer.get("data") or {}
             shape = sorted(answer), sorted(data), answer.get("errors")
             seen.append((reply.status_code, sorted(reply.headers), shape))
-        sealed = replies[0].json()["data"]["ciphertext"]
+        refused = replies[0].json()["errors"]
+        assert refused == [
+            "requested version for encryption is less than the minimum encryption key version"
+        ]
+        sealed = replies[3].json()["data"]["ciphertext"]
         opened = c.post("/decrypt/default", json={"ciphertext": sealed}).json()
         assert base64.b64decode(opened["data"]["plaintext"]) == b"hi"
     return seen
@@ -155,7 +170,8 @@ def test_transit_encrypts_take_the_lane_and_answer_the_same(pair: tuple[Server, 
     lane, usual = pair
     before = lane_count(lane)
     assert transit_exchange(lane) == transit_exchange(usual)
-    assert lane_count(lane) - before == 4  # the three good items and the Bearer one
+    # The five good items (two of them of key Floor_1) and the Bearer one.
+    assert lane_count(lane) - before == 6
     assert lane_count(usual) == 0
     time.sleep(0.3)  # the access log goes out every 0.1 s
 
@@ -232,3 +248,41 @@ def test_the_lane_waits_a_moment_for_the_body_and_keeps_order(make_server: MakeS
     lengths = [int(n) for n in re.findall(rb"content-length: (\d+)", two)]
     assert lengths[0] - lengths[1] == 1000 - 3  # the 1000-byte body's answer first
     assert lane_count(srv) == before + 3
+
+
+def test_held_answers_leave_in_order_before_anything_else_on_their_connection(
+    make_server: MakeServer,
+) -> None:
+    """Lane answers wait for the end of the loop's turn (docs/SERVICE.md): whatever else is
+    written to their connection in that turn (an app's answer, the parser's 400, a refusal,
+    the close after a half-close) goes after them."""
+    srv = make_server()
+    body = os.urandom(100)
+    before = lane_count(srv)
+    # Three lane requests and one for the ASGI app, in one write: four answers, in order.
+    get = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+    mixed = raw(srv, [head(srv, 100) + body + head(srv, 1) + b"a" + head(srv, 2) + b"ab" + get])
+    statuses = re.findall(rb"HTTP/1.1 (\d+) ", mixed)
+    assert statuses == [b"200"] * 4
+    lengths = [int(n) for n in re.findall(rb"content-length: (\d+)", mixed)]
+    assert lengths[0] - lengths[1] == 99
+    assert lengths[1] - lengths[2] == -1
+    assert mixed.rstrip().endswith(b"}")  # the app's JSON answer came last
+    # A lane request, then bytes the parser refuses: the answer, then the 400.
+    bad = raw(srv, [head(srv, 100) + body + b"NOT HTTP\r\n\r\n"])
+    assert re.findall(rb"HTTP/1.1 (\d+) ", bad) == [b"200", b"400"]
+    # A lane request, then a head over the limit: the answer, then the 431.
+    big = b"POST / HTTP/1.1\r\nX-Big: " + b"x" * 70_000 + b"\r\n\r\n"
+    refused = raw(srv, [head(srv, 100) + body + big])
+    assert re.findall(rb"HTTP/1.1 (\d+) ", refused) == [b"200", b"431"]
+    # A lane request and the client's half-close in the same moment: the answer still comes.
+    sock = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+    sock.sendall(head(srv, 100) + body)
+    sock.shutdown(socket.SHUT_WR)
+    received = b""
+    while chunk := sock.recv(65536):
+        received += chunk
+    sock.close()
+    assert received.startswith(b"HTTP/1.1 200 ")
+    assert int(re.findall(rb"content-length: (\d+)", received)[0]) > 100
+    assert lane_count(srv) == before + 6

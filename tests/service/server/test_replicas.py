@@ -95,6 +95,37 @@ def test_a_rotation_on_one_replica_is_used_by_another_within_a_second(
     eventually(lambda: version_of(encrypt(b, "orders")) == 2)
 
 
+def test_a_key_deleted_through_one_replica_is_gone_on_another_within_a_second(
+    replicas: list[Server],
+) -> None:
+    """Transit's two-step deletion on replica a; replica c, which had the key and its material
+    cached, stops using it within a second, and a new key of the same name is a new key there
+    (what the old one sealed does not open under it)."""
+    a, _, c = replicas
+    vault = {"X-Vault-Token": ROOT_TOKEN}
+    with (
+        httpx.Client(base_url=a.url + "/v1/transit", headers=vault) as on_a,
+        httpx.Client(base_url=c.url + "/v1/transit", headers=vault) as on_c,
+    ):
+        assert on_a.post("/keys/Doomed_1", json={}).status_code == 200
+        eventually(lambda: on_c.get("/keys/Doomed_1").status_code == 200)
+        sealed = on_c.post("/encrypt/Doomed_1", json={"plaintext": "aGk="})
+        old = sealed.json()["data"]["ciphertext"]
+        allow = on_a.post("/keys/Doomed_1/config", json={"deletion_allowed": True})
+        assert allow.json()["data"]["deletion_allowed"] is True
+        assert on_a.delete("/keys/Doomed_1").status_code == 204
+        eventually(lambda: on_c.get("/keys/Doomed_1").status_code == 404)
+        refused = on_c.post("/decrypt/Doomed_1", json={"ciphertext": old})
+        assert refused.json() == {"errors": ["encryption key not found"]}
+        assert on_a.post("/keys/Doomed_1", json={}).status_code == 200
+        eventually(lambda: on_c.get("/keys/Doomed_1").status_code == 200)
+        stale = on_c.post("/decrypt/Doomed_1", json={"ciphertext": old})
+        assert stale.json() == {"errors": ["cipher: message authentication failed"]}
+        fresh = on_c.post("/encrypt/Doomed_1", json={"plaintext": "aGk="}).json()["data"]
+        opened = on_a.post("/decrypt/Doomed_1", json={"ciphertext": fresh["ciphertext"]})
+        assert opened.json()["data"]["plaintext"] == "aGk="
+
+
 def uses_version(srv: Server, key: str, version: int) -> bool:
     return version_of(encrypt(srv, key)) == version
 

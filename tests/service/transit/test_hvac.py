@@ -7,6 +7,7 @@ import functools
 import json
 import secrets
 import subprocess
+import time
 from collections.abc import Callable
 
 import httpx
@@ -276,9 +277,9 @@ def test_lenient_typing(server: Server) -> None:
         body = {"plaintext": None, "batch_input": [{"plaintext": "aGk=", "key_version": "2"}]}
         result = http.post(f"/encrypt/{name}", json=body).json()["data"]["batch_results"]
         assert result[0]["key_version"] == 2
-        refused = http.put(f"/keys/{name.upper()}", json={})
+        refused = http.put(f"/keys/-{name}", json={})
         assert refused.status_code == 400
-        assert "sealflow key names" in refused.json()["errors"][0]
+        assert "key names are 1 to 64 ASCII characters" in refused.json()["errors"][0]
 
 
 def test_usage_and_auto_rotate_period_in_key_metadata(vault: hvac.Client) -> None:
@@ -300,3 +301,147 @@ def test_usage_and_auto_rotate_period_in_key_metadata(vault: hvac.Client) -> Non
     assert transit.read_key(name)["data"]["auto_rotate_period"] == 0
     with pytest.raises(hvac.exceptions.InvalidRequest, match="at least an hour"):
         transit.update_key_configuration(name, auto_rotate_period="30m")
+
+
+TOO_LOW = "requested version for encryption is less than the minimum encryption key version"
+
+
+def test_min_encryption_version(server: Server, vault: hvac.Client) -> None:
+    transit = vault.secrets.transit
+    name = unique("hv")
+    transit.create_key(name)
+    transit.rotate_key(name)
+    transit.rotate_key(name)
+    data = transit.update_key_configuration(name, min_encryption_version=2)["data"]
+    assert (data["min_encryption_version"], data["min_decryption_version"]) == (2, 1)
+    assert transit.read_key(name)["data"]["min_encryption_version"] == 2
+    with pytest.raises(hvac.exceptions.InvalidRequest) as refused:
+        transit.encrypt_data(name, b64(b"x"), key_version=1)
+    assert refused.value.errors == [TOO_LOW]
+    assert transit.encrypt_data(name, b64(b"x"))["data"]["key_version"] == 3
+    assert transit.encrypt_data(name, b64(b"x"), key_version=2)["data"]["key_version"] == 2
+    batch = [{"plaintext": b64(b"a"), "key_version": 1}, {"plaintext": b64(b"b")}]
+    with pytest.raises(hvac.exceptions.InvalidRequest) as partly:
+        transit.encrypt_data(name, batch_input=batch)
+    results = partly.value.json["data"]["batch_results"]
+    assert results[0] == {"error": TOO_LOW, "reference": ""}
+    assert results[1]["key_version"] == 3
+    old = transit.encrypt_data(name, b64(b"x"), key_version=2)["data"]["ciphertext"]
+    with pytest.raises(hvac.exceptions.InvalidRequest, match=TOO_LOW):
+        transit.rewrap_data(name, old, key_version=1)
+    # Decryption of older versions is min_decryption_version's business, not this rule's.
+    assert transit.decrypt_data(name, old)["data"]["plaintext"] == b64(b"x")
+    with pytest.raises(hvac.exceptions.InvalidRequest) as made:
+        vault.adapter.post(f"/v1/transit/datakey/plaintext/{name}", json={"key_version": 1})
+    assert made.value.errors == [TOO_LOW]
+    # Transit's words for a rule out of range, and for the pair.
+    refusals = {
+        "cannot set min encryption version of 4, latest key version is 3": {
+            "min_encryption_version": 4
+        },
+        "min encryption version cannot be negative": {"min_encryption_version": -1},
+        "cannot set min encryption/decryption values; min encryption version of 2 must be"
+        " greater than or equal to min decryption version of 3": {"min_decryption_version": 3},
+    }
+    for message, fields in refusals.items():
+        with pytest.raises(hvac.exceptions.InvalidRequest) as bad:
+            # Through the adapter: hvac checks some of these itself, Vault's clients in Go not.
+            vault.adapter.post(f"/v1/transit/keys/{name}/config", json=fields)
+        assert bad.value.errors == [message]
+    after = transit.read_key(name)["data"]
+    assert (after["min_encryption_version"], after["min_decryption_version"]) == (2, 1)
+    # (hvac itself refuses the two equal, which Transit allows: the adapter for that.)
+    both = transit.update_key_configuration(
+        name, min_decryption_version=2, min_encryption_version=3
+    )["data"]
+    assert (both["min_encryption_version"], both["min_decryption_version"]) == (3, 2)
+    equal = {"min_decryption_version": 3, "min_encryption_version": 3}
+    assert (
+        vault.adapter.post(f"/v1/transit/keys/{name}/config", json=equal)["data"][
+            "min_decryption_version"
+        ]
+        == 3
+    )
+    # The admin CLI shows it too.
+    shown = server.cli("keys", "show", name)
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["min_encryption_version"] == 3
+
+
+def test_delete_key_only_when_allowed(server: Server, vault: hvac.Client) -> None:
+    transit = vault.secrets.transit
+    name = unique("hv")
+    transit.create_key(name)
+    old = transit.encrypt_data(name, b64(b"before"))["data"]["ciphertext"]
+    with server.client() as native:
+        envelope = native.post(f"/v1/keys/{name}/encrypt?mode=single", content=b"before")
+        assert envelope.status_code == 200
+    scoped = new_token(server, f"encrypt:{name}", f"decrypt:{name}")
+    user = hvac.Client(url=server.url, token=scoped, strict_http=True).secrets.transit
+    with pytest.raises(hvac.exceptions.InvalidRequest) as refused:
+        transit.delete_key(name)
+    assert refused.value.errors == [
+        f"error deleting policy {name}: deletion is not allowed for this key"
+    ]
+    absent = unique("absent")
+    with pytest.raises(hvac.exceptions.InvalidRequest) as missing:
+        transit.delete_key(absent)
+    assert missing.value.errors == [
+        f"error deleting policy {absent}: could not delete key; not found"
+    ]
+    assert transit.read_key(name)["data"]["deletion_allowed"] is False
+    data = transit.update_key_configuration(name, deletion_allowed=True)["data"]
+    assert data["deletion_allowed"] is True
+    with pytest.raises(hvac.exceptions.Forbidden):
+        user.delete_key(name)  # an admin act
+    assert transit.delete_key(name).status_code == 204
+    with pytest.raises(hvac.exceptions.InvalidPath):
+        transit.read_key(name)
+    with pytest.raises(hvac.exceptions.InvalidRequest, match="encryption key not found"):
+        transit.decrypt_data(name, old)
+    with server.client() as native:
+        gone = native.post(f"/v1/keys/{name}/decrypt", content=envelope.content)
+        assert (gone.status_code, gone.json()["error"]["code"]) == (404, "key_not_found")
+    # A new key of the same name: the scoped token works on it, and what the old key sealed
+    # fails to authenticate under it, on either API (never opened with the new material).
+    transit.create_key(name)
+    assert transit.read_key(name)["data"]["deletion_allowed"] is False
+    sealed = user.encrypt_data(name, b64(b"after"))["data"]["ciphertext"]
+    assert user.decrypt_data(name, sealed)["data"]["plaintext"] == b64(b"after")
+    with pytest.raises(hvac.exceptions.InvalidRequest) as stale:
+        user.decrypt_data(name, old)
+    assert stale.value.errors == ["cipher: message authentication failed"]
+    with server.client() as native:
+        stale_native = native.post(f"/v1/keys/{name}/decrypt", content=envelope.content)
+        assert stale_native.status_code == 400
+        assert stale_native.json()["error"]["code"] == "decryption_failed"
+    time.sleep(0.3)  # log lines go out in batches
+    logged = [json.loads(line) for line in server.log.read_text().splitlines() if "{" in line[:1]]
+    deleted = [e for e in logged if f"key '{name}' deleted with its" in e.get("msg", "")]
+    assert len(deleted) == 1, deleted
+    assert (deleted[0]["logger"], deleted[0]["level"]) == ("sealflow.keystore", "warning")
+
+
+def test_vault_key_names_through_transit_only(server: Server, vault: hvac.Client) -> None:
+    transit = vault.secrets.transit
+    name = f"Orders_{secrets.token_hex(3)}"
+    transit.create_key(name)
+    sealed = transit.encrypt_data(name, b64(b"vault name"))["data"]["ciphertext"]
+    assert transit.decrypt_data(name, sealed)["data"]["plaintext"] == b64(b"vault name")
+    assert transit.read_key(name)["data"]["name"] == name
+    assert name in transit.list_keys()["data"]["keys"]
+    scoped = new_token(server, "encrypt:Orders_*", "decrypt:Orders_*")
+    user = hvac.Client(url=server.url, token=scoped, strict_http=True).secrets.transit
+    assert user.decrypt_data(name, sealed)["data"]["plaintext"] == b64(b"vault name")
+    listed = server.cli("keys", "list")
+    assert listed.returncode == 0, listed.stderr
+    assert name in [k["name"] for k in json.loads(listed.stdout)]
+    with server.client() as native:
+        for path in (f"/v1/keys/{name}/encrypt?mode=single", f"/v1/keys/{name}/decrypt"):
+            refused = native.post(path, content=b"x")
+            assert refused.status_code == 400
+            error = refused.json()["error"]
+            assert error["code"] == "bad_request"
+            assert "Transit API only" in error["message"]
+        shown = native.get(f"/v1/keys/{name}")  # the admin API shows it
+        assert (shown.status_code, shown.json()["name"]) == (200, name)
