@@ -36,7 +36,12 @@ from sealflow.service.server._state import Services
 from sealflow.service.server.errors import ApiError
 from sealflow.service.server.transit import _column, _data, _wire
 
-KEYS = {"k": Algorithm.AES_256_GCM, "c": Algorithm.CHACHA20_POLY1305, "s": Algorithm.AES_128_GCM}
+KEYS = {
+    "k": Algorithm.AES_256_GCM,
+    "c": Algorithm.CHACHA20_POLY1305,
+    "s": Algorithm.AES_128_GCM,
+    "m": Algorithm.AES_256_GCM,  # versions 1 to 3, min_encryption_version 2
+}
 
 
 class Tally:
@@ -67,6 +72,8 @@ def svc(
         services.store.create_key(name, alg, False, None, None)
     for _ in range(2):
         services.store.rotate_key("k")  # versions 1 to 3
+        services.store.rotate_key("m")
+    services.store.configure("m", min_encryption_version=2)
     try:
         yield services
     finally:
@@ -191,7 +198,7 @@ def test_shared_fields_and_references(svc: Services, name: str) -> None:
             {
                 "plaintext": b64(i),
                 "reference": f'r"{i}\\é\n',
-                "key_version": 1,
+                "key_version": 3 if name in ("k", "m") else 1,
                 "associated_data": aad,
                 "context": "x",
             }
@@ -332,3 +339,27 @@ def test_from_body_reads_only_the_usual_serializations(svc: Services) -> None:
         assert asyncio.run(_data.encrypt_body(svc, "k", raw)) is None
         status, _ = production(svc, "k", raw)
         assert status == 200
+
+
+def test_min_encryption_version_alike(svc: Services) -> None:
+    """A key_version below the key's min_encryption_version: the column declines before
+    counting, and each item gets Transit's error; the latest and allowed versions seal."""
+    for version, sealed in ((1, False), (2, True), (0, True)):
+        items = [{"plaintext": b64(10), "key_version": version} for _ in range(20)]
+        body = {"batch_input": items}
+        column = _column.column(body)
+        assert column is not None
+        tally = Tally(svc.usage)
+        counted = dataclasses.replace(svc, usage=tally)  # type: ignore[arg-type]
+        assert (_data._seal_column(counted, "m", column) is not None) is sealed
+        assert bool(tally.seen) is sealed
+        status, answered = check_same(svc, "m", body)
+        results = answered["data"]["batch_results"]
+        if sealed:
+            assert status == 200
+            assert {r["key_version"] for r in results} == {version or 3}
+        else:
+            assert status == 400
+            assert {r["error"] for r in results} == {
+                "requested version for encryption is less than the minimum encryption key version"
+            }
