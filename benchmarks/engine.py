@@ -7,6 +7,7 @@ benchmarks.engine`` (the scaling table needs two cores: run it unpinned).
 
 from __future__ import annotations
 
+import binascii
 import contextlib
 import itertools
 import os
@@ -509,6 +510,70 @@ def records_reuse(report: Report) -> None:
     )
 
 
+TEXT_RECORDS = 1000
+
+
+def text(report: Report) -> None:
+    """Records.from_base64 + seal_many_text against the same work per record in Python."""
+    n, size = TEXT_RECORDS, 100
+    print(
+        f"\n## 7. Batches as text (AES-256-GCM, {n:,} records of {size} B per batch, records/s)\n"
+    )
+    print(
+        "The input is the records' base64 joined by newlines (what Transit's `batch_input` "
+        "becomes); the output one text: each record as `before || base64(nonce || ciphertext "
+        "|| tag) || after`, comma-separated, between a head and a tail. `decode` is "
+        "`Records.from_base64` alone, `seal` `seal_many_text` alone, `both` the two. The peer "
+        "does the same per record in Python: `binascii.a2b_base64`, `AESGCM.encrypt` with "
+        "`os.urandom(12)`, `binascii.b2a_base64`, the pieces joined.\n"
+    )
+    print(
+        "| provider | decode | seal | both | peer | both / peer |\n|---|---:|---:|---:|---:|---:|"
+    )
+    key = os.urandom(32)
+    g = AESGCM(key)
+    texts = [binascii.b2a_base64(os.urandom(size), newline=False) for _ in range(n)]
+    column = b"\n".join(texts)
+    before, after = b'{"ciphertext":"vault:v1:', b'","key_version":1,"reference":""}'
+    urandom, a2b, b2a = os.urandom, binascii.a2b_base64, binascii.b2a_base64
+
+    def peer() -> bytes:
+        pieces = []
+        for t in texts:
+            nonce = urandom(12)
+            sealed = b2a(nonce + g.encrypt(nonce, a2b(t), None), newline=False)
+            pieces.append(before + sealed + after)
+        return b"[" + b",".join(pieces) + b"]"
+
+    def seal(records: engine.Records) -> bytes:
+        return engine.seal_many_text(
+            ALG, key, b"", records, before=before, after=after, sep=b",", head=b"[", tail=b"]"
+        )
+
+    for provider in ("native", "cryptography"):
+        engine.set_provider(provider)
+        records = engine.Records.from_base64(column, n)
+        r = interleaved(
+            {
+                "decode": lambda: engine.Records.from_base64(column, n),
+                "seal": lambda: seal(records),
+                "both": lambda: seal(engine.Records.from_base64(column, n)),
+                "peer": peer,
+            }
+        )
+        row = [r[k] * n for k in ("decode", "seal", "both", "peer")]
+        print(
+            f"| {provider} | "
+            + " | ".join(f"{x:,.0f}" for x in row)
+            + f" | {row[2] / row[3]:.2f}x |"
+        )
+        if provider == "native":
+            report.check(
+                f"from_base64 + seal_many_text {size} B / Python loop", row[2] / row[3], 3.0
+            )
+    engine.set_provider(None)
+
+
 SECTIONS = {
     "reuse": cipher_reuse,
     "throughput": throughput,
@@ -517,6 +582,7 @@ SECTIONS = {
     "records": records,
     "records_reuse": records_reuse,
     "by_provider": by_provider,
+    "text": text,
 }
 
 

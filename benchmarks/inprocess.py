@@ -8,7 +8,9 @@ what sealflow adds on top of uvicorn; then the same request through the small-re
 (``Front.lane_head`` and ``lane_answer``, what the protocol calls instead of the app).
 A profile of the same loop: ``--profile``.
 ``--budget`` also times the parts of the request on their own (the table in
-docs/BENCHMARKS.md, "Small requests").
+docs/BENCHMARKS.md, "Small requests"). ``--transit-batch`` times a Transit ``batch_input``
+encrypt of 1,000 items of 100 bytes instead, whole and in parts, and the general path for
+comparison (docs/BENCHMARKS.md, "Transit").
 """
 
 from __future__ import annotations
@@ -170,12 +172,93 @@ def _lane(app: Any, token: str, body: bytes, requests: int) -> float:
     return (time.perf_counter() - start) / requests
 
 
+async def transit_batch(items: int = 1000, size: int = 100, rounds: int = 300) -> None:
+    """A Transit batch encrypt through the ASGI app, and its parts, in microseconds per batch."""
+    import base64
+    import json
+
+    import orjson
+
+    from sealflow import engine
+    from sealflow.service.config import Settings
+    from sealflow.service.keystore import prepare
+    from sealflow.service.server.app import create_app
+    from sealflow.service.server.transit import _column, _data
+
+    settings = Settings()
+    token = prepare(settings)
+    assert token is not None
+    app: Any = create_app(settings)
+    batch = [{"plaintext": base64.b64encode(os.urandom(size)).decode()} for _ in range(items)]
+    body = json.dumps({"batch_input": batch}).encode()
+    path = "/v1/transit/encrypt/bench"
+    headers = [(b"host", b"x"), (b"x-vault-token", token.encode()),
+               (b"content-length", b"%d" % len(body))]  # fmt: skip
+    scope: dict[str, Any] = {"type": "http", "method": "POST", "path": path,
+                             "raw_path": path.encode(), "query_string": b"",
+                             "headers": headers}  # fmt: skip
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: MutableMapping[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            assert message["status"] == 200, message
+
+    async with app.router.lifespan_context(app):
+        svc = app.front.svc
+        svc.store.create_key("bench", engine.Algorithm.AES_256_GCM, False, None, None)
+        for _ in range(rounds // 10):
+            await app(dict(scope), receive, send)
+        start = time.perf_counter()
+        for _ in range(rounds):
+            await app(dict(scope), receive, send)
+        whole = (time.perf_counter() - start) / rounds * 1e6
+        parsed = orjson.loads(body)
+        column = _column.column(parsed)
+        assert column is not None
+        records = engine.Records.from_base64(column.texts, column.count)
+        key = svc.store.key_material("bench", 1)
+        ALG = engine.Algorithm.AES_256_GCM
+
+        def general() -> None:
+            sealing = _data._Sealing(svc, "bench", parsed)
+            sealing.answer(_data._seal(*sealing.inputs))
+
+        n = rounds
+        raw = _column.from_body(body)
+        assert raw is not None
+        rows = [
+            ("_column.from_body: the unparsed column found",
+             _each(lambda: _column.from_body(body), n)),
+            ("engine.Records.from_base64 of it (decode the column)",
+             _each(lambda: engine.Records.from_base64(raw.texts, raw.count, raw.sep), n)),
+            ("engine.seal_many alone (the AEAD of every item)",
+             _each(lambda: engine.seal_many("aes-256-gcm", key, b"", records), n)),
+            ("_column.seal: seal_many_text, the answer's bytes",
+             _each(lambda: _column.seal(ALG, key, b"", records, 1, column), n)),
+            (f"another serialization: orjson.loads of the {len(body):,}-byte body (and freeing it)",
+             _each(lambda: orjson.loads(body), n)),
+            ("another serialization: _column.column (plaintexts joined, shape checked)",
+             _each(lambda: _column.column(parsed), n)),
+            ("for comparison: the general path (_Sealing, _seal, answer)",
+             _each(general, n // 10)),
+        ]  # fmt: skip
+    print(f"\n| Transit batch encrypt, {items:,} items of {size} B | us per batch |\n|---|---:|")
+    for label, us in rows:
+        print(f"| {label} | {us:,.0f} |")
+    print(f"| **the whole request through the ASGI app, in-process** | **{whole:,.0f}** |")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--log", action="store_true", help="access log on (level info)")
     parser.add_argument("--profile", action="store_true", help="print a cProfile of the loop")
     parser.add_argument("--requests", type=int, default=20_000)
     parser.add_argument("--budget", action="store_true", help="also time each part alone")
+    parser.add_argument(
+        "--transit-batch", action="store_true", help="a Transit batch of 1,000 items instead"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["SEALFLOW_DATA_DIR"] = str(Path(tmp) / "data")
@@ -184,6 +267,12 @@ def main() -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         saved = os.dup(2)
         os.dup2(devnull, 2)
+        if args.transit_batch:
+            try:
+                asyncio.run(transit_batch())
+            finally:
+                os.dup2(saved, 2)
+            return 0
         try:
             parts: list[tuple[str, float]] | None = [] if args.budget else None
             seconds = asyncio.run(run(args.requests, args.profile, parts))

@@ -8,7 +8,7 @@ from ._buffers import AEADBuffer, BufferPool
 from ._calibration import Calibration, Measurement
 from ._chunked import ChunkedDecryptor, ChunkedEncryptor, opened_size, sealed_size
 from ._errors import DecryptionError, NativeError, SelfTestError
-from ._many import open_many, seal_many
+from ._many import open_many, seal_many, seal_many_text
 from ._pool import CryptoPool, parallelism
 from ._providers import (
     PROVIDERS,
@@ -20,7 +20,7 @@ from ._providers import (
     provider_choice,
     set_provider,
 )
-from ._records import OpenedRecords, Records, SealedRecords
+from ._records import OpenedRecords, Records, SealedRecords, TextLayout
 from ._selftest import self_test
 from ._stats import context_stats
 from ._strategy import get_context_strategy, set_context_strategy
@@ -51,6 +51,7 @@ __all__ = [
     "SealedRecords",
     "SelfTestError",
     "SizeClass",
+    "TextLayout",
     "calibrate",
     "calibration",
     "context_stats",
@@ -64,6 +65,7 @@ __all__ = [
     "seal",
     "seal_into",
     "seal_many",
+    "seal_many_text",
     "sealed_size",
     "self_test",
     "set_context_strategy",

@@ -8,12 +8,12 @@ what they get.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from . import _native
 from ._aead import algorithm_spec, as_bytes_view, check_key
 from ._providers import SMALL_LIMIT, SizeClass, select
-from ._records import FRAME_LEN, OpenedRecords, Records, SealedRecords, as_records
+from ._records import FRAME_LEN, OpenedRecords, Records, SealedRecords, TextLayout, as_records
 from ._types import NONCE_LEN, TAG_LEN, Algorithm, BytesLike
 
 _FIXED = NONCE_LEN + TAG_LEN
@@ -61,6 +61,40 @@ def seal_many(
         spec, key, bound, prefix_len, batch, framed, out, offsets
     )
     return SealedRecords(out, offsets, frame)
+
+
+def seal_many_text(
+    alg: Algorithm | str,
+    key: BytesLike,
+    aad: BytesLike | None,
+    records: Records | Iterable[BytesLike],
+    *,
+    before: bytes = b"",
+    after: BytesLike | Sequence[BytesLike] = b"",
+    sep: bytes = b"",
+    head: bytes = b"",
+    tail: bytes = b"",
+) -> bytes:
+    """Seal every record under key and write the batch as text, in one provider call.
+
+    Each record is sealed with a fresh random nonce and AAD aad, and written as ``before ||
+    base64(nonce || ciphertext || tag) || after`` (standard padded base64; ``after`` may be a
+    list: one suffix per record), with ``sep`` between records, ``head`` before the first
+    and ``tail`` after the last. So a caller can have a JSON array, a line per record or any
+    such text made with no Python object per record (``Records.from_base64`` is the way in).
+    """
+    spec = algorithm_spec(alg)
+    key = check_key(spec, key)
+    batch = as_records(records)
+    layout = TextLayout(head, before, after, sep, tail)
+    if layout.after_lengths is not None and len(layout.after_lengths) != len(batch):
+        raise ValueError("records: one suffix per record")
+    size = _native.text_size(batch.lengths, _FIXED, layout)
+    out, p = _native.new_bytes(size)
+    select(spec, _size_class(batch)).seal_many_text(
+        spec, key, as_bytes_view(aad, "aad"), batch, layout, p, size
+    )
+    return out
 
 
 def open_many(

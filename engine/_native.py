@@ -19,7 +19,7 @@ from ._errors import DecryptionError, NativeError
 from ._types import TAG_LEN, Algorithm, AlgorithmSpec, BytesLike, ContextStrategy, RecordStatus
 
 if TYPE_CHECKING:
-    from ._records import Records
+    from ._records import Records, TextLayout
 
 # Indexed by the C side's SF_EV_* and SF_LAZY/SF_HYBRID/SF_EAGER (native/sealflow_native.h).
 EVENTS = ("created", "rekeyed", "reused", "freed")
@@ -68,6 +68,7 @@ _seal, _open = lib.sf_seal, lib.sf_open
 _chunks_seal, _chunks_open = lib.sf_chunks_seal, lib.sf_chunks_open
 _seal_small, _open_small, _unpack = lib.sf_seal_small, lib.sf_open_small, ffi.unpack
 _seal_many, _open_many = lib.sf_seal_many, lib.sf_open_many
+_base64_column, _seal_many_text = lib.sf_base64_column, lib.sf_seal_many_text
 NULL = ffi.NULL
 # Largest message the small variants take (the C scratch buffer).
 SCRATCH_LIMIT = lib.SF_SCRATCH_LEN - TAG_LEN
@@ -317,6 +318,81 @@ class NativeProvider:
         )
         if rc:
             _raise(rc)
+
+    def seal_many_text(
+        self,
+        spec: AlgorithmSpec,
+        key: BytesLike,
+        aad: BytesLike,
+        records: Records,
+        layout: TextLayout,
+        out: Any,
+        size: int,
+    ) -> None:
+        data, after = records.data, layout.after
+        rc = _seal_many_text(
+            spec.index,
+            _in(key),
+            _in(aad),
+            len(aad),
+            _in(data),
+            len(data),
+            _from_buffer("uint32_t[]", records.lengths),
+            len(records.lengths),
+            layout.before,
+            len(layout.before),
+            _in(after),
+            len(after),
+            NULL
+            if layout.after_lengths is None
+            else _from_buffer("uint32_t[]", layout.after_lengths),
+            layout.sep,
+            len(layout.sep),
+            layout.head,
+            len(layout.head),
+            layout.tail,
+            len(layout.tail),
+            out,
+            size,
+        )
+        if rc:
+            _raise(rc)
+
+
+def base64_column(
+    column: BytesLike, count: int | None, sep: bytes
+) -> tuple[bytearray, int, array[int]]:
+    """Decode the canonical base64 texts that sep separates in column (``sf_base64_column``):
+    exactly count of them, or as many as there are (None). A buffer holding them end to end,
+    how many of its bytes they take, and their lengths. ValueError if a text is not canonical
+    padded base64, a separator is cut short, or the count differs."""
+    n = len(column)
+    room = count if count is not None else n // len(sep) + 1
+    out = new_bytearray(n // 4 * 3)
+    lengths = array("I", bytes(4 * room))
+    found, used = ffi.new("size_t *"), ffi.new("size_t *")
+    if _base64_column(
+        _in(column), n, sep, len(sep), room, count is not None, _from_buffer(out), len(out),
+        _from_buffer("uint32_t[]", lengths), found, used,
+    ):  # fmt: skip
+        raise ValueError("records: a text is not canonical padded base64, or the count differs")
+    if found[0] != room:
+        lengths = lengths[: found[0]]
+    return out, int(used[0]), lengths
+
+
+def text_size(lengths: array[int], fixed: int, layout: TextLayout) -> int:
+    """Bytes of ``sf_seal_many_text``'s output for records of these lengths, each sealed to
+    fixed more bytes; ValueError if it overflows."""
+    total = ffi.new("uint64_t *")
+    after = layout.after_lengths
+    if lib.sf_text_size(
+        _from_buffer("uint32_t[]", lengths), len(lengths), fixed, len(layout.before),
+        len(layout.after), NULL if after is None else _from_buffer("uint32_t[]", after),
+        len(layout.sep), len(layout.head), len(layout.tail), total,
+    ):  # fmt: skip
+        raise ValueError("records: the text is too large")
+    return int(total[0])
 
 
 def frame_lengths(data: BytesLike) -> array[int]:

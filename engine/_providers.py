@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import enum
 import threading
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ._native import NativeProvider
 from ._pool import parallelism
@@ -23,7 +23,7 @@ from ._types import Algorithm, AlgorithmSpec, BytesLike
 
 if TYPE_CHECKING:
     from ._calibration import Calibration
-    from ._records import Records
+    from ._records import Records, TextLayout
 
 
 class Provider(Protocol):
@@ -111,6 +111,19 @@ class Provider(Protocol):
         prefix is aad[:prefix_len], aad is every record's AAD; out is exactly the size that
         ``records_size`` gives, offsets (uint64 x len(records) + 1) gets where each starts.
         """
+
+    def seal_many_text(
+        self,
+        spec: AlgorithmSpec,
+        key: BytesLike,
+        aad: BytesLike,
+        records: Records,
+        layout: TextLayout,
+        out: Any,
+        size: int,
+    ) -> None:
+        """Seal each record and write the batch as text into out (a ``_native.new_bytes``
+        pointer to exactly ``_native.text_size`` bytes), as ``layout`` says."""
 
     def open_many(
         self,

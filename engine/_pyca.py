@@ -8,18 +8,19 @@ EAGER builds a new object for every operation.
 
 from __future__ import annotations
 
+import binascii
 import hmac
 import os
 import threading
 import weakref
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
 
 from . import _strategy
 from ._errors import DecryptionError
-from ._native import cleanse
+from ._native import cleanse, writable
 from ._types import (
     CHUNK_LEN,
     NONCE_LEN,
@@ -31,7 +32,7 @@ from ._types import (
 )
 
 if TYPE_CHECKING:
-    from ._records import Records
+    from ._records import Records, TextLayout
 
 _Aead = AESGCM | ChaCha20Poly1305
 _CLASSES: tuple[type[AESGCM] | type[ChaCha20Poly1305], ...] = (AESGCM, AESGCM, ChaCha20Poly1305)
@@ -259,6 +260,30 @@ class CryptographyProvider:
             s += n
             o += n + TAG_LEN
         starts[len(records.lengths)] = o
+
+    def seal_many_text(
+        self,
+        spec: AlgorithmSpec,
+        key: BytesLike,
+        aad: BytesLike,
+        records: Records,
+        layout: TextLayout,
+        out: Any,
+        size: int,
+    ) -> None:
+        encrypt = _aead(spec, key).encrypt
+        src, count = memoryview(records.data), len(records.lengths)
+        nonces = os.urandom(NONCE_LEN * count)
+        before, texts, s = layout.before, [], 0
+        for i, (n, after) in enumerate(zip(records.lengths, layout.suffixes(count), strict=True)):
+            nonce = nonces[i * NONCE_LEN : (i + 1) * NONCE_LEN]
+            sealed = nonce + encrypt(nonce, src[s : s + n], aad)
+            texts.append(before + binascii.b2a_base64(sealed, newline=False) + after)
+            s += n
+        text = layout.head + layout.sep.join(texts) + layout.tail
+        if len(text) != size:
+            raise ValueError("records: the text does not fill the output")
+        writable(out, size)[:] = text
 
     def open_many(
         self,

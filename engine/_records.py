@@ -10,7 +10,7 @@ table; a record becomes a ``bytes`` object only when it is asked for.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
 from . import _native
 from ._aead import as_bytes_view
@@ -18,6 +18,9 @@ from ._errors import DecryptionError
 from ._types import BytesLike, RecordStatus
 
 FRAME_LEN = 4
+_BASE64_BYTES = frozenset(
+    bytes((c,)) for c in b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/="
+)
 _OK = RecordStatus.OK
 _BYTES_LIKE = (bytes, bytearray, memoryview)
 
@@ -99,6 +102,25 @@ class Records:
         return cls(as_bytes_view(data, "records"), _lengths(lengths), False)
 
     @classmethod
+    def from_base64(
+        cls, column: BytesLike, count: int | None = None, sep: bytes = b"\n"
+    ) -> Records:
+        """Records decoded from standard padded base64 texts separated by sep, in one native
+        pass: ``b"\\n".join(texts)`` of ``str.encode``d texts, say, or texts between the
+        fixed bytes of a serialization (a separator of several bytes). Exactly count texts, or
+        as many as there are (None; an empty column is one empty text).
+
+        Canonical base64 only (the alphabet, ``=`` padding to a multiple of 4, zero trailing
+        bits); ValueError for anything else, a separator cut short, or another number of
+        texts, so that a caller with a more lenient decoder can take such a batch its own way.
+        sep must not start with a base64 character (texts end at its first byte).
+        """
+        if not sep or sep[:1] in _BASE64_BYTES:
+            raise ValueError("records: the separator must not start with a base64 character")
+        buf, used, lengths = _native.base64_column(as_bytes_view(column, "column"), count, sep)
+        return cls(buf if used == len(buf) else memoryview(buf)[:used], lengths, False)
+
+    @classmethod
     def from_framed(cls, data: BytesLike) -> Records:
         """Records framed as ``u32 big-endian length || bytes``, filling data exactly."""
         data = as_bytes_view(data, "records")
@@ -120,6 +142,44 @@ class Records:
 
 def as_records(records: Records | Iterable[BytesLike]) -> Records:
     return records if isinstance(records, Records) else Records.from_list(records)
+
+
+class TextLayout:
+    """How ``seal_many_text`` writes its records: ``head``, then each record as ``before ||
+    base64(nonce || ciphertext || tag) || its suffix``, ``sep`` between records, then
+    ``tail``. The suffix is ``after`` for every record, or, with ``after_lengths``, the next
+    ``after_lengths[i]`` bytes of ``after`` for record i."""
+
+    __slots__ = ("after", "after_lengths", "before", "head", "sep", "tail")
+
+    def __init__(
+        self,
+        head: bytes,
+        before: bytes,
+        after: BytesLike | Sequence[BytesLike],
+        sep: bytes,
+        tail: bytes,
+    ) -> None:
+        for name, value in (("head", head), ("before", before), ("sep", sep), ("tail", tail)):
+            if type(value) is not bytes:
+                raise TypeError(f"{name} must be bytes")
+        self.head, self.before, self.sep, self.tail = head, before, sep, tail
+        self.after_lengths: array[int] | None = None
+        if isinstance(after, bytes | bytearray | memoryview):
+            self.after = as_bytes_view(after, "after")
+        else:
+            suffixes = Records.from_list(after)
+            self.after, self.after_lengths = suffixes.data, suffixes.lengths
+
+    def suffixes(self, count: int) -> list[bytes]:
+        """Each record's suffix as bytes (for a provider that writes records one by one)."""
+        if self.after_lengths is None:
+            return [bytes(self.after)] * count
+        view, found, o = memoryview(self.after), [], 0
+        for n in self.after_lengths:
+            found.append(bytes(view[o : o + n]))
+            o += n
+        return found
 
 
 class _Batch:

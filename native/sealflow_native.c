@@ -97,6 +97,8 @@ static void sf_thread_exit(void *unused)
     }
 }
 
+static void sf_b64_init(void);
+
 /* Fetch the ciphers once per process; called at import, under the import lock. */
 int sf_init(void)
 {
@@ -112,6 +114,7 @@ int sf_init(void)
     }
     if ((sf_hmac_alg = EVP_MAC_fetch(NULL, "HMAC", NULL)) == NULL)
         return SF_ERR_OPENSSL;
+    sf_b64_init();
     done = 1;
     return SF_OK;
 }
@@ -713,6 +716,296 @@ int sf_open_many(int alg, const char *key, const char *aad, size_t aadlen, size_
     int rc = sf_open_batch(alg, key, aad, aadlen, prefixlen, in, inlen, own, count, in_framed,
                            out, outlen, offsets, status);
     OPENSSL_free(own);
+    return rc;
+}
+
+/*
+ * Batches as text: a column of standard padded base64 texts (RFC 4648, section 4) decoded in
+ * one call, and sealed records written as base64 into a text template in one call, so that
+ * a caller that speaks JSON makes no object per record on either side.
+ *
+ * The decoder takes canonical base64 only: the alphabet, a length that is a multiple of 4,
+ * '=' only as the last one or two characters of a text, and zero bits after its last byte.
+ * Anything else (line breaks, spaces, other bytes, non-zero trailing bits) refuses the whole
+ * column, so that a caller with a more lenient decoder (Go's, which skips CR and LF) can take
+ * such a batch its own way and report per text what is wrong.
+ */
+static const char sf_b64_alphabet[] =
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+/* Decoding: each byte's value shifted into its place in a 24-bit group (by its position in the
+   group of 4), or SF_B64_BAD for a byte outside the alphabet: a group is 4 lookups OR-ed, and
+   one test per text. Encoding: the two characters of each 12-bit value. sf_init fills both. */
+#define SF_B64_BAD (1U << 24)
+static uint32_t sf_b64_values[4][256];
+static char sf_b64_pairs[4096][2];
+
+static void sf_b64_init(void)
+{
+    for (int k = 0; k < 4; k++)
+        for (int c = 0; c < 256; c++)
+            sf_b64_values[k][c] = SF_B64_BAD;
+    for (uint32_t i = 0; i < 64; i++)
+        for (int k = 0; k < 4; k++)
+            sf_b64_values[k][(unsigned char)sf_b64_alphabet[i]] = i << (18 - 6 * k);
+    for (int i = 0; i < 4096; i++) {
+        sf_b64_pairs[i][0] = sf_b64_alphabet[i >> 6];
+        sf_b64_pairs[i][1] = sf_b64_alphabet[i & 0x3F];
+    }
+}
+
+/* One canonical text of n bytes into out (room for n / 4 * 3 bytes); SF_ERR_ARG if it is not. */
+static int sf_b64_decode(const unsigned char *s, size_t n, unsigned char *out, size_t *outn)
+{
+    const uint32_t(*v)[256] = sf_b64_values;
+    size_t groups = n / 4, o = 0;
+    uint32_t w, seen = 0;
+
+    if (n % 4 != 0)
+        return SF_ERR_ARG;
+    *outn = 0;
+    if (n == 0)
+        return SF_OK;
+    for (size_t g = 0; g + 1 < groups; g++, s += 4, o += 3) {
+        w = v[0][s[0]] | v[1][s[1]] | v[2][s[2]] | v[3][s[3]];
+        seen |= w; /* a bad byte anywhere sets SF_B64_BAD: tested once, after the loop */
+        out[o] = (unsigned char)(w >> 16);
+        out[o + 1] = (unsigned char)(w >> 8);
+        out[o + 2] = (unsigned char)w;
+    }
+    /* The last group: xxxx, xxx= (the last 2 bits zero) or xx== (the last 4 bits zero). */
+    size_t last = s[3] != '=' ? 3 : s[2] != '=' ? 2 : 1;
+    w = v[0][s[0]] | v[1][s[1]];
+    if (last > 1)
+        w |= v[2][s[2]];
+    if (last > 2)
+        w |= v[3][s[3]];
+    if (last == 2 && (w & 0xFF) != 0)
+        return SF_ERR_ARG;
+    if (last == 1 && (w & 0xFFFF) != 0)
+        return SF_ERR_ARG;
+    out[o] = (unsigned char)(w >> 16);
+    if (last > 1)
+        out[o + 1] = (unsigned char)(w >> 8);
+    if (last > 2)
+        out[o + 2] = (unsigned char)w;
+    o += last;
+    if ((seen | w) & SF_B64_BAD)
+        return SF_ERR_ARG;
+    *outn = o;
+    return SF_OK;
+}
+
+/* Standard padded base64 of n bytes into out (4 * ceil(n / 3) bytes); returns the end. */
+static unsigned char *sf_b64_encode(const unsigned char *in, size_t n, unsigned char *out)
+{
+    size_t i = 0;
+    for (; i + 3 <= n; i += 3, out += 4) {
+        uint32_t w = (uint32_t)in[i] << 16 | (uint32_t)in[i + 1] << 8 | in[i + 2];
+        memcpy(out, sf_b64_pairs[w >> 12], 2);
+        memcpy(out + 2, sf_b64_pairs[w & 0xFFF], 2);
+    }
+    if (i < n) {
+        uint32_t w = (uint32_t)in[i] << 16 | (i + 1 < n ? (uint32_t)in[i + 1] << 8 : 0);
+        memcpy(out, sf_b64_pairs[w >> 12], 2);
+        out[2] = (unsigned char)(i + 1 < n ? sf_b64_pairs[w & 0xFFF][0] : '=');
+        out[3] = '=';
+        out += 4;
+    }
+    return out;
+}
+
+/*
+ * Decode a column of base64 texts separated by the seplen bytes of sep into out, end to end:
+ * lens[i] gets text i's decoded length, *count the number of texts, *used the bytes. sep[0]
+ * must not be a base64 character (a text ends at the first sep[0], and the whole separator
+ * must follow). lens has room for max_count texts; with `exact`, there must be exactly that
+ * many (0: the column is empty). Otherwise an empty column is one empty text. SF_ERR_ARG if
+ * a text is not canonical base64, a separator is cut short, the count is off, or out
+ * (outlen bytes) is too small; out and lens are then left partly written, for the caller to
+ * drop.
+ */
+int sf_base64_column(const char *in, size_t inlen, const char *sep, size_t seplen,
+                     size_t max_count, int exact, char *out, size_t outlen, uint32_t *lens,
+                     size_t *count, size_t *used)
+{
+    const unsigned char *p = (const unsigned char *)in, *end = p + inlen;
+    const unsigned char first = seplen > 0 ? (unsigned char)sep[0] : 0;
+    size_t o = 0, n, i = 0;
+
+    if (seplen == 0 || sf_b64_values[0][first] != SF_B64_BAD || first == '=')
+        return SF_ERR_ARG;
+    if (exact && max_count == 0) {
+        *count = *used = 0;
+        return inlen == 0 ? SF_OK : SF_ERR_ARG;
+    }
+    for (;;) {
+        const unsigned char *stop = memchr(p, first, (size_t)(end - p));
+        if (stop == NULL)
+            stop = end;
+        if (i == max_count)
+            return SF_ERR_ARG; /* more texts than lens holds */
+        n = (size_t)(stop - p);
+        if (n / 4 * 3 > outlen - o || n / 4 * 3 > UINT32_MAX)
+            return SF_ERR_ARG;
+        if (sf_b64_decode(p, n, (unsigned char *)out + o, &n) != SF_OK)
+            return SF_ERR_ARG;
+        lens[i++] = (uint32_t)n;
+        o += n;
+        if (stop == end)
+            break;
+        if ((size_t)(end - stop) < seplen || memcmp(stop, sep, seplen) != 0)
+            return SF_ERR_ARG;
+        p = stop + seplen;
+    }
+    if (exact && i != max_count)
+        return SF_ERR_ARG;
+    *count = i;
+    *used = o;
+    return SF_OK;
+}
+
+/*
+ * The size of sf_seal_many_text's output: head, then for each record before || base64 of
+ * (fixed + lens[i]) bytes || after (after_lens[i] bytes each, or afterlen for every record
+ * when after_lens is NULL), sep between records, then tail. SF_ERR_ARG on any overflow.
+ */
+int sf_text_size(const uint32_t *lens, size_t count, size_t fixed, size_t beforelen,
+                 size_t afterlen, const uint32_t *after_lens, size_t seplen, size_t headlen,
+                 size_t taillen, uint64_t *total)
+{
+    uint64_t pos = 0, size;
+    if (__builtin_add_overflow((uint64_t)headlen, (uint64_t)taillen, &pos))
+        return SF_ERR_ARG;
+    for (size_t i = 0; i < count; i++) {
+        uint64_t sealed = (uint64_t)lens[i] + fixed; /* a u32 plus a small constant */
+        size = (sealed / 3 + (sealed % 3 != 0)) * 4;
+        if (__builtin_add_overflow(size, (uint64_t)beforelen, &size) ||
+            __builtin_add_overflow(size, after_lens != NULL ? (uint64_t)after_lens[i] : afterlen,
+                                   &size) ||
+            __builtin_add_overflow(size, i > 0 ? (uint64_t)seplen : 0, &size) ||
+            __builtin_add_overflow(pos, size, &pos))
+            return SF_ERR_ARG;
+    }
+    if (pos > SIZE_MAX)
+        return SF_ERR_ARG;
+    *total = pos;
+    return SF_OK;
+}
+
+static unsigned char *sf_put(unsigned char *dst, const char *src, size_t n)
+{
+    memcpy(dst, src, n);
+    return dst + n;
+}
+
+static int sf_seal_text(int alg, const char *key, const char *aad, size_t aadlen,
+                        const char *in, size_t inlen, const uint32_t *lens, size_t count,
+                        const char *before, size_t beforelen, const char *after,
+                        size_t afterlen, const uint32_t *after_lens, const char *sep,
+                        size_t seplen, const char *head, size_t headlen, const char *tail,
+                        size_t taillen, char *out, size_t outlen)
+{
+    const unsigned char *src = (const unsigned char *)in;
+    unsigned char *dst = (unsigned char *)out, *sealed = NULL;
+    unsigned char nonces[SF_NONCE_BLOCK * SF_NONCE_LEN];
+    int strategy = __atomic_load_n(&sf_strategy, __ATOMIC_RELAXED);
+    const char *suffix = after;
+    uint64_t total, afters = 0;
+    size_t longest = 0;
+    sf_aead *a = NULL;
+    int rc = SF_OK;
+
+    /* Every bound, once: the records fill in, the suffixes fill after, the text fills out. */
+    if (sf_check_input(lens, count, 0, inlen) != SF_OK)
+        return SF_ERR_ARG;
+    if (after_lens != NULL) {
+        for (size_t i = 0; i < count; i++)
+            afters += after_lens[i]; /* count u32s: no overflow of a u64 */
+        if (afters != afterlen)
+            return SF_ERR_ARG;
+    }
+    if (sf_text_size(lens, count, SF_SEALED_FIXED, beforelen, afterlen, after_lens, seplen,
+                     headlen, taillen, &total) != SF_OK ||
+        total != outlen)
+        return SF_ERR_ARG;
+    for (size_t i = 0; i < count; i++)
+        longest = lens[i] > longest ? lens[i] : longest;
+    /* nonce || ciphertext || tag of one record, before it is encoded. */
+    if ((sealed = OPENSSL_malloc(longest + SF_SEALED_FIXED)) == NULL)
+        return SF_ERR_OPENSSL;
+    dst = sf_put(dst, head, headlen);
+    for (size_t i = 0; i < count; i++) {
+        size_t j = i % SF_NONCE_BLOCK, len = lens[i];
+        size_t suffixlen = after_lens != NULL ? after_lens[i] : afterlen;
+        if (j == 0) {
+            size_t n = count - i < SF_NONCE_BLOCK ? count - i : SF_NONCE_BLOCK;
+            if (RAND_bytes(nonces, (int)(n * SF_NONCE_LEN)) != 1) {
+                rc = SF_ERR_OPENSSL;
+                break;
+            }
+        }
+        memcpy(sealed, nonces + j * SF_NONCE_LEN, SF_NONCE_LEN);
+        if (a == NULL) {
+            if ((a = sf_holder(alg)) == NULL) {
+                rc = SF_ERR_OPENSSL;
+                break;
+            }
+            if ((rc = sf_prepare(a, strategy, (const unsigned char *)key, sealed, 1)) != SF_OK)
+                break;
+        } else if (!EVP_CipherInit_ex2(a->ctx, NULL, NULL, sealed, 1, NULL)) {
+            rc = SF_ERR_OPENSSL;
+            break;
+        }
+        rc = sf_seal_one(a->ctx, (const unsigned char *)aad, aadlen, src, len,
+                         sealed + SF_NONCE_LEN);
+        if (rc != SF_OK)
+            break;
+        src += len;
+        if (i > 0)
+            dst = sf_put(dst, sep, seplen);
+        dst = sf_put(dst, before, beforelen);
+        dst = sf_b64_encode(sealed, len + SF_SEALED_FIXED, dst);
+        dst = sf_put(dst, suffix, suffixlen);
+        if (after_lens != NULL)
+            suffix += suffixlen;
+    }
+    if (rc == SF_OK)
+        dst = sf_put(dst, tail, taillen);
+    OPENSSL_free(sealed);
+    if (rc == SF_OK && dst != (unsigned char *)out + outlen)
+        rc = SF_ERR_ARG; /* cannot happen: the size was planned from the same lengths */
+    if (a == NULL || a->ctx == NULL)
+        return rc;
+    return sf_finish(a, strategy, rc);
+}
+
+/*
+ * Seal `count` records (laid end to end in `in`, lengths in lens) under one key and one
+ * cached context, each with a fresh random nonce and the AAD aad, and write them as text
+ * into out (exactly sf_text_size bytes): head, then per record before || base64(nonce ||
+ * ciphertext || tag) || its suffix (from `after`: after_lens[i] bytes each, or all of it for
+ * every record when after_lens is NULL), sep between records, then tail. out must not
+ * overlap any input; on failure the caller drops it.
+ */
+int sf_seal_many_text(int alg, const char *key, const char *aad, size_t aadlen, const char *in,
+                      size_t inlen, const uint32_t *lens, size_t count, const char *before,
+                      size_t beforelen, const char *after, size_t afterlen,
+                      const uint32_t *after_lens, const char *sep, size_t seplen,
+                      const char *head, size_t headlen, const char *tail, size_t taillen,
+                      char *out, size_t outlen)
+{
+    uint32_t *own = sf_own_lengths(lens, count), *own_after = NULL;
+    int rc = SF_ERR_OPENSSL;
+    if (own == NULL)
+        return rc;
+    if (after_lens != NULL && (own_after = sf_own_lengths(after_lens, count)) == NULL)
+        goto done;
+    rc = sf_seal_text(alg, key, aad, aadlen, in, inlen, own, count, before, beforelen, after,
+                      afterlen, own_after, sep, seplen, head, headlen, tail, taillen, out,
+                      outlen);
+done:
+    OPENSSL_free(own);
+    OPENSSL_free(own_after);
     return rc;
 }
 

@@ -84,6 +84,19 @@ int sf_open_many(int alg, const char *key, const char *aad, size_t aadlen, size_
                  char *out, size_t outlen, uint64_t *offsets, unsigned char *status);
 int sf_hkdf_expand_sha512(const char *key, size_t keylen, const char *info, size_t infolen,
                           char *out, size_t outlen);
+/* Batches as text (sf_base64_column, sf_seal_many_text): standard padded base64. */
+int sf_base64_column(const char *in, size_t inlen, const char *sep, size_t seplen,
+                     size_t max_count, int exact, char *out, size_t outlen, uint32_t *lens,
+                     size_t *count, size_t *used);
+int sf_text_size(const uint32_t *lens, size_t count, size_t fixed, size_t beforelen,
+                 size_t afterlen, const uint32_t *after_lens, size_t seplen, size_t headlen,
+                 size_t taillen, uint64_t *total);
+int sf_seal_many_text(int alg, const char *key, const char *aad, size_t aadlen, const char *in,
+                      size_t inlen, const uint32_t *lens, size_t count, const char *before,
+                      size_t beforelen, const char *after, size_t afterlen,
+                      const uint32_t *after_lens, const char *sep, size_t seplen,
+                      const char *head, size_t headlen, const char *tail, size_t taillen,
+                      char *out, size_t outlen);
 void sf_cleanse(char *buf, size_t len);
 void sf_advise_huge(char *buf, size_t len);
 

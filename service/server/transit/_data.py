@@ -3,7 +3,11 @@
 Every item is checked first (base64, version, prefix), with Transit's per-item messages; the
 items that pass are then sealed or opened in groups of one key version and one AAD, one
 engine call per group (``engine.seal_many``/``open_many``: a batch of 1,000 items is a few
-calls, not 1,000). A batch answers in order, each result with its ``reference``; any item
+calls, not 1,000). An encrypt batch in the common shape (``_column``) takes a shorter way
+first: the same checks once for the whole batch, then one engine call from the column of
+base64 to the answer's bytes; if any item would fail, the general path answers instead.
+
+A batch answers in order, each result with its ``reference``; any item
 with an error makes the answer 400 (``partial_failure_response_code`` instead when at least
 one item succeeded), still the whole envelope, without ``errors``. Rewrap, as in Transit,
 answers 200 whatever its items did.
@@ -11,6 +15,7 @@ answers 200 whatever its items did.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 from typing import Any
@@ -20,7 +25,7 @@ from sealflow.engine import Algorithm, DecryptionError, RecordStatus
 from sealflow.service.keystore import KeyInfo, KeyNotFound, KeyStore
 
 from .._state import Services
-from . import _ciphertext, _wire
+from . import _ciphertext, _column, _wire
 from ._ciphertext import CiphertextError
 from ._items import Item, items
 from ._wire import Body
@@ -55,7 +60,22 @@ class _Results:
         return [i for i, e in enumerate(self.errors) if e is None]
 
 
+async def encrypt_body(svc: Services, name: str, raw: bytes) -> Answer | None:
+    """``encrypt`` of a body in the usual serialization of a batch of plaintexts only, read
+    without parsing it (``_column.from_body``); None, before any side effect, for any other
+    body or any item that would fail: ``encrypt`` then answers."""
+    column = _column.from_body(raw)
+    sealed = None if column is None else _seal_column(svc, name, column)
+    if sealed is None:
+        return None
+    return 200, await svc.crypto.run(len(raw), sealed)
+
+
 async def encrypt(svc: Services, name: str, body: Body, size: int) -> Answer:
+    column = _column.column(body)
+    sealed = None if column is None else _seal_column(svc, name, column)
+    if sealed is not None:
+        return 200, await svc.crypto.run(size, sealed)
     sealing = _Sealing(svc, name, body)
     return sealing.answer(await svc.crypto.run(size, _seal, *sealing.inputs))
 
@@ -87,6 +107,26 @@ class _Sealing:
         for i, blob in sealed.items():
             results.values[i] = (versions[i], _ciphertext.encode(versions[i], blob))
         return _answer(self.body, self.work, results, self.batch, _encrypted, partial=True)
+
+
+def _seal_column(svc: Services, name: str, column: _column.Column) -> Callable[[], bytes] | None:
+    """``_Sealing``'s checks and count for a batch in the common shape, made once for all its
+    items, and the sealing that answers it; None, before any side effect, if an item would
+    fail (bad base64, an unknown key or version, bad associated_data): ``_Sealing`` then
+    answers, with each item's error."""
+    try:
+        records = engine.Records.from_base64(column.texts, column.count, column.sep)
+        key = svc.store.get_key(name)
+        aad = _ciphertext.b64decode(column.aad) if column.aad else b""
+    except (ValueError, KeyNotFound):  # CiphertextError is a ValueError
+        return None
+    results = _Results(1)
+    version = _versions(key, [Item("", column.version, "", "")], results).get(0)
+    if version is None:
+        return None
+    material = svc.store.key_material(key.name, version)
+    _charge(svc, key, version, len(records), len(records.data))
+    return functools.partial(_column.seal, key.algorithm, material, aad, records, version, column)
 
 
 async def decrypt(svc: Services, name: str, body: Body, size: int) -> Answer:
@@ -269,8 +309,12 @@ def _count(
         if i in versions and i in plaintexts:
             per_version.setdefault(versions[i], []).append(len(plaintexts[i]))
     for version, sizes in per_version.items():
-        svc.usage.count(key, version, len(sizes))
-        svc.usage.add_bytes(key.name, version, sum(sizes))
+        _charge(svc, key, version, len(sizes), sum(sizes))
+
+
+def _charge(svc: Services, key: KeyInfo, version: int, sealings: int, size: int) -> None:
+    svc.usage.count(key, version, sealings)
+    svc.usage.add_bytes(key.name, version, size)
 
 
 # -- the cryptography (run by the crypto pool: inline when small, on a worker when large)

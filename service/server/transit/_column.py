@@ -1,0 +1,142 @@
+"""The common ``batch_input`` of encrypt as one column: read without a Python object per
+item, and answered by one engine call that writes the JSON of ``batch_results`` itself.
+
+The common batch is a list of objects that carry a ``plaintext`` string each, maybe a
+``reference`` string each, and the same ``key_version`` and ``associated_data`` (or none) on
+every item. Two ways in:
+
+- ``from_body``: the request's bytes, unparsed, when they are exactly the usual serialization
+  of a batch of plaintexts only (Go's ``encoding/json`` as the Vault CLI and Go clients write
+  it, or Python's ``json.dumps`` as hvac sends it): the texts between the fixed bytes are the
+  column, and the body need not be parsed at all. The engine's decoder takes base64 characters
+  only, so a body it accepts is exactly such a batch: any escape, quote, space or other field
+  makes it refuse, and the parsed way is tried.
+- ``column``: the parsed body, recognised in a few C-level passes over the list (``map``,
+  ``str.join``), the plaintexts' base64 joined by ``\\n``.
+
+``engine.Records.from_base64`` decodes the column in one native call, and
+``engine.seal_many_text`` seals every item and writes each result straight into the answer's
+bytes, between the envelope's head and tail. Any other shape (another field type, mixed
+versions, base64 that is not canonical) is None here, and ``_data`` takes the general path,
+which reports every item's error as before: the answer is the same either way (the tests
+compare both paths).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from operator import itemgetter
+from typing import Any
+
+import orjson
+
+from sealflow import engine
+from sealflow.engine import Algorithm, Records
+
+from . import _wire
+from ._ciphertext import PREFIX
+from ._wire import Body
+
+_PLAINTEXT = itemgetter("plaintext")
+_SEP = "\n"  # never inside canonical base64: a text holding one makes the count differ
+_NEWLINE = _SEP.encode()
+_NONE = type(None)
+_RESULTS = b'"batch_results":[]'
+# The fixed bytes of a batch of plaintexts only, as the usual encoders write it: (before the
+# first text, between two texts, after the last one).
+_SERIALIZATIONS = (
+    (b'{"batch_input":[{"plaintext":"', b'"},{"plaintext":"', b'"}]}'),  # Go, compact JSON
+    (b'{"batch_input": [{"plaintext": "', b'"}, {"plaintext": "', b'"}]}'),  # json.dumps
+)
+_JSON_SPACE = b" \t\r\n"
+_TRAILING = 8
+
+
+@dataclass(slots=True, frozen=True)
+class Column:
+    """A batch in the common shape."""
+
+    texts: bytes | memoryview  # the plaintexts' base64, separated by sep
+    count: int | None  # None: as many as the column holds
+    sep: bytes
+    version: int  # the key_version every item asks for (0: the latest)
+    aad: str  # the associated_data (base64) every item carries ("": none)
+    references: list[str] | None  # one per item, None when no item has one
+
+
+def from_body(raw: bytes) -> Column | None:
+    """The column of a body in one of the usual serializations of a batch of plaintexts only
+    (trailing whitespace allowed: Go's encoder ends with a newline), or None. Whether the texts
+    are all base64 is for the decoder to say (``engine.Records.from_base64``)."""
+    for head, between, tail in _SERIALIZATIONS:
+        if not raw.startswith(head):
+            continue
+        # A few bytes of trailing whitespace at most (a long run of it is parsed instead).
+        last = raw[-_TRAILING:]
+        end = len(raw) - len(last) + len(last.rstrip(_JSON_SPACE))
+        if raw.endswith(tail, 0, end) and end >= len(head) + len(tail):
+            return Column(memoryview(raw)[len(head) : end - len(tail)], None, between, 0, "", None)
+    return None
+
+
+def column(body: Body) -> Column | None:
+    """The batch as a column, or None if it is not in the common shape (or not a batch)."""
+    batch = body.get("batch_input")
+    if type(batch) is not list or not batch:
+        return None
+    try:
+        # Every entry an object with a plaintext string (anything else raises), in C loops.
+        joined = _SEP.join(map(_PLAINTEXT, batch)).encode("ascii")
+    except (KeyError, TypeError, UnicodeEncodeError):
+        return None
+    if max(map(len, batch)) == 1:  # the usual batch: plaintext only
+        return Column(joined, len(batch), _NEWLINE, 0, "", None)
+    return _shared(batch, joined)
+
+
+def _shared(batch: list[dict[str, Any]], joined: bytes) -> Column | None:
+    """Items with a reference each, or one key_version and associated_data for all."""
+    versions = [entry.get("key_version") for entry in batch]
+    aads = [entry.get("associated_data") for entry in batch]
+    references = [entry.get("reference") for entry in batch]
+    # Exact types (True is not a version), and one value each: else the general path.
+    if not {*map(type, versions)} <= {int, _NONE} or not {*map(type, aads)} <= {str, _NONE}:
+        return None
+    if not {*map(type, references)} <= {str, _NONE}:
+        return None
+    if len(set(versions)) != 1 or len(set(aads)) != 1:
+        return None
+    return Column(
+        joined,
+        len(batch),
+        _NEWLINE,
+        versions[0] or 0,
+        aads[0] or "",
+        [r or "" for r in references] if any(references) else None,
+    )
+
+
+def seal(
+    alg: Algorithm, key: bytes, aad: bytes, records: Records, version: int, column: Column
+) -> bytes:
+    """The whole answer: Vault's envelope around ``batch_results``, each result what
+    ``_data``'s general path writes (``ciphertext``, ``key_version``, ``reference``)."""
+    head, tail = _envelope()
+    before = b'{"ciphertext":"%s%d:' % (PREFIX.encode(), version)
+    after: bytes | list[bytes]
+    if column.references is None:
+        after = b'","key_version":%d,"reference":""}' % version
+    else:
+        common = b'","key_version":%d,"reference":' % version
+        after = [common + orjson.dumps(r) + b"}" for r in column.references]
+    return engine.seal_many_text(
+        alg, key, aad, records, before=before, after=after, sep=b",", head=head, tail=tail
+    )
+
+
+def _envelope() -> tuple[bytes, bytes]:
+    """A success envelope (a new request_id) with ``batch_results`` cut open: the bytes up to
+    and including its ``[``, and from its ``]`` on."""
+    whole = _wire.envelope({"batch_results": []})
+    cut = whole.index(_RESULTS) + len(_RESULTS) - 1
+    return whole[:cut], whole[cut:]

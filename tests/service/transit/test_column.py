@@ -1,0 +1,365 @@
+"""Transit's batch encrypt in the common shape (``transit._column``) answers exactly as the
+general path does.
+
+Every batch goes through ``_data.encrypt`` (the column first, the general path when the column
+declines) and through the general path alone (``_Sealing``); the two answers must have the same
+status and the same JSON bytes once the random parts are set aside (``request_id``, and each
+ciphertext, which is opened instead: through Transit's decrypt and with ``cryptography`` and the
+version's key material alone), and the same sealings and bytes counted per key version.
+Both providers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import dataclasses
+import json
+import os
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from sealflow import engine
+from sealflow.engine import Algorithm
+from sealflow.service.config import Settings
+from sealflow.service.keystore import KeyInfo, UsageMeter, prepare
+from sealflow.service.server._startup import start_services
+from sealflow.service.server._state import Services
+from sealflow.service.server.errors import ApiError
+from sealflow.service.server.transit import _column, _data, _wire
+
+KEYS = {
+    "k": Algorithm.AES_256_GCM,
+    "c": Algorithm.CHACHA20_POLY1305,
+    "s": Algorithm.AES_128_GCM,
+    "m": Algorithm.AES_256_GCM,  # versions 1 to 3, min_encryption_version 2
+}
+
+
+class Tally:
+    """The real meter, with what was counted through it kept per (key, version)."""
+
+    def __init__(self, meter: UsageMeter) -> None:
+        self.meter = meter
+        self.seen: Counter[tuple[str, int, str]] = Counter()
+
+    def count(self, key: KeyInfo, version: int, n: int, limit: bool = False) -> bool:
+        self.seen[key.name, version, "sealings"] += n
+        return self.meter.count(key, version, n, limit)
+
+    def add_bytes(self, name: str, version: int, nbytes: int) -> None:
+        self.seen[name, version, "bytes"] += nbytes
+        self.meter.add_bytes(name, version, nbytes)
+
+
+@pytest.fixture(scope="module", params=sorted(engine.PROVIDERS))
+def svc(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Services]:
+    data: Path = tmp_path_factory.mktemp("column")
+    config = Settings(data_dir=data, provider=request.param, crypto_threads=1)
+    prepare(config)
+    services = start_services(config)
+    for name, alg in KEYS.items():
+        services.store.create_key(name, alg, False, None, None)
+    for _ in range(2):
+        services.store.rotate_key("k")  # versions 1 to 3
+        services.store.rotate_key("m")
+    services.store.configure("m", min_encryption_version=2)
+    try:
+        yield services
+    finally:
+        services.usage.close()
+        services.crypto.close()
+        services.store.close()
+        engine.set_provider(None)
+
+
+def general(svc: Services, name: str, body: dict[str, Any]) -> tuple[int, bytes]:
+    """The general path alone: every item checked, grouped and sealed on its own."""
+    sealing = _data._Sealing(svc, name, body)
+    return sealing.answer(_data._seal(*sealing.inputs))
+
+
+def answer(how: Any, svc: Services, name: str, body: dict[str, Any]) -> tuple[Any, Counter[Any]]:
+    tally = Tally(svc.usage)
+    counted = dataclasses.replace(svc, usage=tally)  # type: ignore[arg-type]
+    try:
+        status, raw = how(counted, name, body)
+    except ApiError as exc:
+        return ("error", exc.status, exc.message), tally.seen
+    return (status, raw), tally.seen
+
+
+def opened_both_ways(svc: Services, name: str, ciphertext: str, aad: str) -> bytes:
+    """The plaintext of a Transit ciphertext: Transit's decrypt and cryptography must agree."""
+    body = {"ciphertext": ciphertext}
+    if aad:
+        body["associated_data"] = aad
+    status, raw = asyncio.run(_data.decrypt(svc, name, body, 0))
+    assert status == 200
+    via_transit = base64.b64decode(orjson.loads(raw)["data"]["plaintext"])
+    version = int(ciphertext.split(":")[1][1:])
+    material = svc.store.key_material(name, version)
+    sealed = base64.b64decode(ciphertext.split(":", 2)[2], validate=True)
+    aead = ChaCha20Poly1305 if KEYS[name] is Algorithm.CHACHA20_POLY1305 else AESGCM
+    associated = base64.b64decode(aad) if aad else b""
+    assert aead(material).decrypt(sealed[:12], sealed[12:], associated) == via_transit
+    return via_transit
+
+
+def comparable(svc: Services, name: str, body: dict[str, Any], raw: bytes) -> Any:
+    """The answer with its random parts replaced: no request_id, each ciphertext opened."""
+    assert orjson.dumps(orjson.loads(raw)) == raw  # orjson's own bytes, as the general path's
+    answer = orjson.loads(raw)
+    assert len(answer.pop("request_id")) == 36
+    items = body["batch_input"]
+    for i, result in enumerate(answer["data"]["batch_results"]):
+        if "ciphertext" in result:
+            aad = items[i].get("associated_data") or ""
+            result["ciphertext"] = opened_both_ways(svc, name, result["ciphertext"], aad)
+    return answer
+
+
+COMPACT: dict[str, Any] = {"separators": (",", ":")}  # Go's encoding/json
+SERIALIZATIONS: list[dict[str, Any]] = [{}, COMPACT, {"indent": 1}, {"separators": (", ", ":")}]
+
+
+def production(svc: Services, name: str, raw: bytes) -> tuple[int, bytes]:
+    """What the encrypt route does with a body: the unparsed column first, then ``encrypt``."""
+    answered = asyncio.run(_data.encrypt_body(svc, name, raw))
+    if answered is not None:
+        return answered
+    return asyncio.run(_data.encrypt(svc, name, _wire.parse(raw), len(raw)))
+
+
+def check_same(svc: Services, name: str, body: dict[str, Any], raw: bytes | None = None) -> Any:
+    """The route's way and the general path on one batch (raw: how it is serialized, by
+    default as hvac sends it); the route's answer (parsed, random parts opened)."""
+    raw = json.dumps(body).encode() if raw is None else raw
+    ours, ours_counted = answer(lambda s, n, b: production(s, n, raw), svc, name, body)
+    theirs, their_counted = answer(general, svc, name, _wire.parse(raw))
+    assert ours_counted == their_counted
+    if ours[0] == "error":
+        assert ours == theirs
+        return ours
+    assert ours[0] == theirs[0]
+    mine = comparable(svc, name, body, ours[1])
+    assert mine == comparable(svc, name, body, theirs[1])
+    return ours[0], mine
+
+
+def b64(n: int) -> str:
+    return base64.b64encode(os.urandom(n)).decode()
+
+
+def test_the_common_batch_takes_the_column(svc: Services) -> None:
+    body = {"batch_input": [{"plaintext": b64(100)} for _ in range(1000)]}
+    column = _column.column(body)
+    assert column is not None
+    assert column.count == 1000
+    hows: list[dict[str, Any]] = [{}, COMPACT]
+    for how in hows:  # hvac's serialization, and Go's (with its trailing newline)
+        raw = json.dumps(body, **how).encode() + (b"\n" if how else b"")
+        assert _column.from_body(raw) is not None
+        tally = Tally(svc.usage)
+        counted = dataclasses.replace(svc, usage=tally)  # type: ignore[arg-type]
+        status, _ = asyncio.run(_data.encrypt_body(counted, "k", raw))  # type: ignore[misc]
+        assert status == 200
+        assert tally.seen == {("k", 3, "sealings"): 1000, ("k", 3, "bytes"): 100_000}
+        check_same(svc, "k", body, raw)
+    assert column.references is None
+    status, answered = check_same(svc, "k", body)
+    assert status == 200
+    results = answered["data"]["batch_results"]
+    assert [base64.b64encode(r["ciphertext"]).decode() for r in results] == [
+        item["plaintext"] for item in body["batch_input"]
+    ]
+    assert {r["key_version"] for r in results} == {3}
+    # The column made the answer: one seal of 1,000 items counted once, as 1,000 sealings.
+    tally = Tally(svc.usage)
+    assert _data._seal_column(dataclasses.replace(svc, usage=tally), "k", column) is not None  # type: ignore[arg-type]
+    assert tally.seen == {("k", 3, "sealings"): 1000, ("k", 3, "bytes"): 100_000}
+
+
+@pytest.mark.parametrize("name", sorted(KEYS))
+def test_shared_fields_and_references(svc: Services, name: str) -> None:
+    aad = b64(9)
+    body = {
+        "batch_input": [
+            {
+                "plaintext": b64(i),
+                "reference": f'r"{i}\\é\n',
+                "key_version": 3 if name in ("k", "m") else 1,
+                "associated_data": aad,
+                "context": "x",
+            }
+            for i in range(50)
+        ]
+    }
+    assert _column.column(body) is not None
+    status, answered = check_same(svc, name, body)
+    assert status == 200
+    assert [r["reference"] for r in answered["data"]["batch_results"]] == [
+        f'r"{i}\\é\n' for i in range(50)
+    ]
+
+
+def test_one_bad_item_answers_as_before(svc: Services) -> None:
+    """Bad base64 in one item of 1,000: the column declines before counting anything, and
+    the general path answers 400 with that item's error."""
+    items = [{"plaintext": b64(100)} for _ in range(1000)]
+    items[617]["plaintext"] = "not base64!"
+    body = {"batch_input": items}
+    column = _column.column(body)
+    assert column is not None
+    tally = Tally(svc.usage)
+    counted = dataclasses.replace(svc, usage=tally)  # type: ignore[arg-type]
+    assert _data._seal_column(counted, "k", column) is None
+    raw = json.dumps(body).encode()
+    assert _column.from_body(raw) is not None
+    assert asyncio.run(_data.encrypt_body(counted, "k", raw)) is None
+    assert not tally.seen
+    status, answered = check_same(svc, "k", body, raw)
+    assert status == 400
+    results = answered["data"]["batch_results"]
+    assert results[617] == {"error": "illegal base64 data at input byte 3", "reference": ""}
+    assert sum("error" in r for r in results) == 1
+
+
+GOOD = st.binary(max_size=40).map(lambda b: base64.b64encode(b).decode())
+ODD = st.sampled_from(
+    ["", "YQ==\n", "YR==", "YQ", "!!!!", "é", "YQ==YQ==", "YW\r\nJj", None, 5, ["YQ=="]]
+)
+PLAINTEXTS = st.one_of(GOOD, ODD)
+MISSING = object()
+VERSIONS = st.sampled_from([MISSING, None, 0, 1, 3, 4, -1, "2", True, 1.0])
+AADS = st.sampled_from([MISSING, None, "", "YWFk", "!!", 7])
+REFERENCES = st.sampled_from([MISSING, None, "", "a", 'q"\\', 3])
+
+
+def item(plaintext: Any, version: Any, aad: Any, reference: Any) -> Any:
+    entry = {"plaintext": plaintext}
+    for field, value in (
+        ("key_version", version),
+        ("associated_data", aad),
+        ("reference", reference),
+    ):
+        if value is not MISSING:
+            entry[field] = value
+    return entry
+
+
+@st.composite
+def batches(draw: st.DrawFn) -> dict[str, Any]:
+    """Mostly batches the column may take (one version and AAD for all), some anything."""
+    n = draw(st.integers(1, 12))
+    if draw(st.booleans()):
+        odd = draw(st.integers(0, 2)) == 0  # some odd values, else plausible ones
+        version = draw(VERSIONS if odd else st.sampled_from([MISSING, None, 0, 1, 3, 4, -1]))
+        aad = draw(AADS if odd else st.sampled_from([MISSING, None, "", "YWFk", "!!"]))
+        texts, references = (
+            (PLAINTEXTS, REFERENCES) if odd else (GOOD, REFERENCES.filter(lambda r: r != 3))
+        )
+        items = [item(draw(texts), version, aad, draw(references)) for _ in range(n)]
+    else:
+        items = [draw(st.builds(item, PLAINTEXTS, VERSIONS, AADS, REFERENCES)) for _ in range(n)]
+    if draw(st.integers(0, 19)) == 0:
+        items[draw(st.integers(0, n - 1))] = draw(st.sampled_from([None, "x", [1], {}]))
+    if draw(st.integers(0, 19)) == 0:
+        for entry in items:
+            if isinstance(entry, dict):
+                entry.pop("plaintext", None)
+    body: dict[str, Any] = {"batch_input": items}
+    if draw(st.booleans()):
+        body["partial_failure_response_code"] = draw(st.sampled_from([207, 0, "299"]))
+    return body
+
+
+@given(body=batches(), name=st.sampled_from(sorted(KEYS)), how=st.sampled_from(SERIALIZATIONS))
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+def test_both_paths_answer_alike(
+    svc: Services, body: dict[str, Any], name: str, how: dict[str, Any]
+) -> None:
+    column = _column.column(body)
+    event("column" if column is not None else "not a column")
+    if column is not None:
+        seal = _data._seal_column(dataclasses.replace(svc, usage=Tally(svc.usage)), name, column)  # type: ignore[arg-type]
+        event("sealed by the column" if seal is not None else "declined")
+    raw = json.dumps(body, **how).encode()
+    event("unparsed" if _column.from_body(raw) is not None else "parsed")
+    check_same(svc, name, body, raw)
+
+
+def test_refusals_alike(svc: Services) -> None:
+    refused: list[tuple[str, dict[str, Any]]] = [
+        ("absent", {"batch_input": [{"plaintext": "YQ=="}]}),
+        ("k", {"batch_input": []}),
+        ("k", {"batch_input": {"plaintext": "YQ=="}}),
+        ("k", {"batch_input": [{"plaintext": 1}, {"plaintext": "YQ=="}]}),
+    ]
+    for name, body in refused:
+        assert check_same(svc, name, body)[0] == "error"
+
+
+def test_from_body_reads_only_the_usual_serializations(svc: Services) -> None:
+    head = b'{"batch_input":[{"plaintext":"'
+    column = _column.from_body(head + b'YQ=="},{"plaintext":"YWI="}]}\n')
+    assert column is not None
+    records = engine.Records.from_base64(column.texts, column.count, column.sep)
+    assert bytes(records.data) == b"aab"
+    for raw in [
+        head + b'YQ=="}]}' + b" " * 9,  # a long run of trailing whitespace: parsed instead
+        b" " + head + b'YQ=="}]}',
+        head + b'YQ=="}], "partial_failure_response_code": 207}',
+        b'{"batch_input":[]}',
+    ]:
+        assert _column.from_body(raw) is None
+    # Framed like a batch, but the decoder refuses what is between: escapes, other fields,
+    # the other serialization's separator. Each is parsed and answered as before.
+    for middle in [
+        b"YQ\\u003d=",
+        b'YQ==","reference":"r',
+        b'YQ=="}, {"plaintext": "YQ==',
+        b"YQ\\/=",
+    ]:
+        raw = head + middle + b'"}]}'
+        column = _column.from_body(raw)
+        assert column is not None
+        assert asyncio.run(_data.encrypt_body(svc, "k", raw)) is None
+        status, _ = production(svc, "k", raw)
+        assert status == 200
+
+
+def test_min_encryption_version_alike(svc: Services) -> None:
+    """A key_version below the key's min_encryption_version: the column declines before
+    counting, and each item gets Transit's error; the latest and allowed versions seal."""
+    for version, sealed in ((1, False), (2, True), (0, True)):
+        items = [{"plaintext": b64(10), "key_version": version} for _ in range(20)]
+        body = {"batch_input": items}
+        column = _column.column(body)
+        assert column is not None
+        tally = Tally(svc.usage)
+        counted = dataclasses.replace(svc, usage=tally)  # type: ignore[arg-type]
+        assert (_data._seal_column(counted, "m", column) is not None) is sealed
+        assert bool(tally.seen) is sealed
+        status, answered = check_same(svc, "m", body)
+        results = answered["data"]["batch_results"]
+        if sealed:
+            assert status == 200
+            assert {r["key_version"] for r in results} == {version or 3}
+        else:
+            assert status == 400
+            assert {r["error"] for r in results} == {
+                "requested version for encryption is less than the minimum encryption key version"
+            }
