@@ -283,3 +283,20 @@ def test_a_key_made_exportable(both: Both) -> None:
     assert {a["data"]["exportable"] for a in kept.values()} == {True}
     read = both.same(lambda c: transit(c).read_key(name))
     assert {a["data"]["exportable"] for a in read.values()} == {True}
+
+
+def test_a_48_mib_plaintext_works_on_sealflow_and_not_on_openbao(
+    vault: hvac.Client, openbao: hvac.Client
+) -> None:
+    """Transit's largest payloads: 48 MiB of plaintext (64 MiB of base64) round trips on
+    sealflow with its default limits; OpenBao refuses the request (Vault caps them at 32 MiB)."""
+    plaintext = secrets.token_bytes(48 * 1024 * 1024)
+    encoded = b64(plaintext)
+    name = unique("large")
+    transit(vault).create_key(name)
+    sealed = transit(vault).encrypt_data(name, encoded)["data"]["ciphertext"]
+    opened = transit(vault).decrypt_data(name, sealed)["data"]["plaintext"]
+    assert base64.b64decode(opened) == plaintext
+    transit(openbao).create_key(name)
+    with pytest.raises(hvac.exceptions.VaultError):
+        transit(openbao).encrypt_data(name, encoded)
