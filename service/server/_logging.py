@@ -76,7 +76,6 @@ class AccessRecord:
     aborted: bool | None = None  # True when a started response was cut off
 
 
-_RECORD_FIELDS = AccessRecord.__slots__
 _HEAD = b'{"ts":"%s","level":"info","logger":"sealflow.access","msg":"request",'
 
 
@@ -106,9 +105,30 @@ class AccessLog:
         """Log a request that ended at ``ended`` (``time.perf_counter()``)."""
         if not access.isEnabledFor(logging.INFO):
             return
-        fields = {
-            name: value for name in _RECORD_FIELDS if (value := getattr(record, name)) is not None
+        # Spelled out, not a loop over the fields: a getattr per field cost 0.5 us a line.
+        r = record
+        fields: dict[str, object] = {
+            "status": r.status,
+            "method": r.method,
+            "route": r.route,
+            "duration_ms": r.duration_ms,
         }
+        if r.key is not None:
+            fields["key"] = r.key
+        if r.version is not None:
+            fields["version"] = r.version
+        if r.mode is not None:
+            fields["mode"] = r.mode
+        if r.bytes_in is not None:
+            fields["bytes_in"] = r.bytes_in
+        if r.bytes_out is not None:
+            fields["bytes_out"] = r.bytes_out
+        if r.error is not None:
+            fields["error"] = r.error
+        if r.duplex is not None:
+            fields["duplex"] = r.duplex
+        if r.aborted is not None:
+            fields["aborted"] = r.aborted
         # '{"ts":...,"msg":"request",' then the fields' object without its opening brace.
         ts = timestamp(self._wall_clock + ended).encode()
         self._lines.append(_HEAD % ts + orjson.dumps(fields)[1:])
