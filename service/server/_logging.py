@@ -76,7 +76,8 @@ class AccessRecord:
     aborted: bool | None = None  # True when a started response was cut off
 
 
-_HEAD = b'{"ts":"%s","level":"info","logger":"sealflow.access","msg":"request",'
+# A line: '{"ts":"<second>' (kept for the second), then this with the milliseconds.
+_HEAD = b'%s.%03dZ","level":"info","logger":"sealflow.access","msg":"request",'
 
 
 class AccessLog:
@@ -94,6 +95,9 @@ class AccessLog:
         self.interval = interval
         self._lines: list[bytes] = []
         self._timer: asyncio.TimerHandle | None = None
+        # '{"ts":"YYYY-MM-DDTHH:MM:SS' of the second the last line was in (``timestamp``'s
+        # text, formatted once a second and kept as bytes).
+        self._second: tuple[int, bytes] = (-1, b"")
         self._set_clock()
 
     def _set_clock(self) -> None:
@@ -130,8 +134,13 @@ class AccessLog:
         if r.aborted is not None:
             fields["aborted"] = r.aborted
         # '{"ts":...,"msg":"request",' then the fields' object without its opening brace.
-        ts = timestamp(self._wall_clock + ended).encode()
-        self._lines.append(_HEAD % ts + orjson.dumps(fields)[1:])
+        t = self._wall_clock + ended
+        second, text = self._second
+        if int(t) != second:
+            second = int(t)
+            text = b'{"ts":"' + time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)).encode()
+            self._second = (second, text)
+        self._lines.append(_HEAD % (text, int(t % 1 * 1000)) + orjson.dumps(fields)[1:])
         if self._timer is None:
             self._timer = asyncio.get_running_loop().call_later(self.interval, self.flush)
 

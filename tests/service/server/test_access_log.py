@@ -10,13 +10,18 @@ import os
 import orjson
 import pytest
 
-from sealflow.service.server._logging import AccessLog, AccessRecord
+from sealflow.service.server._logging import AccessLog, AccessRecord, timestamp
 
 
-def _line(record: AccessRecord, capfd: pytest.CaptureFixture[str]) -> dict[str, object]:
+def _line(
+    record: AccessRecord, capfd: pytest.CaptureFixture[str], ended: float = 0.0
+) -> dict[str, object]:
+    wall: list[float] = []
+
     async def write() -> None:
         log = AccessLog()
-        log.write(record, 0.0)
+        log.write(record, ended)
+        wall.append(log._wall_clock + ended)
         log.flush()
 
     access = logging.getLogger("sealflow.access")
@@ -29,6 +34,8 @@ def _line(record: AccessRecord, capfd: pytest.CaptureFixture[str]) -> dict[str, 
     line = capfd.readouterr().err.strip()
     assert os.linesep not in line
     entry: dict[str, object] = orjson.loads(line)
+    # The line keeps its own text of the second: the same as every other line's.
+    assert entry["ts"] == timestamp(wall[0])
     return entry
 
 
@@ -53,3 +60,8 @@ def test_unset_fields_are_left_out(capfd: pytest.CaptureFixture[str]) -> None:
         "duration_ms": 0.5,
         "bytes_out": 12,
     }
+
+
+@pytest.mark.parametrize("ended", [0.0, 0.9995, 12.3456, 86_400.001])
+def test_the_line_has_the_time_it_ended(capfd: pytest.CaptureFixture[str], ended: float) -> None:
+    _line(AccessRecord(200, "POST", "other", 0.5), capfd, ended)
