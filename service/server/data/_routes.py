@@ -90,6 +90,7 @@ def serve(
     route: Route,
     token: TokenInfo,
     head: Head,
+    log: AccessRecord,
     scope: Scope,
     receive: Receive,
     send: Send,
@@ -97,7 +98,6 @@ def serve(
     """Serve a data request whose token the front door has authenticated: the answer to await
     (a plain function handing on a coroutine, not one itself: a coroutine fewer per request)."""
     scope["route"] = route
-    log: AccessRecord = scope["sealflow.log"]
     try:
         if scope["method"] != "POST":
             raise errors.method_not_allowed("POST")
