@@ -144,8 +144,10 @@ def _prepare(
     limit = svc.settings.max_single_bytes
     if mode is Mode.SINGLE and length is not None and length > limit:
         raise errors.too_large(limit)
-    log.key, log.version, log.mode = name, key.latest, mode_name
-    return Encrypt(svc, log, aad, length, duplex, key, material, _prefix(mode, key), mode)
+    latest = key.latest
+    log.key, log.version, log.mode = name, latest, mode_name
+    prefix = _encoded(mode, key.algorithm, latest, key.name)
+    return Encrypt(svc, log, aad, length, duplex, key, material, prefix, mode)
 
 
 def _prefix(mode: Mode, key: KeyInfo) -> bytes:
