@@ -161,7 +161,18 @@ def seal(
     plaintext: BytesLike,
 ) -> bytes:
     """Return ciphertext || tag."""
-    return AEAD(alg, key).seal(nonce, aad, plaintext)
+    # The common case (a known algorithm, a bytes key) without building an ``AEAD``: 0.3 of
+    # the engine's 1.1 us over ``AESGCM.encrypt`` for a 1 KiB seal (timeit). Anything else
+    # goes through ``AEAD``, which checks it.
+    spec = _SPECS.get(alg) if isinstance(alg, str) else None
+    if spec is None or type(key) is not bytes or len(key) != spec.key_len:
+        return AEAD(alg, key).seal(nonce, aad, plaintext)
+    if type(nonce) is not bytes or len(nonce) != NONCE_LEN or type(aad) is not bytes:
+        nonce, aad, plaintext = _args(nonce, aad, plaintext, "plaintext")
+    elif type(plaintext) is not bytes:
+        plaintext = as_bytes_view(plaintext, "plaintext")
+    cls = _SMALL if len(plaintext) < SMALL_LIMIT else _LARGE
+    return select(spec, cls).seal(spec, key, nonce, aad, plaintext)
 
 
 def open(

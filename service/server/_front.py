@@ -104,7 +104,7 @@ class Front:
             self.by_token[token.id] = self.by_token.get(token.id, 0) + 1
         try:
             if route is not None and svc is not None and token is not None:
-                await data.serve(svc, route, token, head, scope, receive, send)
+                await data.serve(svc, route, token, head, log, scope, receive, send)
             elif vault is not None and svc is not None:
                 app = functools.partial(self.transit.serve, svc, vault, token)
                 await self._watched(svc, app, scope, receive, send, log, vault=True)
@@ -241,7 +241,8 @@ class Front:
         if token is not None and self.by_token.get(token.id, 0) >= self.per_token:
             _metrics.AUTH_FAILURES.labels("token_limit").inc()
             raise errors.too_many_for_token(self.per_token)
-        scope["sealflow.token"] = token
+        if route is None and vault is None:  # for FastAPI's routes (admin._deps)
+            scope["sealflow.token"] = token
         return token
 
     def _scan(

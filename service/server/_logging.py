@@ -76,8 +76,8 @@ class AccessRecord:
     aborted: bool | None = None  # True when a started response was cut off
 
 
-_RECORD_FIELDS = AccessRecord.__slots__
-_HEAD = b'{"ts":"%s","level":"info","logger":"sealflow.access","msg":"request",'
+# A line: '{"ts":"<second>' (kept for the second), then this with the milliseconds.
+_HEAD = b'%s.%03dZ","level":"info","logger":"sealflow.access","msg":"request",'
 
 
 class AccessLog:
@@ -95,6 +95,9 @@ class AccessLog:
         self.interval = interval
         self._lines: list[bytes] = []
         self._timer: asyncio.TimerHandle | None = None
+        # '{"ts":"YYYY-MM-DDTHH:MM:SS' of the second the last line was in (``timestamp``'s
+        # text, formatted once a second and kept as bytes).
+        self._second: tuple[int, bytes] = (-1, b"")
         self._set_clock()
 
     def _set_clock(self) -> None:
@@ -106,12 +109,38 @@ class AccessLog:
         """Log a request that ended at ``ended`` (``time.perf_counter()``)."""
         if not access.isEnabledFor(logging.INFO):
             return
-        fields = {
-            name: value for name in _RECORD_FIELDS if (value := getattr(record, name)) is not None
+        # Spelled out, not a loop over the fields: a getattr per field cost 0.5 us a line.
+        r = record
+        fields: dict[str, object] = {
+            "status": r.status,
+            "method": r.method,
+            "route": r.route,
+            "duration_ms": r.duration_ms,
         }
+        if r.key is not None:
+            fields["key"] = r.key
+        if r.version is not None:
+            fields["version"] = r.version
+        if r.mode is not None:
+            fields["mode"] = r.mode
+        if r.bytes_in is not None:
+            fields["bytes_in"] = r.bytes_in
+        if r.bytes_out is not None:
+            fields["bytes_out"] = r.bytes_out
+        if r.error is not None:
+            fields["error"] = r.error
+        if r.duplex is not None:
+            fields["duplex"] = r.duplex
+        if r.aborted is not None:
+            fields["aborted"] = r.aborted
         # '{"ts":...,"msg":"request",' then the fields' object without its opening brace.
-        ts = timestamp(self._wall_clock + ended).encode()
-        self._lines.append(_HEAD % ts + orjson.dumps(fields)[1:])
+        t = self._wall_clock + ended
+        second, text = self._second
+        if int(t) != second:
+            second = int(t)
+            text = b'{"ts":"' + time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)).encode()
+            self._second = (second, text)
+        self._lines.append(_HEAD % (text, int(t % 1 * 1000)) + orjson.dumps(fields)[1:])
         if self._timer is None:
             self._timer = asyncio.get_running_loop().call_later(self.interval, self.flush)
 

@@ -27,7 +27,14 @@ from typing import Protocol
 from starlette.types import Receive, Scope, Send
 
 from sealflow import engine
-from sealflow.engine import NONCE_LEN, TAG_LEN, AEADBuffer, ChunkedDecryptor, ChunkedEncryptor
+from sealflow.engine import (
+    NONCE_LEN,
+    TAG_LEN,
+    AEADBuffer,
+    Algorithm,
+    ChunkedDecryptor,
+    ChunkedEncryptor,
+)
 from sealflow.service.envelope import (
     MalformedEnvelope,
     Mode,
@@ -263,6 +270,10 @@ async def _done(job: bytearray | asyncio.Task[bytearray]) -> bytearray:
     return job if isinstance(job, bytearray) else await job
 
 
+# Algorithm.value is a descriptor call: a tenth of a microsecond per request.
+_NAMES = {algorithm: algorithm.value for algorithm in Algorithm}
+
+
 class Encrypt(Transfer):
     operation = "encrypt"
 
@@ -282,7 +293,7 @@ class Encrypt(Transfer):
         self.prefix = prefix
         self.material = material
         self.mode = mode
-        self.algorithm = key.algorithm.value
+        self.algorithm = _NAMES[key.algorithm]
         self.version = key.name, key.latest
 
     def finished(self, received: int) -> None:

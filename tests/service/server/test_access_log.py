@@ -1,0 +1,67 @@
+"""The access log's line, built field by field (``AccessLog.write``)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import os
+
+import orjson
+import pytest
+
+from sealflow.service.server._logging import AccessLog, AccessRecord, timestamp
+
+
+def _line(
+    record: AccessRecord, capfd: pytest.CaptureFixture[str], ended: float = 0.0
+) -> dict[str, object]:
+    wall: list[float] = []
+
+    async def write() -> None:
+        log = AccessLog()
+        log.write(record, ended)
+        wall.append(log._wall_clock + ended)
+        log.flush()
+
+    access = logging.getLogger("sealflow.access")
+    level = access.level
+    access.setLevel(logging.INFO)
+    try:
+        asyncio.run(write())
+    finally:
+        access.setLevel(level)
+    line = capfd.readouterr().err.strip()
+    assert os.linesep not in line
+    entry: dict[str, object] = orjson.loads(line)
+    # The line keeps its own text of the second: the same as every other line's.
+    assert entry["ts"] == timestamp(wall[0])
+    return entry
+
+
+def test_every_field_of_the_record_reaches_the_line_in_order(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    record = AccessRecord(200, "POST", "/v1/keys/{name}/encrypt", 0.125, "k", 3, "single",
+                          1024, 1076, "decryption_failed", True, False)  # fmt: skip
+    entry = _line(record, capfd)
+    assert list(entry)[:4] == ["ts", "level", "logger", "msg"]
+    names = [field.name for field in dataclasses.fields(AccessRecord)]
+    assert list(entry)[4:] == names  # a field added to the record and not to write() fails
+    assert {name: entry[name] for name in names} == dataclasses.asdict(record)
+
+
+def test_unset_fields_are_left_out(capfd: pytest.CaptureFixture[str]) -> None:
+    entry = _line(AccessRecord(404, "GET", "other", 0.5, bytes_out=12), capfd)
+    assert {k: v for k, v in entry.items() if k not in ("ts", "level", "logger", "msg")} == {
+        "status": 404,
+        "method": "GET",
+        "route": "other",
+        "duration_ms": 0.5,
+        "bytes_out": 12,
+    }
+
+
+@pytest.mark.parametrize("ended", [0.0, 0.9995, 12.3456, 86_400.001])
+def test_the_line_has_the_time_it_ended(capfd: pytest.CaptureFixture[str], ended: float) -> None:
+    _line(AccessRecord(200, "POST", "other", 0.5), capfd, ended)
