@@ -293,7 +293,13 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self._refuse(408)
         else:
             _metrics.CONNECTIONS_REFUSED.labels("idle").inc()
+            self.send_held()
             self.transport.close()
+
+    def timeout_keep_alive_handler(self) -> None:
+        # A timer: with a short keep-alive timeout it can fire before the turn's end.
+        self.send_held()
+        super().timeout_keep_alive_handler()
 
     def _refuse(self, status: int) -> None:
         self.send_held()
