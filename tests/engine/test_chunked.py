@@ -179,6 +179,23 @@ def test_chacha20_poly1305_against_independent_reference(impl: object, size: int
     assert open_all(alg, key, ctx, other, piece=3 if size < 20000 else 4093) == data
 
 
+def test_chacha20_poly1305_long_runs_against_independent_reference(impl: object) -> None:
+    """A run of chunks of 4 MiB or more is fed to OpenSSL in slices by the native chunk loop
+    (sealflow_native.c, SF_CHACHA_SLICED_RUN): whole-message calls on both sides of it."""
+    alg = Algorithm.CHACHA20_POLY1305
+    key, ctx = os.urandom(32), b"long"
+    for size in (4 * 1024 * 1024 - 1, 5 * 1024 * 1024 + 123):
+        data = os.urandom(size)
+        ours = seal_all(alg, key, ctx, data)
+        assert ours == chacha_reference_seal(key, ctx, ours[:24], data)
+        other = chacha_reference_seal(key, ctx, os.urandom(24), data)
+        assert open_all(alg, key, ctx, other) == data
+        bad = bytearray(other)
+        bad[56 + 100 * 16400 + 5] ^= 1  # chunk 100, inside the first update's run
+        with pytest.raises(DecryptionError):
+            open_all(alg, key, ctx, bytes(bad))
+
+
 @pytest.mark.parametrize("alg", list(Algorithm))
 def test_tampering_anywhere_fails(impl: object, alg: Algorithm) -> None:
     key, ctx, data = os.urandom(alg.spec.key_len), b"context", os.urandom(2 * CHUNK + 100)
