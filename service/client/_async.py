@@ -237,13 +237,37 @@ class AsyncClient:
         return Key.from_json(await self._json("POST", target, idempotent=False))
 
     async def update_key(
-        self, name: str, *, min_decryption_version: int, allow_lowering: bool = False
+        self,
+        name: str,
+        *,
+        min_decryption_version: int | None = None,
+        allow_lowering: bool = False,
+        min_encryption_version: int | None = None,
+        deletion_allowed: bool | None = None,
+        exportable: bool | None = None,
+        max_encryptions: int | None = None,
+        auto_rotate_period: float | None = None,
     ) -> Key:
-        """Set ``min_decryption_version``; lowering it needs ``allow_lowering=True``."""
-        body: dict[str, Any] = {"min_decryption_version": min_decryption_version}
+        """Change a key's policy; only what is given changes (the server refuses a call that
+        gives nothing). Lowering ``min_decryption_version`` needs ``allow_lowering=True``;
+        ``exportable`` can only become true; ``auto_rotate_period`` is in seconds (0: never)."""
+        fields = {
+            "min_decryption_version": min_decryption_version,
+            "min_encryption_version": min_encryption_version,
+            "deletion_allowed": deletion_allowed,
+            "exportable": exportable,
+            "max_encryptions": max_encryptions,
+            "auto_rotate_period": auto_rotate_period,
+        }
+        body: dict[str, Any] = {k: v for k, v in fields.items() if v is not None}
         if allow_lowering:
             body["allow_lowering"] = True
         return Key.from_json(await self._json("PATCH", f"/v1/keys/{quote(name, safe='')}", body))
+
+    async def delete_key(self, name: str) -> None:
+        """Delete a key and destroy every version's material: its envelopes can never be
+        opened again. The server refuses it until ``update_key(name, deletion_allowed=True)``."""
+        await self._json("DELETE", f"/v1/keys/{quote(name, safe='')}", idempotent=False)
 
     async def export_key(self, name: str, version: int | None = None) -> ExportedKey:
         """A version's material (the latest by default), for keys created exportable."""
@@ -306,7 +330,8 @@ class AsyncClient:
         sink = Collect()
         source = source_for(data)
         await self._transfer(method, target, headers, source, sink, None, idempotent=idempotent)
-        return json.loads(sink.result())
+        answer = sink.result()
+        return json.loads(answer) if answer else None  # None: a 204 (delete_key)
 
     async def _transfer(
         self,

@@ -260,13 +260,34 @@ class Client:
         return self._run(self._async.rotate_key(name))
 
     def update_key(
-        self, name: str, *, min_decryption_version: int, allow_lowering: bool = False
+        self,
+        name: str,
+        *,
+        min_decryption_version: int | None = None,
+        allow_lowering: bool = False,
+        min_encryption_version: int | None = None,
+        deletion_allowed: bool | None = None,
+        exportable: bool | None = None,
+        max_encryptions: int | None = None,
+        auto_rotate_period: float | None = None,
     ) -> Key:
+        """Change a key's policy (see ``AsyncClient.update_key``)."""
         return self._run(
             self._async.update_key(
-                name, min_decryption_version=min_decryption_version, allow_lowering=allow_lowering
+                name,
+                min_decryption_version=min_decryption_version,
+                allow_lowering=allow_lowering,
+                min_encryption_version=min_encryption_version,
+                deletion_allowed=deletion_allowed,
+                exportable=exportable,
+                max_encryptions=max_encryptions,
+                auto_rotate_period=auto_rotate_period,
             )
         )
+
+    def delete_key(self, name: str) -> None:
+        """Delete a key and every version's material (see ``AsyncClient.delete_key``)."""
+        self._run(self._async.delete_key(name))
 
     def export_key(self, name: str, version: int | None = None) -> ExportedKey:
         return self._run(self._async.export_key(name, version))

@@ -1,5 +1,5 @@
-"""The admin calls against a real server: create, list, show, rotate, min_decryption_version,
-export; results typed, material out of reprs."""
+"""The admin calls against a real server: create, list, show, rotate, policy (versions,
+limits, exportable, deletion), delete, export; results typed, material out of reprs."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from datetime import UTC
 import pytest
 
 from sealflow import AsyncClient, Client
-from sealflow.service.client import Forbidden, Key, SealflowError, VersionRetired
+from sealflow.service.client import Forbidden, Key, KeyNotFound, SealflowError, VersionRetired
 from tests.service.conftest import Server
 from tests.service.oracle import open_envelope
 
@@ -72,5 +72,62 @@ def test_async_admin_calls(server: Server) -> None:
             keys = await asyncio.gather(api.create_key(name), api.get_key("default"))
             assert [k.name for k in keys] == [name, "default"]
             assert (await api.rotate_key(name)).latest == 2
+
+    asyncio.run(main())
+
+
+def test_key_policy_and_deletion(api: Client) -> None:
+    name = "policy-" + os.urandom(3).hex()
+    api.create_key(name)
+    sealed = api.encrypt(name, b"kept until deleted")
+    assert api.rotate_key(name).latest == 2
+
+    changed = api.update_key(
+        name, min_encryption_version=2, max_encryptions=1000, auto_rotate_period=3600
+    )
+    assert (changed.min_encryption_version, changed.max_encryptions) == (2, 1000)
+    assert (changed.auto_rotate_period, changed.deletion_allowed) == (3600, False)
+    assert changed.min_decryption_version == 1  # only what was given changed
+    assert api.get_key(name) == changed
+
+    with pytest.raises(SealflowError) as nothing:
+        api.update_key(name)
+    assert (nothing.value.status, nothing.value.code) == (400, "bad_request")
+
+    with pytest.raises(SealflowError) as refused:  # deletion_allowed is false
+        api.delete_key(name)
+    assert (refused.value.status, refused.value.code) == (409, "deletion_not_allowed")
+    assert api.decrypt(sealed) == b"kept until deleted"
+
+    assert api.update_key(name, deletion_allowed=True).deletion_allowed is True
+    api.delete_key(name)
+    with pytest.raises(KeyNotFound):
+        api.get_key(name)
+    with pytest.raises(KeyNotFound):
+        api.decrypt(sealed)
+    assert name not in [k.name for k in api.list_keys()]
+
+
+def test_a_key_made_exportable_exports(api: Client) -> None:
+    name = "late-export-" + os.urandom(3).hex()
+    assert api.create_key(name, "aes-128-gcm").exportable is False
+    sealed = api.encrypt(name, b"x")
+    with pytest.raises(SealflowError) as refused:
+        api.export_key(name)
+    assert (refused.value.status, refused.value.code) == (403, "not_exportable")
+    assert api.update_key(name, exportable=True).exportable is True
+    assert open_envelope(api.export_key(name).material, sealed) == b"x"
+
+
+def test_async_policy_and_delete(server: Server) -> None:
+    async def main() -> None:
+        async with AsyncClient(server.url, server.token) as api:
+            name = "async-del-" + os.urandom(3).hex()
+            await api.create_key(name)
+            key = await api.update_key(name, deletion_allowed=True)
+            assert key.deletion_allowed is True
+            await api.delete_key(name)
+            with pytest.raises(KeyNotFound):
+                await api.get_key(name)
 
     asyncio.run(main())
