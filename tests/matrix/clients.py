@@ -216,13 +216,23 @@ async def _aiohttp(
         return Reply(r.status, _lower(r.headers))
 
 
+def _run_aiohttp(
+    data: IO[bytes] | AsyncIterator[bytes], url: str, headers: Mapping[str, str], dst: Path
+) -> Reply:
+    try:
+        return asyncio.run(_aiohttp(data, url, headers, dst))
+    except _AIOHTTP_CUT as exc:  # cut before the response head was read: no status, no body
+        dst.write_bytes(b"")
+        return Reply(0, {}, False, repr(exc))
+
+
 def aiohttp_file(url: str, headers: Mapping[str, str], src: Path, dst: Path) -> Reply:
     with src.open("rb") as f:
-        return asyncio.run(_aiohttp(f, url, headers, dst))
+        return _run_aiohttp(f, url, headers, dst)
 
 
 def aiohttp_generator(url: str, headers: Mapping[str, str], src: Path, dst: Path) -> Reply:
-    return asyncio.run(_aiohttp(_async_pieces(src), url, headers, dst))
+    return _run_aiohttp(_async_pieces(src), url, headers, dst)
 
 
 # curl and Node's fetch, in subprocesses.
@@ -268,7 +278,7 @@ LIBRARY = "sealflow-client"
 
 def sealflow_client(url: str, headers: Mapping[str, str], src: Path, dst: Path) -> Reply:
     from sealflow import Client
-    from sealflow.service.client import TransportError
+    from sealflow.service.client import SealflowError, TransportError
 
     base, _, path = url.partition("/v1/")
     token = _lower(headers)["authorization"].removeprefix("Bearer ")
@@ -285,6 +295,10 @@ def sealflow_client(url: str, headers: Mapping[str, str], src: Path, dst: Path) 
                 client.decrypt(body, out=out)
         except TransportError as exc:
             return Reply(200, {}, False, repr(exc))
+        except SealflowError as exc:  # the service's answer: its code stands for the body
+            if exc.status is None:
+                raise
+            return Reply(exc.status, {}, True, str(exc.code))
     return Reply(200, {})
 
 

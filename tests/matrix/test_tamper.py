@@ -3,9 +3,10 @@
 Request-then-response checks the whole envelope before the reply starts: a byte flipped in the
 middle, a cut-off end or bytes added at the end get a clean ``400 decryption_failed``. Full
 duplex sends each chunk once it is authenticated: the reply is a 200 whose body the server
-cuts off (the client sees an incomplete read), holding only plaintext of chunks before the
-tampered one. Each tampered envelope keeps a length that some valid envelope has, so the
-server cannot refuse it from ``Content-Length`` alone: it has to read and check the chunks.
+cuts off (the client sees an incomplete read, or a reset before the head when it was slow to
+read it), holding only plaintext of chunks before the tampered one. Each tampered envelope
+keeps a length that some valid envelope has, so the server cannot refuse it from
+``Content-Length`` alone: it has to read and check the chunks.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import pytest
 
 from tests.service.conftest import Server
 
-from .clients import CLIENTS, Client
+from .clients import CLIENTS, LIBRARY, Client
 from .exchange import (
     DECRYPT,
     DEFAULT,
@@ -120,7 +121,16 @@ def test_full_duplex_cuts_the_reply_off_after_authenticated_chunks_only(
         where + DECRYPT, auth(matrix_server.token, DUPLEX), tmp_path / "bad", opened
     )
     got = opened.read_bytes()
-    assert (reply.status, reply.complete) == (200, False), explain(reply, opened)
+    if client.name == LIBRARY and reply.complete:
+        # sealflow's client retries once without full duplex when the attempt ended before
+        # the upload did and nothing reached the caller (docs/API.md): a clean refusal.
+        assert (reply.status, reply.error, got) == (400, "decryption_failed", b"")
+        return
+    assert reply.complete is False, explain(reply, opened)
+    # The server stops reading and closes: with request bytes still unread that is a TCP
+    # reset, which may reach a slow client (under load, through HAProxy) before it has read
+    # the response head. Then it has no status and no body, which is still a cut, never a 200.
+    assert reply.status == 200 or (reply.status, got) == (0, b""), explain(reply, opened)
     assert len(got) <= before
     with payload(SIZE).path.open("rb") as plain:
         assert got == plain.read(len(got))
