@@ -174,6 +174,8 @@ class Exchange:
             raise TransportError("the server answered before it had read the whole input")
         assert self._upload is not None
         await self._upload
+        if self.upload_error is not None:  # found after the last byte went (the file grew)
+            raise self.upload_error
         self.reusable = self._keep_alive
 
     async def error(self) -> SealflowError:
