@@ -209,11 +209,31 @@ async def _aiohttp(
     ):
         with dst.open("wb") as out:
             try:
-                async for piece in r.content.iter_chunked(PIECE):
+                while piece := await _aiohttp_read(r):
                     out.write(piece)
             except _AIOHTTP_CUT as exc:
                 return Reply(r.status, _lower(r.headers), False, repr(exc))
         return Reply(r.status, _lower(r.headers))
+
+
+async def _aiohttp_read(r: aiohttp.ClientResponse) -> bytes:
+    """The next piece of the body (b"" at its end). When a full-duplex upload fails while the
+    reply is read ("Cannot write to closing transport"), aiohttp 3.x closes the connection but
+    can leave the body reader waiting, with no read timeout: seen under load, with no socket
+    left on either side (`ss`). A closing transport delivers nothing more, so a reader idle for
+    STALL seconds on one is a cut connection, not a stall; a read that starts after the close
+    gets aiohttp's RuntimeError("Connection closed.") instead of its ClientPayloadError."""
+    try:
+        return await asyncio.wait_for(r.content.read(PIECE), STALL)
+    except RuntimeError as exc:  # the same, found by a read that starts after the close
+        if str(exc) != "Connection closed.":
+            raise
+        raise aiohttp.ServerDisconnectedError("closed (aiohttp: Connection closed.)") from None
+    except TimeoutError:
+        transport = r.connection.transport if r.connection is not None else None
+        if transport is None or transport.is_closing():
+            raise aiohttp.ServerDisconnectedError("closed (aiohttp missed it)") from None
+        raise
 
 
 def _run_aiohttp(
