@@ -24,11 +24,11 @@ class Key:
     latest: int
     min_decryption_version: int
     versions: tuple[KeyVersion, ...]
-    # The policy set by ``update_key`` (the server's defaults: 0, False, 2**32, 0 = never).
-    min_encryption_version: int = 0
-    deletion_allowed: bool = False
-    max_encryptions: int | None = None
-    auto_rotate_period: float | None = None
+    # The rest of the policy that ``update_key`` sets (auto_rotate_period 0: never).
+    min_encryption_version: int
+    deletion_allowed: bool
+    max_encryptions: int
+    auto_rotate_period: float
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> Key:
@@ -43,15 +43,11 @@ class Key:
             latest=int(obj["latest"]),
             min_decryption_version=int(obj["min_decryption_version"]),
             versions=versions,
-            min_encryption_version=int(obj.get("min_encryption_version", 0)),
-            deletion_allowed=bool(obj.get("deletion_allowed", False)),
-            max_encryptions=_maybe(int, obj.get("max_encryptions")),
-            auto_rotate_period=_maybe(float, obj.get("auto_rotate_period")),
+            min_encryption_version=int(obj["min_encryption_version"]),
+            deletion_allowed=bool(obj["deletion_allowed"]),
+            max_encryptions=int(obj["max_encryptions"]),
+            auto_rotate_period=float(obj["auto_rotate_period"]),
         )
-
-
-def _maybe(kind: type[int] | type[float], value: Any) -> Any:
-    return None if value is None else kind(value)
 
 
 @dataclass(frozen=True)

@@ -191,7 +191,7 @@ def test_chacha20_poly1305_long_runs_against_independent_reference(impl: object)
         other = chacha_reference_seal(key, ctx, os.urandom(24), data)
         assert open_all(alg, key, ctx, other) == data
         bad = bytearray(other)
-        bad[56 + 100 * 16400 + 5] ^= 1  # chunk 100, inside the first update's run
+        bad[56 + 100 * SEALED + 5] ^= 1  # chunk 100, inside the first update's run
         with pytest.raises(DecryptionError):
             open_all(alg, key, ctx, bytes(bad))
 
