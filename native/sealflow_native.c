@@ -45,7 +45,8 @@
 static const char *const sf_cipher_names[SF_ALGORITHMS] = {
     "AES-128-GCM", "AES-256-GCM", "ChaCha20-Poly1305"};
 static const size_t sf_key_lens[SF_ALGORITHMS] = {16, 32, 32};
-#define SF_ALG_CHACHA20_POLY1305 2 /* the index of "ChaCha20-Poly1305" above */
+/* Whether an update is two passes (cipher, then MAC): chunk runs then go in slices (above). */
+static const int sf_two_pass[SF_ALGORITHMS] = {0, 0, 1};
 static EVP_CIPHER *sf_ciphers[SF_ALGORITHMS];
 /* HMAC, for C2SP's HKDF-Expand (sf_hkdf_expand_sha512); each thread keeps a context. */
 static EVP_MAC *sf_hmac_alg;
@@ -364,9 +365,6 @@ static int sf_chunks(int enc, int alg, const char *key, const char *base_nonce, 
     const size_t unit = enc ? SF_CHUNK : SF_CHUNK_CT;
     const size_t full = inlen / unit, rest = inlen % unit;
     const size_t nchunks = full + (final ? 1 : 0);
-    const int slice = alg == SF_ALG_CHACHA20_POLY1305 && inlen >= SF_CHACHA_SLICED_RUN
-                          ? SF_CHACHA_CHUNK_SLICE
-                          : SF_SLICE;
     int strategy = __atomic_load_n(&sf_strategy, __ATOMIC_RELAXED);
     unsigned char nonce[SF_NONCE_LEN];
     const unsigned char *src = (const unsigned char *)in;
@@ -382,6 +380,8 @@ static int sf_chunks(int enc, int alg, const char *key, const char *base_nonce, 
         return SF_ERR_LIMIT;
     if ((a = sf_holder(alg)) == NULL)
         return SF_ERR_OPENSSL;
+    const int slice =
+        sf_two_pass[alg] && inlen >= SF_CHACHA_SLICED_RUN ? SF_CHACHA_CHUNK_SLICE : SF_SLICE;
     sf_chunk_nonce(nonce, (const unsigned char *)base_nonce, counter);
     rc = sf_prepare(a, strategy, (const unsigned char *)key, nonce, enc);
     if (rc != SF_OK)
