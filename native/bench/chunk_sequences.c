@@ -49,22 +49,30 @@ static void nonce_for(unsigned char nonce[12], const unsigned char base[12], siz
         nonce[11 - i] ^= (unsigned char)(counter >> (8 * i));
 }
 
-/* What sealflow_native.c does today: IV-only EVP_CipherInit_ex2, Update, Final, tag by params. */
+/* One chunk as sealflow_native.c seals it: IV-only EVP_CipherInit_ex2, the input fed in
+   updates of `slice` bytes, Final, tag by params. */
+static void seal_chunk(EVP_CIPHER_CTX *ctx, const unsigned char nonce[12], const unsigned char *src,
+                       unsigned char *dst, size_t slice)
+{
+    int outl;
+    check(EVP_CipherInit_ex2(ctx, NULL, NULL, nonce, 1, NULL), "init_ex2");
+    for (size_t o = 0; o < CHUNK; o += slice)
+        check(EVP_CipherUpdate(ctx, dst + o, &outl, src + o, (int)slice), "update");
+    check(EVP_CipherFinal_ex(ctx, dst + CHUNK, &outl), "final");
+    OSSL_PARAM p[2] = {
+        OSSL_PARAM_construct_octet_string(OSSL_CIPHER_PARAM_AEAD_TAG, dst + CHUNK, TAG),
+        OSSL_PARAM_construct_end()};
+    check(EVP_CIPHER_CTX_get_params(ctx, p), "get tag");
+}
+
+/* What sealflow_native.c does today for runs that fit in cache: each chunk in one update. */
 static void seq_init_ex2_params(EVP_CIPHER_CTX *ctx, const unsigned char *base,
                                 const unsigned char *in, size_t len, unsigned char *out)
 {
     unsigned char nonce[12];
-    int outl;
     for (size_t c = 0; c * CHUNK < len; c++) {
         nonce_for(nonce, base, c);
-        unsigned char *dst = out + c * (CHUNK + TAG);
-        check(EVP_CipherInit_ex2(ctx, NULL, NULL, nonce, 1, NULL), "init_ex2");
-        check(EVP_CipherUpdate(ctx, dst, &outl, in + c * CHUNK, CHUNK), "update");
-        check(EVP_CipherFinal_ex(ctx, dst + CHUNK, &outl), "final");
-        OSSL_PARAM p[2] = {
-            OSSL_PARAM_construct_octet_string(OSSL_CIPHER_PARAM_AEAD_TAG, dst + CHUNK, TAG),
-            OSSL_PARAM_construct_end()};
-        check(EVP_CIPHER_CTX_get_params(ctx, p), "get tag");
+        seal_chunk(ctx, nonce, in + c * CHUNK, out + c * (CHUNK + TAG), CHUNK);
     }
 }
 
@@ -103,24 +111,15 @@ static void seq_evp_cipher(EVP_CIPHER_CTX *ctx, const unsigned char *base,
     }
 }
 
-/* Today's sequence with each chunk's update fed in 4 KiB slices (what the chunk loop does for
-   ChaCha20-Poly1305, whose update is a cipher pass, then a Poly1305 pass). */
+/* Today's sequence with each chunk fed in 4 KiB slices (what the chunk loop does for long
+   ChaCha20-Poly1305 runs, whose update is a cipher pass, then a Poly1305 pass). */
 static void seq_sliced(EVP_CIPHER_CTX *ctx, const unsigned char *base, const unsigned char *in,
                        size_t len, unsigned char *out)
 {
     unsigned char nonce[12];
-    int outl;
     for (size_t c = 0; c * CHUNK < len; c++) {
         nonce_for(nonce, base, c);
-        unsigned char *dst = out + c * (CHUNK + TAG);
-        check(EVP_CipherInit_ex2(ctx, NULL, NULL, nonce, 1, NULL), "init_ex2");
-        for (size_t o = 0; o < CHUNK; o += SLICE)
-            check(EVP_CipherUpdate(ctx, dst + o, &outl, in + c * CHUNK + o, SLICE), "update");
-        check(EVP_CipherFinal_ex(ctx, dst + CHUNK, &outl), "final");
-        OSSL_PARAM p[2] = {
-            OSSL_PARAM_construct_octet_string(OSSL_CIPHER_PARAM_AEAD_TAG, dst + CHUNK, TAG),
-            OSSL_PARAM_construct_end()};
-        check(EVP_CIPHER_CTX_get_params(ctx, p), "get tag");
+        seal_chunk(ctx, nonce, in + c * CHUNK, out + c * (CHUNK + TAG), SLICE);
     }
 }
 
@@ -130,17 +129,9 @@ static void seq_cached_input(EVP_CIPHER_CTX *ctx, const unsigned char *base,
                              const unsigned char *in, size_t len, unsigned char *out)
 {
     unsigned char nonce[12];
-    int outl;
     for (size_t c = 0; c * CHUNK < len; c++) {
         nonce_for(nonce, base, c);
-        unsigned char *dst = out + c * (CHUNK + TAG);
-        check(EVP_CipherInit_ex2(ctx, NULL, NULL, nonce, 1, NULL), "init_ex2");
-        check(EVP_CipherUpdate(ctx, dst, &outl, in, CHUNK), "update");
-        check(EVP_CipherFinal_ex(ctx, dst + CHUNK, &outl), "final");
-        OSSL_PARAM p[2] = {
-            OSSL_PARAM_construct_octet_string(OSSL_CIPHER_PARAM_AEAD_TAG, dst + CHUNK, TAG),
-            OSSL_PARAM_construct_end()};
-        check(EVP_CIPHER_CTX_get_params(ctx, p), "get tag");
+        seal_chunk(ctx, nonce, in, out + c * (CHUNK + TAG), CHUNK);
     }
 }
 
