@@ -41,26 +41,7 @@ def _serve(args: argparse.Namespace) -> int:
         metrics_dir.mkdir(mode=0o700)
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
 
-    import uvicorn
+    from sealflow.service.server.http import serve
 
-    uvicorn.run(
-        "sealflow.service.server.app:create_app",
-        factory=True,
-        host=settings.host,
-        port=settings.port,
-        workers=settings.workers,
-        # httptools with limits on a request's head (server/_protocol.py).
-        http="sealflow.service.server._protocol:GuardedHttpToolsProtocol",
-        timeout_keep_alive=settings.keepalive_timeout,  # type: ignore[arg-type]
-        loop="uvloop",
-        log_config=None,
-        access_log=False,  # sealflow.access logs one structured line per request
-        timeout_graceful_shutdown=int(settings.shutdown_timeout) or None,
-        ssl_certfile=settings.tls_cert,
-        ssl_keyfile=settings.tls_key,
-        server_header=False,
-        # Client addresses are never used (not logged either): skip uvicorn's per-request
-        # X-Forwarded-For handling.
-        proxy_headers=False,
-    )
+    serve(settings)
     return 0

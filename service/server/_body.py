@@ -140,13 +140,7 @@ async def send_error(send: Send, error: ApiError, close: bool) -> None:
     reset, which can destroy the answer before the client reads it: close only
     when reading on would cost more (unauthenticated, too large, too slow).
     """
-    body = error.body()
-    headers = [
-        (b"content-type", b"application/json"),
-        (b"content-length", b"%d" % len(body)),
-    ]
-    for name, value in error.headers.items():
-        headers.append((name.lower().encode("latin-1"), value.encode("latin-1")))
+    body, headers = error.rendered()
     if close:
         headers.append((b"connection", b"close"))
     await send({"type": "http.response.start", "status": error.status, "headers": headers})

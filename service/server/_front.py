@@ -1,14 +1,18 @@
-"""The front door of every HTTP request: refusals from the head, authentication, concurrency
-limits, dispatch, the log line and metrics.
+"""The front door of every HTTP request: one plan per request from its head, then the plan
+carried out, the log line and metrics.
 
-One ASGI layer instead of a middleware per concern: for a small request each layer (a
-coroutine, often a wrapped ``send``) is a measurable share of the cost. Data routes go to
-``data`` and the Vault-Transit-compatible routes to ``transit``, both plain ASGI; the rest goes
-to FastAPI through a ``send`` wrapper that notes the status. Transit's routes authenticate
-with Vault's headers and answer refusals in Vault's shape (``transit.authenticate``,
-``transit.refuse``).
+``plan`` is the one decision about a request: a pure function of its ``Head`` (and of the
+keystore's cached tokens and the slots in use) that either refuses it (status, code, in
+sealflow's or Vault's shape) or says how it is served: the data routes (``data``), Transit
+(``transit``), or FastAPI for the admin routes, probes and docs. The protocol asks for the plan
+as soon as a head is complete (``http.Planner``): it answers a refusal at once, and a
+whole-body plan itself once its body has come (``begin``, ``answer``, ``abandon``); every other
+request reaches ``__call__`` through the ASGI app with its plan in the scope. An ASGI client
+that did not come through the protocol (an in-process one) gets its plan made here, the same
+way. ``record`` writes the metrics and the access-log line for every request, however it was
+answered.
 
-Fairness: a request to ``/v1/`` is authenticated here, from its headers, before it may take a
+Fairness: a request to ``/v1/`` is authenticated from its head before it may take a
 concurrency slot or have a byte of its body read, so an unauthenticated client never holds a
 slot. An authenticated token holds at most ``max_concurrent_per_token`` slots (429 beyond), so
 one tenant cannot take all of them either. Bodies of FastAPI's routes are read under the same
@@ -18,9 +22,8 @@ receive deadline as the data routes'.
 from __future__ import annotations
 
 import asyncio
-import functools
+import enum
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -34,6 +37,7 @@ from ._logging import AccessLog, AccessRecord
 from ._state import DRAINING, Services
 from ._trim import Trimmer
 from ._watchdog import Watch, stalled
+from .http import Head
 
 # Bodies of the routes FastAPI serves (admin JSON of a few hundred bytes); the data routes
 # stream and have their own limits. Chunked bodies are bounded by FastAPI's max_body_size.
@@ -42,29 +46,38 @@ MAX_OTHER_BODY = 64 * 1024
 _UNLIMITED = frozenset(("/healthz", "/readyz", "/metrics", "/v1/sys/health"))
 _API = "/v1/"
 _ADMIN = "/v1/keys"
-_OK = b"HTTP/1.1 200 OK\r\n"
-_OCTETS = b"content-type: application/octet-stream\r\ncontent-length: %d\r\n\r\n"
+_SINGLE = b"mode=single"
+# What a single-shot envelope adds to its plaintext at most: prefix (75 bytes), nonce, tag.
+_ENVELOPE_MAX = 128
 
 
-@dataclass(slots=True, frozen=True)
-class LaneTicket:
-    """A request held for the lane: what its head decided."""
+class Kind(enum.Enum):
+    REFUSE = "refuse"  # answered from the head
+    DATA = "data"  # the data routes (data.serve; whole-body when ``whole``)
+    TRANSIT = "transit"  # the Vault-Transit-compatible API
+    APP = "app"  # FastAPI: admin routes, docs
+    OPEN = "open"  # FastAPI, not counted against the limits: probes, metrics
 
-    svc: Services
-    token: TokenInfo
-    url: bytes
-    x_aad: bytes | None
-    started: float  # time.perf_counter() when its head was complete
-    vault: bool  # Transit's encrypt (else a data route)
+
+@dataclass(slots=True, eq=False)
+class Plan:
+    """What ``Front.plan`` decided for one request."""
+
+    kind: Kind
+    head: Head
+    log: AccessRecord
+    started: float  # time.perf_counter() when the head was complete
+    route: data.Route | None = None
+    vault: transit.Route | None = None
+    token: TokenInfo | None = None
+    error: errors.ApiError | None = None  # why it is refused
+    whole: int = 0  # the largest body the protocol may answer itself (``Front.answer``)
+    refused: bool = False
+    taken: bool = False  # holds a slot (``_take``)
 
 
 class Front:
-    def __init__(
-        self,
-        app: ASGIApp,
-        settings: Settings,
-        access: AccessLog,
-    ) -> None:
+    def __init__(self, app: ASGIApp, settings: Settings, access: AccessLog) -> None:
         self.app = app
         self.svc: Services | None = None  # set while the app's lifespan runs
         self.limit = settings.max_concurrent_requests
@@ -72,207 +85,193 @@ class Front:
         self.max_header_bytes = settings.max_header_bytes
         self.max_json_bytes = settings.max_json_bytes
         self.transit = transit.Transit(settings.transit_mount)
-        self._vault_encrypt = (settings.transit_mount + "/encrypt/").encode()
         self.access = access
         self.active = 0  # requests in flight, probes aside; also the in-flight gauge
         self.by_token: dict[str, int] = {}
         self.trimmer = Trimmer(lambda: self.active > 0)
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    # -- the plan ---------------------------------------------------------------------------
+
+    def plan(self, head: Head) -> Plan:
         started = time.perf_counter()
-        log = AccessRecord()
-        scope["sealflow.log"] = log
-        svc = self.svc
-        route = data.match(scope)
-        vault = None if route is not None else self.transit.match(scope["path"])
-        head = data.Head()
+        path = head.path
+        route = data.match(path)
+        vault = None if route is not None else self.transit.match(path)
+        plan = Plan(Kind.APP, head, AccessRecord(), started, route, vault)
         try:
-            token = self._admit(scope, svc, route, vault, head)
+            plan.token = token = self._admit(head, route, vault)
         except (errors.ApiError, KeyStoreError) as exc:
-            # Answered from a helper, so that no local of this frame holds the exception (its
-            # traceback holds this frame: a cycle per refused request, left to the collector).
-            if vault is not None:
-                scope["route"] = vault
-                await transit.refuse(errors.api_error(exc), scope, send, log)
-            else:
-                await refuse(errors.api_error(exc), scope, send, log)
-            self._record(scope, log, started)
-            return
-        limited = scope["path"] not in _UNLIMITED
-        self.active += limited
-        if token is not None:
-            self.by_token[token.id] = self.by_token.get(token.id, 0) + 1
-        try:
-            if route is not None and svc is not None and token is not None:
-                await data.serve(svc, route, token, head, log, scope, receive, send)
-            elif vault is not None and svc is not None:
-                app = functools.partial(self.transit.serve, svc, vault, token)
-                await self._watched(svc, app, scope, receive, send, log, vault=True)
-            elif vault is not None:
-                await self.transit.serve(svc, vault, token, scope, receive, send)
-            elif svc is not None and limited:
-                await self._watched(svc, self.app, scope, receive, send, log)
-            else:
-                await self.app(scope, receive, _noting_status(send, log))
-        finally:
-            self.active -= limited
-            if not self.active:
-                self.trimmer.idle()
-            if token is not None:
-                left = self.by_token[token.id] - 1
-                if left:
-                    self.by_token[token.id] = left
-                else:
-                    del self.by_token[token.id]
-            self._record(scope, log, started)
-
-    def lane_urls(self) -> tuple[bytes, ...]:
-        """The URL prefixes the lane may answer (``lane_head`` decides): the data routes and
-        Transit's encrypt."""
-        return (*data.lane.URLS, self._vault_encrypt)
-
-    def lane_head(self, url: bytes, headers: list[tuple[bytes, bytes]]) -> LaneTicket | None:
-        """Whether the protocol may hold this request for the lane (``data.lane``,
-        ``transit.lane``): a live token with room under its limits, a Content-Length within
-        the lane's size. Decided from the head, before a byte of the body is kept: an
-        unauthenticated client never gets a body buffered (it goes the usual way, and is
-        refused unread).
-
-        The front door's part of the lane; ``lane_answer`` is the rest. Anything that is not
-        the plain case is None before any side effect: no failure is counted or logged here,
-        the ASGI path does that when it serves the request.
-        """
+            plan.kind, plan.refused, plan.error = Kind.REFUSE, True, errors.api_error(exc)
+            return plan
         svc = self.svc
-        if svc is None or DRAINING.is_set() or self.active >= self.limit:
-            return None
-        started = time.perf_counter()
-        head = data.Head()
-        try:
-            authorization, vault_token = self._scan(headers, head)
-        except errors.ApiError:
-            return None  # refused from the head: the app does it
-        length = head.length
-        if length is None or length > data.lane.MAX_BODY or b"%" in url:
-            return None  # no Content-Length: chunked
-        vault = url.startswith(self._vault_encrypt)
-        if vault and length > self.max_json_bytes:
-            return None
-        if vault:
-            secret = transit.token_secret(vault_token, authorization)
-        else:
-            secret = None if authorization is None else _auth.bearer(authorization)
-        try:
-            token = svc.store.find_token(secret) if secret else None
-        except KeyStoreError:
-            return None
-        if token is None or self.by_token.get(token.id, 0) >= self.per_token:
-            return None
-        return LaneTicket(svc, token, url, head.x_aad, started, vault)
-
-    def lane_answer(
-        self, ticket: LaneTicket, body: bytes, default: bytes
-    ) -> Sequence[bytes] | None:
-        """The whole response's pieces to a held request, or None to serve it the usual way;
-        on success the metrics and the log line ``_record`` would write. ``default``: the
-        server's own header lines (``date``), as uvicorn writes them."""
-        if ticket.vault:
-            log = AccessRecord(200, "POST", self.transit.routes["encrypt"].path)
-            answer = transit.lane.answer(
-                ticket.svc, ticket.token, self._vault_encrypt, ticket.url, body, log
-            )
-            if answer is None:
-                return None
-            head, pieces = transit.lane.HEADERS % len(answer), [answer]
-        else:
-            log = AccessRecord(200, "POST", bytes_in=len(body))
-            answered = data.lane.answer(
-                ticket.svc, ticket.token, ticket.url, ticket.x_aad, body, log
-            )
-            if answered is None:
-                return None
-            pieces, algorithm, operation = answered
-            sent = sum(map(len, pieces))
-            _metrics.count_bytes(algorithm, operation, len(body), sent)
-            log.bytes_out, head = sent, _OCTETS % sent
-        ended = time.perf_counter()
-        elapsed = ended - ticket.started
-        _metrics.count_request(log.route, "POST", 200, elapsed)
-        _metrics.count_lane()
-        log.duration_ms = round(elapsed * 1000, 3)
-        self.access.write(log, ended)
-        return (_OK, default, head, *pieces)
+        if route is not None:
+            plan.kind = Kind.DATA
+            if svc is not None:
+                plan.whole = self._whole(svc, route, head)
+        elif vault is not None:
+            plan.kind = Kind.TRANSIT
+            if svc is not None and token is not None and not head.chunked:
+                plan.whole = self.transit.whole(vault, head)
+        elif path in _UNLIMITED:
+            plan.kind = Kind.OPEN
+        return plan
 
     def _admit(
-        self,
-        scope: Scope,
-        svc: Services | None,
-        route: data.Route | None,
-        vault: transit.Route | None,
-        head: data.Head,
+        self, head: Head, route: data.Route | None, vault: transit.Route | None
     ) -> TokenInfo | None:
-        """Everything decided from the head, in one pass over the headers (which also fills
-        in what the data routes need); the token if any."""
-        authorization, vault_token = self._scan(scope["headers"], head)
-        length = head.length or 0
-        raw_path: bytes = scope.get("raw_path") or b""
-        if b"%2f" in raw_path.lower():
+        """Everything decided from the head: the token if any, or the refusal."""
+        if head.error is not None:
+            raise errors.bad_request(head.error)
+        if head.size > self.max_header_bytes:
+            raise errors.headers_too_large(self.max_header_bytes)
+        if b"%2f" in head.raw_path.lower():
             # Routing happens on the decoded path: an encoded slash would let a request
             # slip past an ACL that a proxy applies to the raw one.
             raise errors.bad_request("encoded slashes (%2F) are not allowed in the path")
-        path: str = scope["path"]
+        svc, path, length = self.svc, head.path, head.length or 0
+        authorization = None if head.authorization is None else head.authorization.decode("latin-1")
         if vault is not None:
             # The Transit API: Vault's tokens and refusals (403), its own body limit.
             token = None
             if svc is not None and vault.token:
-                token = transit.authenticate(svc.store, vault_token, authorization)
+                token = transit.authenticate(svc.store, head.vault_token, authorization)
             if length > self.max_json_bytes:
                 raise errors.too_large(self.max_json_bytes)
-        elif svc is None or not path.startswith(_API):
+        elif not path.startswith(_API):
             token = None
+        elif svc is None:
+            raise errors.keystore_unavailable()
         else:
             token = _auth.authenticate(svc.store, authorization)
             if route is None and path.startswith(_ADMIN):
                 _auth.require_admin(token)
         if route is None and vault is None and length > MAX_OTHER_BODY:
-            # Beyond the size of any admin body: refused unread.
-            raise errors.too_large(MAX_OTHER_BODY)
+            raise errors.too_large(MAX_OTHER_BODY)  # beyond any admin body: refused unread
         if path not in _UNLIMITED and self.active >= self.limit:
             raise errors.overloaded()
         if token is not None and self.by_token.get(token.id, 0) >= self.per_token:
             _metrics.AUTH_FAILURES.labels("token_limit").inc()
             raise errors.too_many_for_token(self.per_token)
-        if route is None and vault is None:  # for FastAPI's routes (admin._deps)
-            scope["sealflow.token"] = token
         return token
 
-    def _scan(
-        self, headers: list[tuple[bytes, bytes]], head: data.Head
-    ) -> tuple[str | None, bytes | None]:
-        """The one pass over a request's headers (for ``_admit`` and ``lane_head``): fills in
-        ``head`` and gives the ``Authorization`` and ``X-Vault-Token`` values; 400 for a second
-        Authorization or X-AAD, 431 beyond ``max_header_bytes``."""
-        authorization: str | None = None
-        vault_token: bytes | None = None
-        size = 0
-        for name, value in headers:
-            size += len(name) + len(value)
-            if name == b"authorization":
-                if authorization is not None:
-                    raise errors.bad_request("more than one Authorization header")
-                authorization = value.decode("latin-1")
-            elif name == b"content-length":
-                head.length = int(value)  # the parser has refused a malformed one
-            elif name == b"x-aad":
-                if head.x_aad is not None:
-                    raise errors.bad_request("more than one X-AAD header")
-                head.x_aad = value
-            elif name == data.DUPLEX:
-                head.duplex = value.strip() == b"1"
-            elif name == b"x-vault-token":
-                vault_token = value
-        if size > self.max_header_bytes:
-            raise errors.headers_too_large(self.max_header_bytes)
-        return authorization, vault_token
+    def _whole(self, svc: Services, route: data.Route, head: Head) -> int:
+        """The largest body of a data request the protocol may answer itself: a single-shot
+        encrypt or a decrypt, answered once its body has come, in the default transport."""
+        if head.method != "POST" or head.duplex or head.chunked or DRAINING.is_set():
+            return 0
+        whole = min(data.WHOLE_MAX, svc.crypto.inline_below - 1)
+        if route is data.ENCRYPT_ROUTE:
+            return min(whole, svc.settings.max_single_bytes) if head.query == _SINGLE else 0
+        return whole + _ENVELOPE_MAX if not head.query else 0
+
+    # -- the protocol's side (http.Planner) --------------------------------------------------
+
+    def begin(self, plan: Plan) -> None:
+        self._take(plan)
+
+    def answer(self, plan: Plan, body: bytes | None) -> errors.Whole:
+        try:
+            if plan.refused:
+                assert plan.error is not None
+                return self._refused(plan, plan.error, plan.head.has_body)
+            if body is None:  # the protocol's receive deadline passed
+                return self._refused(plan, errors.timeout(), close=True)
+            svc, token = self.svc, plan.token
+            assert svc is not None
+            assert token is not None
+            if plan.route is not None:
+                return data.answer(svc, plan.route, token, plan.head, plan.log, body)
+            assert plan.vault is not None
+            return self.transit.answer(svc, token, plan.head, plan.log, body)
+        finally:
+            if not plan.refused:
+                _metrics.count_lane()
+            self._give(plan)
+            self.record(plan, plan.vault if plan.refused else plan.route or plan.vault)
+
+    def abandon(self, plan: Plan) -> None:
+        plan.log.error = "client_disconnected"
+        self._give(plan)
+        self.record(plan, plan.route or plan.vault)
+
+    def connection_refused(self, reason: str) -> None:
+        _metrics.CONNECTIONS_REFUSED.labels(reason).inc()
+
+    def _refused(self, plan: Plan, error: errors.ApiError, close: bool) -> errors.Whole:
+        plan.log.status, plan.log.error = error.status, error.code
+        return error.whole(close, vault=plan.vault is not None)
+
+    # -- the ASGI path ------------------------------------------------------------------------
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        plan: Plan | None = scope.get("sealflow.plan")
+        if plan is None:
+            plan = self.plan(Head.from_scope(scope))
+        log = scope["sealflow.log"] = plan.log
+        svc, token = self.svc, plan.token
+        kind = plan.kind
+        if kind is Kind.REFUSE:
+            assert plan.error is not None
+            if plan.vault is not None:
+                scope["route"] = plan.vault
+                await transit.refuse(plan.error, scope, send, log)
+            else:
+                await refuse(plan.error, scope, send, log)
+            self.record(plan, scope.get("route"))
+            return
+        if kind is Kind.APP:  # for FastAPI's routes (admin._deps)
+            scope["sealflow.token"] = token
+        self._take(plan)
+        try:
+            if kind is Kind.DATA and svc is not None and token is not None:
+                assert plan.route is not None
+                await data.serve(svc, plan.route, token, plan.head, log, scope, receive, send)
+            elif kind is Kind.TRANSIT:
+                assert plan.vault is not None
+                app = self._transit(svc, plan.vault, token)
+                if svc is None:
+                    await app(scope, receive, send)
+                else:
+                    await self._watched(svc, app, scope, receive, send, log, vault=True)
+            elif kind is Kind.APP and svc is not None:
+                await self._watched(svc, self.app, scope, receive, send, log)
+            else:
+                await self.app(scope, receive, _noting_status(send, log))
+        finally:
+            self._give(plan)
+            self.record(plan, scope.get("route"))
+
+    def _transit(
+        self, svc: Services | None, route: transit.Route, token: TokenInfo | None
+    ) -> ASGIApp:
+        async def app(scope: Scope, receive: Receive, send: Send) -> None:
+            await self.transit.serve(svc, route, token, scope, receive, send)
+
+        return app
+
+    def _take(self, plan: Plan) -> None:
+        if plan.taken or plan.head.path in _UNLIMITED:
+            return
+        plan.taken = True
+        self.active += 1
+        token = plan.token
+        if token is not None:
+            self.by_token[token.id] = self.by_token.get(token.id, 0) + 1
+
+    def _give(self, plan: Plan) -> None:
+        if not plan.taken:
+            return
+        plan.taken = False
+        self.active -= 1
+        if not self.active:
+            self.trimmer.idle()
+        token = plan.token
+        if token is not None:
+            left = self.by_token[token.id] - 1
+            if left:
+                self.by_token[token.id] = left
+            else:
+                del self.by_token[token.id]
 
     async def _watched(
         self,
@@ -307,11 +306,15 @@ class Front:
         finally:
             svc.watchdog.release(watch)
 
-    def _record(self, scope: Scope, log: AccessRecord, started: float) -> None:
+    # -- the record ---------------------------------------------------------------------------
+
+    def record(self, plan: Plan, route: object) -> None:
+        """The request's metrics and access-log line, whichever path answered it."""
         ended = time.perf_counter()
-        elapsed = ended - started
-        template = getattr(scope.get("route"), "path", "other")
-        method = scope["method"]
+        elapsed = ended - plan.started
+        log = plan.log
+        template = getattr(route, "path", "other")
+        method = plan.head.method
         _metrics.count_request(template, method, log.status, elapsed)
         log.method, log.route, log.duration_ms = method, template, round(elapsed * 1000, 3)
         self.access.write(log, ended)

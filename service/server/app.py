@@ -14,7 +14,7 @@ from starlette.types import Receive, Scope, Send
 import sealflow
 from sealflow.service.config import Settings
 
-from . import _drain, _logging, _metrics, _protocol, _trim, admin, data, errors, transit
+from . import _drain, _logging, _metrics, _trim, admin, data, errors, http, transit
 from ._front import MAX_OTHER_BODY, Front
 from ._startup import start_services
 
@@ -59,24 +59,26 @@ class SealflowApp(FastAPI):
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     _logging.configure(settings.log_level)
-    # The connection-level limits, for the protocol uvicorn builds per connection.
-    _protocol.LIMITS.head_limit = settings.max_header_bytes
-    _protocol.LIMITS.head_timeout = settings.header_timeout
 
     @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
         _trim.tune()  # process-wide, like the server: warm heap pages for large bodies
         svc = start_services(settings)
         assert isinstance(app, SealflowApp)
         app.state.services = app.front.svc = svc
-        if settings.small_lane:
-            _protocol.LANE, _protocol.LANE_URLS = app.front, app.front.lane_urls()
         _drain.install(settings.drain_seconds)
         sync = asyncio.create_task(_sync_metrics(app))
+        # For each connection uvicorn makes (it hands the lifespan state to the protocol).
+        options = http.Options(
+            head_limit=settings.max_header_bytes,
+            head_timeout=settings.header_timeout,
+            receive_timeout=settings.receive_timeout,
+            planner=app.front,
+            fast=settings.small_lane,
+        )
         try:
-            yield
+            yield {http.OPTIONS: options}
         finally:
-            _protocol.LANE, _protocol.LANE_URLS = None, ()
             app.state.services = app.front.svc = None
             sync.cancel()
             app.access_log.flush()

@@ -12,7 +12,10 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections.abc import Sequence
+from dataclasses import dataclass
 
+import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
@@ -47,6 +50,25 @@ class ApiError(Exception):
     def body(self) -> bytes:
         return json.dumps({"error": {"code": self.code, "message": self.message}}).encode()
 
+    def rendered(self, vault: bool = False) -> tuple[bytes, list[tuple[bytes, bytes]]]:
+        """The error's body and headers, in sealflow's shape or (``vault``) Vault's
+        ``{"errors": [...]}``: what every path that answers an error sends."""
+        if vault:
+            body = orjson.dumps({"errors": [self.message] if self.message else []})
+            headers = [_JSON, _NO_STORE]
+        else:
+            body = self.body()
+            headers = [_JSON]
+        headers.append((b"content-length", b"%d" % len(body)))
+        for name, value in self.headers.items():
+            headers.append((name.lower().encode("latin-1"), value.encode("latin-1")))
+        return body, headers
+
+    def whole(self, close: bool, vault: bool = False) -> Whole:
+        """The error as a whole response, for the protocol's fast answer."""
+        body, headers = self.rendered(vault)
+        return Whole(self.status, header_lines(headers), (body,), close)
+
     def response(self) -> Response:
         return Response(
             self.body(),
@@ -54,6 +76,25 @@ class ApiError(Exception):
             headers=self.headers,
             media_type="application/json",
         )
+
+
+_JSON = (b"content-type", b"application/json")
+_NO_STORE = (b"cache-control", b"no-store")
+
+
+@dataclass(slots=True)
+class Whole:
+    """A whole response, answered by the protocol (``http.Answer``): status, header lines
+    (each ending in CRLF), body pieces, and whether the connection closes after it."""
+
+    status: int
+    headers: bytes
+    body: Sequence[bytes]
+    close: bool = False
+
+
+def header_lines(headers: list[tuple[bytes, bytes]]) -> bytes:
+    return b"".join(b"%s: %s\r\n" % pair for pair in headers)
 
 
 def decryption_failed() -> ApiError:

@@ -1,11 +1,12 @@
 """The data routes: encrypt and decrypt raw bodies, served as plain ASGI in front of FastAPI.
 
-``_routes`` decides everything a request needs from its headers (token, scope, key, AAD, mode)
-and ``_transfer`` then only moves bytes between the network and the codecs; ``_lane`` answers
-a small single-shot request that arrived whole in one synchronous call.
+``_routes`` decides everything a request needs from its head (token, scope, key, AAD, mode)
+and ``_transfer`` then only moves bytes between the network and the codecs; a small
+single-shot request that arrived whole is answered by the transfer's own whole-body step,
+from the ASGI path or from the protocol's fast answer alike (``answer``).
 """
 
-from . import _lane as lane
-from ._routes import DUPLEX, OPENAPI_PATHS, Head, Route, match, serve
+from ._routes import ENCRYPT_ROUTE, OPENAPI_PATHS, Route, answer, match, serve
+from ._transfer import WHOLE_MAX
 
-__all__ = ["DUPLEX", "OPENAPI_PATHS", "Head", "Route", "lane", "match", "serve"]
+__all__ = ["ENCRYPT_ROUTE", "OPENAPI_PATHS", "WHOLE_MAX", "Route", "answer", "match", "serve"]

@@ -30,12 +30,11 @@ from .._body import refuse
 from .._logging import AccessRecord
 from .._state import Services
 from ..errors import ApiError
+from ..http import Head
 from ._records import DecryptRecords, EncryptRecords
 from ._transfer import Decrypt, Encrypt, Resolve, Transfer
 
 MAX_AAD = 8192
-# A client that reads while it sends asks for full duplex with this header (SPEC section 4).
-DUPLEX = b"sealflow-duplex"
 _KEYS = "/v1/keys/"
 _ENCRYPT, _DECRYPT = "/encrypt", "/decrypt"
 # The query string: the mode and its name in the access log.
@@ -45,17 +44,6 @@ _MODES = {
     b"mode=single": (Mode.SINGLE, "single"),
 }
 _RECORDS = b"mode=records"  # batches of small records (_records), both directions
-
-
-class Head:
-    """What the front door's one pass over the request's headers found for the data routes."""
-
-    __slots__ = ("duplex", "length", "x_aad")
-
-    def __init__(self) -> None:
-        self.length: int | None = None  # Content-Length; None for a chunked body
-        self.x_aad: bytes | None = None
-        self.duplex = False  # Sealflow-Duplex: 1
 
 
 class Route:
@@ -72,9 +60,8 @@ DECRYPT_ROUTE = Route("/v1/keys/{name}/decrypt")
 DECRYPT_ANY_ROUTE = Route("/v1/decrypt")
 
 
-def match(scope: Scope) -> Route | None:
+def match(path: str) -> Route | None:
     """The data route a request's path is for, if any (anything else goes to FastAPI)."""
-    path: str = scope["path"]
     if path == "/v1/decrypt":
         return DECRYPT_ANY_ROUTE
     if path.startswith(_KEYS) and path.count("/") == 4:
@@ -101,18 +88,35 @@ def serve(
     try:
         if scope["method"] != "POST":
             raise errors.method_not_allowed("POST")
-        app = _prepare(svc, route, token, head, scope, log)
+        app = _prepare(svc, route, token, head, log)
     except (ApiError, KeyStoreError) as exc:
         return refuse(errors.api_error(exc), scope, send, log)
     return app(scope, receive, send)
 
 
+def answer(
+    svc: Services, route: Route, token: TokenInfo, head: Head, log: AccessRecord, body: bytes
+) -> errors.Whole:
+    """The fast answer to a whole-body plan whose body has come (the protocol's): the same
+    preparation as ``serve``, then the transfer's own whole-body step (``Transfer.answer``)."""
+    try:
+        transfer = _prepare(svc, route, token, head, log)
+    except (ApiError, KeyStoreError) as exc:
+        return _refused(errors.api_error(exc), log)
+    return transfer.answer(body)
+
+
+def _refused(error: ApiError, log: AccessRecord) -> errors.Whole:
+    log.status, log.error = error.status, error.code
+    return error.whole(close=False)  # the body was read: the connection can go on
+
+
 def _prepare(
-    svc: Services, route: Route, token: TokenInfo, head: Head, scope: Scope, log: AccessRecord
+    svc: Services, route: Route, token: TokenInfo, head: Head, log: AccessRecord
 ) -> Transfer:
     aad = b"" if head.x_aad is None else _aad(head.x_aad)
     length, duplex = head.length, head.duplex
-    records = scope["query_string"] == _RECORDS
+    records = head.query == _RECORDS
     if records:
         log.mode = "records"
     if route is DECRYPT_ANY_ROUTE:
@@ -120,7 +124,7 @@ def _prepare(
         if records:
             return DecryptRecords(svc, log, aad, length, duplex, resolve)
         return Decrypt(svc, log, aad, length, duplex, resolve)
-    path: str = scope["path"]
+    path = head.path
     name = path[len(_KEYS) : path.rindex("/")]
     if route is DECRYPT_ROUTE:
         _auth.require(token, "decrypt", name)
@@ -136,7 +140,7 @@ def _prepare(
         log.key, log.version = name, key.latest
         prefix = _prefix(Mode.SINGLE, key)
         return EncryptRecords(svc, log, aad, length, duplex, key, material, prefix)
-    mode_and_name = _MODES.get(scope["query_string"])
+    mode_and_name = _MODES.get(head.query)
     if mode_and_name is None:
         raise errors.bad_request("mode must be stream, single or records")
     mode, mode_name = mode_and_name
@@ -203,8 +207,7 @@ def opening_material(
     store: KeyStore, token: TokenInfo, route_key: str | None, prefix: Prefix
 ) -> bytes:
     """The material to open an envelope with this prefix, or the ApiError its rules give:
-    scope (for /v1/decrypt), key, algorithm, version. Counts nothing (the small-request lane
-    asks too, and leaves refusals to the ASGI path)."""
+    scope (for /v1/decrypt), key, algorithm, version. Counts nothing."""
     if route_key is None:
         if not _auth.allows(token, "decrypt", prefix.name):
             raise errors.forbidden(f"decrypt:{prefix.name}")

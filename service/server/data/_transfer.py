@@ -55,6 +55,7 @@ from ..errors import ApiError
 from ._spool import Spool
 
 BATCH = 256 * 1024
+_OCTETS = b"content-type: application/octet-stream\r\ncontent-length: %d\r\n"
 WHOLE_MAX = 64 * 1024  # see Transfer._whole_max
 # The most finalize() can write: a short last chunk, its tag, and the header if still unsent.
 _CHUNKED_TAIL = engine.CHUNK_LEN + engine.sealed_size(0)
@@ -133,18 +134,48 @@ class Transfer:
             self.log.error = "client_disconnected"
         finally:
             watchdog.release(watch)
-            self.log.bytes_in, self.log.bytes_out = body.received, reply.sent
-            _metrics.count_bytes(self.algorithm, self.operation, body.received, reply.sent)
-            self.finished(body.received)
+            self._account(body.received, reply.sent)
+
+    def answer(self, body: bytes) -> errors.Whole:
+        """The fast answer (the protocol's, docs/SERVICE.md): ``whole`` of a body that has
+        come whole, with the same accounting and errors as ``__call__``."""
+        sent = 0
+        try:
+            out = self.whole(body)
+        except (ApiError, engine.DecryptionError, KeyStoreError) as exc:
+            return self._refused(errors.api_error(exc))
+        else:
+            sent = len(out)
+            self.log.status = 200
+            return errors.Whole(200, _OCTETS % sent, (out,))
+        finally:
+            self._account(len(body), sent)
+
+    def _refused(self, error: ApiError) -> errors.Whole:
+        self._note(error)
+        self.log.status = error.status
+        return error.whole(close=False)
+
+    def whole(self, body: bytes) -> bytes:
+        """The answer to a body that came whole and small: sealed or opened at once."""
+        raise NotImplementedError
+
+    def _account(self, received: int, sent: int) -> None:
+        self.log.bytes_in, self.log.bytes_out = received, sent
+        _metrics.count_bytes(self.algorithm, self.operation, received, sent)
+        self.finished(received)
 
     def finished(self, received: int) -> None:
         """After the transfer, however it ended: an encryption adds its bytes to its version's
         usage (its sealings were counted before they were made)."""
 
-    async def _fail(self, error: ApiError, scope: Scope, body: Body, reply: Reply) -> None:
+    def _note(self, error: ApiError) -> None:
         self.log.error = error.code
         if error.code == "decryption_failed":
             _metrics.DECRYPTION_FAILURES.labels("authentication").inc()
+
+    async def _fail(self, error: ApiError, scope: Scope, body: Body, reply: Reply) -> None:
+        self._note(error)
         # An authenticated client that sent a bad envelope gets its answer on a connection
         # that stays open; one that is too large, too slow or refused for lack of memory does
         # not (the rest of its body is not worth reading).
@@ -299,6 +330,14 @@ class Encrypt(Transfer):
     def finished(self, received: int) -> None:
         self.svc.usage.add_bytes(*self.version, received)
 
+    def whole(self, body: bytes) -> bytes:
+        limit = self.svc.settings.max_single_bytes
+        if self.mode is not Mode.SINGLE or len(body) > min(limit, self._whole_max()):
+            raise errors.too_large(limit)  # the plan never asks for more
+        nonce = os.urandom(NONCE_LEN)
+        aad = bound_data(self.prefix, self.aad)
+        return self.prefix + nonce + engine.seal(self.algorithm, self.material, nonce, aad, body)
+
     async def transfer(self, body: Body, reply: Reply) -> None:
         alg, prefix = self.algorithm, self.prefix
         if self.mode is Mode.STREAM:
@@ -311,11 +350,7 @@ class Encrypt(Transfer):
         if self.length is not None and self.length <= min(limit, self._whole_max()):
             first = await body.read()
             if body.done:  # the whole body, in one piece: sealed straight from it
-                nonce = os.urandom(NONCE_LEN)
-                sealed = engine.seal(
-                    alg, self.material, nonce, bound_data(prefix, self.aad), first or b""
-                )
-                await reply.whole(prefix + nonce + sealed)
+                await reply.whole(self.whole(first or b""))
                 return
         start = len(prefix) + NONCE_LEN
         hint = None if self.length is None else start + self.length + TAG_LEN
@@ -342,6 +377,25 @@ class Encrypt(Transfer):
             await reply.write(sealed, more=False)
 
 
+def _malformed(why: str) -> ApiError:
+    _metrics.DECRYPTION_FAILURES.labels("malformed_envelope").inc()
+    return errors.malformed_envelope(why)
+
+
+def _length(data: bytes) -> int | None:
+    try:
+        return prefix_length(data)
+    except MalformedEnvelope as exc:
+        raise _malformed(str(exc)) from None
+
+
+def _parsed(raw: bytes) -> Prefix:
+    try:
+        return parse(raw)
+    except MalformedEnvelope as exc:
+        raise _malformed(str(exc)) from None
+
+
 class Decrypt(Transfer):
     operation = "decrypt"
 
@@ -357,8 +411,33 @@ class Decrypt(Transfer):
         super().__init__(svc, log, aad, length, duplex)
         self.resolve = resolve
 
+    def whole(self, body: bytes) -> bytes:
+        n = _length(body)
+        if n is None or len(body) < n:
+            raise _malformed("truncated envelope prefix")
+        prefix, raw = _parsed(body[:n]), body[:n]
+        material = self._check(prefix)
+        aad = bound_data(raw, self.aad)
+        with memoryview(body) as view:
+            if prefix.mode is Mode.STREAM:
+                codec = ChunkedDecryptor(prefix.algorithm, material, aad)
+                return codec.update(view[n:]) + codec.finalize()
+            limit = self.svc.settings.max_single_bytes
+            if len(body) - n > limit + NONCE_LEN + TAG_LEN:
+                raise errors.too_large(limit)
+            if len(body) - n < NONCE_LEN + TAG_LEN:
+                raise errors.decryption_failed()
+            return engine.open(
+                prefix.algorithm, material, view[n : n + NONCE_LEN], aad, view[n + NONCE_LEN :]
+            )
+
     async def transfer(self, body: Body, reply: Reply) -> None:
-        prefix, raw, rest = await self._read_prefix(body)
+        first = await body.read()
+        if body.done and not self.duplex and len(first or b"") <= self._whole_max():
+            # The whole envelope came in one piece: opened straight from it.
+            await reply.whole(self.whole(first or b""))
+            return
+        prefix, raw, rest = await self._read_prefix(body, first)
         material = self._check(prefix)
         remaining = None if self.length is None else self.length - len(raw)
         if prefix.mode is Mode.STREAM:
@@ -367,41 +446,25 @@ class Decrypt(Transfer):
             codec = ChunkedDecryptor(prefix.algorithm, material, bound_data(raw, self.aad))
             await self.stream(body, reply, codec, b"", [rest] if rest else [], size)
             return
-        whole = min(self._whole_max(), self.svc.settings.max_single_bytes + NONCE_LEN + TAG_LEN)
-        if body.done and len(rest) <= whole:
-            # The whole envelope came in the first piece: opened straight from it.
-            if len(rest) < NONCE_LEN + TAG_LEN:
-                raise errors.decryption_failed()
-            with memoryview(rest) as view:
-                plaintext = engine.open(
-                    prefix.algorithm,
-                    material,
-                    view[:NONCE_LEN],
-                    bound_data(raw, self.aad),
-                    view[NONCE_LEN:],
-                )
-            await reply.whole(plaintext)
-            return
         with self.svc.budget.hold() as hold:
             plaintext = await self._open_single(body, hold, prefix, raw, material, rest, remaining)
             reply.length = len(plaintext)
             await reply.write(plaintext, more=False)
 
-    async def _read_prefix(self, body: Body) -> tuple[Prefix, bytes, bytes]:
+    async def _read_prefix(self, body: Body, first: bytes | None) -> tuple[Prefix, bytes, bytes]:
         """The envelope prefix, parsed and as bytes, and whatever arrived after it."""
-        head = b""
-        try:
-            while True:
-                piece = await body.read()
-                if piece is None:
-                    raise errors.malformed_envelope("truncated envelope prefix")
-                head = head + piece if head else piece
-                n = prefix_length(head)
-                if n is not None and len(head) >= n:
-                    return parse(head[:n]), head[:n], head[n:]
-        except MalformedEnvelope as exc:
-            _metrics.DECRYPTION_FAILURES.labels("malformed_envelope").inc()
-            raise errors.malformed_envelope(str(exc)) from None
+        head = first or b""
+        piece = first
+        while True:
+            n = _length(head) if head else None
+            if n is not None and len(head) >= n:
+                return _parsed(head[:n]), head[:n], head[n:]
+            if piece is None and body.done:
+                raise _malformed("truncated envelope prefix")
+            piece = await body.read()
+            if piece is None:
+                raise _malformed("truncated envelope prefix")
+            head = head + piece if head else piece
 
     def _check(self, prefix: Prefix) -> bytes:
         self.log.key, self.log.version = prefix.name, prefix.version

@@ -5,11 +5,10 @@ front of FastAPI like the data routes.
 request's items, ``_data`` encrypts, decrypts and rewraps (``_column``: the common encrypt
 batch in one engine call), ``_ciphertext`` is the ``vault:v``
 format, ``_keys`` the key routes, ``_sys`` health and token lookup, ``_openapi`` describes
-the routes in the OpenAPI document, and ``_lane`` answers a small single encrypt in the
-small-request lane.
+the routes in the OpenAPI document. A small encrypt is answered at once, from the ASGI path or
+by the protocol (``Transit.answer``).
 """
 
-from . import _lane as lane
 from ._openapi import SECURITY_SCHEMES, paths
 from ._routes import Route, Transit, authenticate, token_secret
 from ._wire import refuse
@@ -19,7 +18,6 @@ __all__ = [
     "Route",
     "Transit",
     "authenticate",
-    "lane",
     "paths",
     "refuse",
     "token_secret",

@@ -21,6 +21,10 @@ from ..errors import ApiError
 Body = dict[str, Any]
 
 _JSON = (b"content-type", b"application/json")
+# An answer's header lines, as ``respond`` sends them (the fast answer writes them itself).
+HEADER_LINES = (
+    b"content-type: application/json\r\ncache-control: no-store\r\ncontent-length: %d\r\n"
+)
 _NO_STORE = (b"cache-control", b"no-store")
 _TRUE = frozenset(("1", "t", "T", "TRUE", "true", "True"))
 _FALSE = frozenset(("0", "f", "F", "FALSE", "false", "False"))
@@ -131,10 +135,6 @@ def envelope(data: Any, warnings: list[str] | None = None) -> bytes:
     )
 
 
-def error_body(error: ApiError) -> bytes:
-    return orjson.dumps({"errors": [error.message] if error.message else []})
-
-
 async def respond(send: Send, status: int, body: bytes, log: AccessRecord, head: bool) -> None:
     log.status = status
     headers = [_JSON, _NO_STORE, (b"content-length", b"%d" % len(body))]
@@ -145,10 +145,7 @@ async def respond(send: Send, status: int, body: bytes, log: AccessRecord, head:
 async def refuse(error: ApiError, scope: Scope, send: Send, log: AccessRecord) -> None:
     """``_body.refuse`` in Vault's shape: answered from the head, the body left unread."""
     log.status, log.error = error.status, error.code
-    body = error_body(error)
-    headers = [_JSON, _NO_STORE, (b"content-length", b"%d" % len(body))]
-    for name, value in error.headers.items():
-        headers.append((name.lower().encode("latin-1"), value.encode("latin-1")))
+    body, headers = error.rendered(vault=True)
     if has_body(scope):
         headers.append((b"connection", b"close"))
     await send({"type": "http.response.start", "status": error.status, "headers": headers})

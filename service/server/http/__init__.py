@@ -1,0 +1,25 @@
+"""sealflow's HTTP/1.1 server side: the one sub-package that imports uvicorn or httptools.
+
+``HttpProtocol`` is the connection (``_protocol``), ``Cycle`` one request's ASGI exchange
+(``_cycle``), ``Head`` a request's head scanned once (``_head``), and ``serve`` runs uvicorn
+with them (``_serve``). The app side plans each request (``Planner``, ``Options``).
+"""
+
+from ._cycle import HOLD_MAX
+from ._head import DUPLEX, Head
+from ._protocol import LIST_METHOD, OPTIONS, Answer, HttpProtocol, Options, Plan, Planner
+from ._serve import serve
+
+__all__ = [
+    "DUPLEX",
+    "HOLD_MAX",
+    "LIST_METHOD",
+    "OPTIONS",
+    "Answer",
+    "Head",
+    "HttpProtocol",
+    "Options",
+    "Plan",
+    "Planner",
+    "serve",
+]

@@ -1,0 +1,101 @@
+"""A request's head, scanned once: what every later decision about the request reads.
+
+The protocol fills one ``Head`` per request as its parser hands over the request line and each
+header (``add``); an ASGI scope that did not come through the protocol is scanned the same way
+(``from_scope``). Nothing else walks a request's headers to decide something about it.
+
+A header that must appear once (``Authorization``, ``X-Vault-Token``, ``X-AAD``,
+``Content-Length``, ``Host``) appearing twice makes the head ``error``: refused with 400 before
+anything reads either value, since a proxy's rule may have checked the one that is not used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+# The headers that must appear at most once, and the slot each fills.
+_ONCE = {
+    b"authorization": "authorization",
+    b"x-vault-token": "vault_token",
+    b"x-aad": "x_aad",
+    b"content-length": "content_length",
+    b"host": "host",
+}
+DUPLEX = b"sealflow-duplex"
+
+
+class Head:
+    """The request line and headers of one request, with the fields decisions read."""
+
+    __slots__ = (
+        "authorization",
+        "chunked",
+        "content_length",
+        "continue_",
+        "duplex",
+        "error",
+        "headers",
+        "host",
+        "method",
+        "path",
+        "query",
+        "raw_path",
+        "size",
+        "vault_token",
+        "x_aad",
+    )
+
+    def __init__(self, method: str, raw_path: bytes, query: bytes, path: str) -> None:
+        self.method = method
+        self.raw_path = raw_path
+        self.query = query
+        self.path = path  # percent-decoded
+        self.headers: list[tuple[bytes, bytes]] = []  # names lowercased, in order
+        self.size = 0  # bytes of header names and values
+        self.authorization: bytes | None = None
+        self.vault_token: bytes | None = None
+        self.x_aad: bytes | None = None
+        self.content_length: bytes | None = None
+        self.host: bytes | None = None
+        self.chunked = False  # Transfer-Encoding present (the parser refuses it with a length)
+        self.duplex = False  # Sealflow-Duplex: 1
+        self.continue_ = False  # Expect: 100-continue
+        self.error: str | None = None  # why the head is refused (400), if it is
+
+    def add(self, name: bytes, value: bytes) -> None:
+        """One header, its name lowercased."""
+        self.headers.append((name, value))
+        self.size += len(name) + len(value)
+        slot = _ONCE.get(name)
+        if slot is not None:
+            if getattr(self, slot) is not None:
+                self.error = f"more than one {name.decode('latin-1')} header"
+            else:
+                setattr(self, slot, value)
+        elif name == DUPLEX:
+            self.duplex = value.strip() == b"1"
+        elif name == b"transfer-encoding":
+            self.chunked = True
+        elif name == b"expect":
+            self.continue_ = value.strip().lower() == b"100-continue"
+
+    @property
+    def length(self) -> int | None:
+        """The body's declared length; None when it has none or is chunked."""
+        value = self.content_length
+        return None if value is None or self.chunked else int(value)
+
+    @property
+    def has_body(self) -> bool:
+        return self.chunked or (self.content_length is not None and self.length != 0)
+
+    @classmethod
+    def from_scope(cls, scope: Mapping[str, Any]) -> Head:
+        """The head of a request that came as an ASGI scope (an in-process client)."""
+        head = cls(
+            scope["method"], scope.get("raw_path") or b"", scope["query_string"], scope["path"]
+        )
+        for name, value in scope["headers"]:
+            head.add(name, value)
+        return head
