@@ -102,13 +102,14 @@ def answer(
     try:
         transfer = _prepare(svc, route, token, head, log)
     except (ApiError, KeyStoreError) as exc:
-        return _refused(errors.api_error(exc), log)
+        return _refused(errors.api_error(exc), head, log)
     return transfer.answer(body)
 
 
-def _refused(error: ApiError, log: AccessRecord) -> errors.Whole:
+def _refused(error: ApiError, head: Head, log: AccessRecord) -> errors.Whole:
+    # As ``refuse`` answers it on the ASGI path, which refuses before reading the body.
     log.status, log.error = error.status, error.code
-    return error.whole(close=False)  # the body was read: the connection can go on
+    return error.whole(close=head.has_body)
 
 
 def _prepare(

@@ -189,6 +189,7 @@ class HttpProtocol(asyncio.Protocol):
         self._last = False  # no request after the ones under way (an Upgrade, shutdown)
         self._draining = False  # reading (and dropping) a body whose answer has gone
         self._held: list[bytes] = []
+        self._refusal: int | None = None  # a refusal waiting for the answers before it
         self._head_timer: asyncio.TimerHandle | None = None
         self._idle_timer: asyncio.TimerHandle | None = None
         self._reading = True
@@ -488,26 +489,49 @@ class HttpProtocol(asyncio.Protocol):
             transport.close()
 
     def _refuse(self, status: int) -> None:
-        """A connection-level refusal (an unparseable or over-limit head): answered if no
-        response is under way, then the connection ends."""
+        """A connection-level refusal (an unparseable or over-limit head, a broken body): no
+        more is read; the answers to the requests before it go out first, then this one, and
+        the connection ends."""
         if self._phase == _CLOSED:
             return
         self._phase = _CLOSED
         self._cancel_timers()
-        from_app = self._busy is not None or self._reader is not None
-        for request in (self._busy, self._reader, *self._queue):
-            if isinstance(request, Cycle):
-                request.lost()
+        self.pause_reading()
+        reader, busy = self._reader, self._busy
+        self._reader = None
+        if isinstance(reader, Cycle):  # the bad bytes were its body's: it cannot finish
+            reader.lost()
+            if reader in self._queue:
+                self._queue.remove(reader)
+        elif isinstance(reader, _Whole):
+            self._forget(reader)
+            self._busy = busy = None
+            if self.options.planner is not None:
+                self.options.planner.abandon(reader.plan)
+        if busy is reader and isinstance(busy, Cycle):
+            self._busy = None
+            if busy.started:
+                self.transport.abort()  # inside its response: nothing clean can be said
+                return
+            busy = None
+        self._refusal = status
+        if busy is None:
+            self._send_refusal()
+
+    def _send_refusal(self) -> None:
+        status, self._refusal = self._refusal, None
+        if status is None:
+            self._close()
+            return
+        _count_refused(self.options, _REFUSALS[status][0].decode())
         self.send_held()
         transport = self.transport
         if transport.is_closing():
             return
-        if from_app and isinstance(self._busy, Cycle) and self._busy.started:
-            transport.abort()  # inside a response: nothing clean can be said
-            return
-        _count_refused(self.options, _REFUSALS[status][0].decode())
         transport.write(_refusal(status))
         if transport.can_write_eof():
+            # Lingering close: closing with the client's bytes still arriving would reset the
+            # connection, and the reset can destroy the answer before the client reads it.
             transport.write_eof()
             self.loop.call_later(_LINGER, transport.abort)
         else:  # TLS has no half-close
@@ -597,7 +621,7 @@ class HttpProtocol(asyncio.Protocol):
         self.server_state.total_requests += 1
         if self._busy is cycle:
             self._busy = None
-        if not cycle.keep_alive or self._phase == _CLOSED:
+        if not cycle.keep_alive:
             self._close()
             return
         if cycle.more_body and self._reader is cycle:
@@ -608,13 +632,16 @@ class HttpProtocol(asyncio.Protocol):
             self._arm_head_timer()
         if self._queue:
             self._start(self._queue.popleft())
+        elif self._phase == _CLOSED:
+            self._send_refusal()  # or the close after an Upgrade
+            return
         self.resume_reading()
         self._settle()
 
     def app_failed(self, cycle: Cycle, exc: BaseException) -> None:
         if isinstance(exc, Exception):
             log.error("unhandled error in the app", exc_info=exc)
-        if self.transport.is_closing() or self._phase == _CLOSED and cycle.disconnected:
+        if self.transport.is_closing() or (self._phase == _CLOSED and cycle.disconnected):
             return
         if not cycle.started:
             body = b"Internal Server Error"

@@ -135,7 +135,7 @@ class Transit:
         except Exception as exc:  # as in serve: every error leaves in Vault's shape
             error = errors.api_error(exc)
             log.status, log.error = error.status, error.code
-            return error.whole(close=False, vault=True)
+            return error.whole(close=head.has_body, vault=True)  # as ``_wire.refuse`` does
         log.status = status
         return errors.Whole(status, _wire.HEADER_LINES % len(answer), (answer,))
 

@@ -1,9 +1,11 @@
-"""The small-request lane (docs/SERVICE.md): a small single-shot request that arrives whole is
-answered from the parser's callback, and answered exactly as the ASGI path answers it.
+"""The fast answer (docs/SERVICE.md): a request whose plan is whole-body (a small single-shot
+encrypt or a decrypt, a small Transit encrypt) is answered by the protocol once its body has
+come, through the same whole-body step as the ASGI path, and answered exactly as that path
+answers it: successes and refusals alike.
 
-Two servers, the lane on and off (``SEALFLOW_SMALL_LANE``), get the same requests; what they
-answer (statuses, headers, error codes, plaintexts), log and count must be the same, and the
-lane's own counter shows which requests it took.
+Two servers, the fast answer on and off (``SEALFLOW_SMALL_LANE``), get the same requests; what
+they answer (statuses, headers, error codes, plaintexts), log and count must be the same, and
+the fast answer's counter (``sealflow_lane_requests_total``) shows which requests it took.
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ def exchange(srv: Server, other: Server) -> list[Any]:
             c.post("/v1/decrypt", content=stream),
             c.post("/v1/decrypt", content=b""),
             c.post(ENCRYPT, content=b""),
-            # Refusals, each of which the lane leaves to the ASGI path.
+            # Refusals: from the same error path, on both servers.
             c.post("/v1/decrypt", content=with_aad.content),  # AAD missing
             c.post("/v1/decrypt", content=bytes(tampered)),
             c.post("/v1/decrypt", content=foreign),  # another keystore's key material
@@ -95,13 +97,15 @@ def pair(make_server: MakeServer) -> tuple[Server, Server]:
     return make_server(small_lane=True), make_server(small_lane=False)
 
 
-def test_the_lane_answers_logs_and_counts_as_the_asgi_path_does(
+def test_the_fast_answer_answers_logs_and_counts_as_the_asgi_path_does(
     pair: tuple[Server, Server],
 ) -> None:
     lane, usual = pair
     assert exchange(lane, usual) == exchange(usual, lane)
-    # What the lane took: the 1 KiB encrypts, the single-shot decrypts and the empty encrypt.
-    assert lane_count(lane) == 7
+    # Every request with a whole-body plan, refusals included: the single-shot encrypts (12,
+    # with the other server's foreign one), the decrypts (14, the stream envelope's too); not
+    # the stream encrypts, mode=other, nor those refused from the head (no token).
+    assert lane_count(lane) == 20
     assert lane_count(usual) == 0
     assert request_counts(lane) == request_counts(usual)
 
@@ -120,7 +124,7 @@ def test_the_lane_answers_logs_and_counts_as_the_asgi_path_does(
 
 
 def transit_exchange(srv: Server) -> list[Any]:
-    """Transit encrypts on srv: the single items the lane takes, and what it leaves alone."""
+    """Transit encrypts on srv: single items and a batch, good and refused."""
     seen: list[Any] = []
     scoped = new_token(srv, "encrypt:other")
     vault = {"X-Vault-Token": srv.token}
@@ -166,12 +170,13 @@ def transit_exchange(srv: Server) -> list[Any]:
     return seen
 
 
-def test_transit_encrypts_take_the_lane_and_answer_the_same(pair: tuple[Server, Server]) -> None:
+def test_transit_encrypts_are_answered_fast_and_the_same(pair: tuple[Server, Server]) -> None:
     lane, usual = pair
     before = lane_count(lane)
     assert transit_exchange(lane) == transit_exchange(usual)
-    # The five good items (two of them of key Floor_1) and the Bearer one.
-    assert lane_count(lane) - before == 6
+    # Every single encrypt whose head passed (refusals of its body included), the Bearer one
+    # too; not the one refused from the head (an unknown token).
+    assert lane_count(lane) - before == 13
     assert lane_count(usual) == 0
     time.sleep(0.3)  # the access log goes out every 0.1 s
 
@@ -211,11 +216,14 @@ def head(srv: Server, length: int, extra: str = "") -> bytes:
     ).encode()
 
 
-def test_what_the_lane_does_not_take_still_works(make_server: MakeServer) -> None:
+def test_a_whole_body_request_is_answered_fast_however_its_body_arrives(
+    make_server: MakeServer,
+) -> None:
+    """The plan decides from the head; the protocol then gathers the body, whether it asked
+    for 100-continue, came over HTTP/1.0, or arrived slowly in pieces."""
     srv = make_server()
     body = os.urandom(1000)
     before = lane_count(srv)
-    # Expect: 100-continue is uvicorn's to answer.
     expect = raw(srv, [head(srv, 1000, "Expect: 100-continue\r\n"), body], pause=0.2)
     assert expect.startswith(b"HTTP/1.1 100 ")
     assert b"HTTP/1.1 200 " in expect
@@ -223,19 +231,32 @@ def test_what_the_lane_does_not_take_still_works(make_server: MakeServer) -> Non
     old = raw(srv, [head(srv, 1000).replace(b"HTTP/1.1", b"HTTP/1.0") + body])
     assert old.startswith(b"HTTP/1.1 200 ")
     assert b"connection: close" in old.lower()
-    # A body longer than the lane's.
+    slow = raw(srv, [head(srv, 1000) + body[:10], body[10:500], body[500:]], pause=0.3)
+    assert slow.startswith(b"HTTP/1.1 200 ")
+    assert lane_count(srv) == before + 3
+
+
+def test_what_is_not_a_whole_body_plan_goes_through_the_app(make_server: MakeServer) -> None:
+    srv = make_server()
+    body = os.urandom(1000)
+    before = lane_count(srv)
     with srv.client() as c:
+        # A body longer than a whole-body plan's, a stream, full duplex, records.
         assert c.post(ENCRYPT, content=os.urandom(200_000)).status_code == 200
-    # No token: refused from the head, the body never held.
+        assert c.post("/v1/keys/default/encrypt", content=body).status_code == 200
+        duplex = c.post(ENCRYPT, content=body, headers={"Sealflow-Duplex": "1"})
+        assert duplex.status_code == 200
+        framed = len(body).to_bytes(4, "big") + body
+        assert c.post("/v1/keys/default/encrypt?mode=records", content=framed).status_code == 200
+        # Chunked: no declared length.
+        assert c.post(ENCRYPT, content=iter([body])).status_code == 200
+    # No token: refused from the head, its body never read.
     stranger = raw(srv, [head(srv, 1000).replace(srv.token.encode(), b"x" * 43) + body[:10]])
     assert stranger.startswith(b"HTTP/1.1 401 ")
-    # A body that takes longer than the lane waits: the ASGI app finishes it.
-    slow = raw(srv, [head(srv, 1000) + body[:10], body[10:]], pause=1.5)
-    assert slow.startswith(b"HTTP/1.1 200 ")
     assert lane_count(srv) == before
 
 
-def test_the_lane_waits_a_moment_for_the_body_and_keeps_order(make_server: MakeServer) -> None:
+def test_fast_answers_keep_their_order(make_server: MakeServer) -> None:
     srv = make_server()
     body = os.urandom(1000)
     before = lane_count(srv)
