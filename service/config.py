@@ -82,8 +82,9 @@ class Settings(BaseSettings):
     )
     small_lane: bool = Field(
         True,
-        description="answer a small single-shot request that arrived whole straight from the"
-        " HTTP parser's callback (docs/SERVICE.md); off: every request through the ASGI app",
+        description="answer a request whose plan is whole-body (a small single-shot encrypt or a"
+        " decrypt, a small Transit encrypt) in the HTTP protocol once its body has come"
+        " (docs/SERVICE.md); off: every request through the ASGI app",
     )
     max_buffered_bytes: int = Field(
         1024 * MiB,

@@ -21,11 +21,6 @@ import orjson
 access = logging.getLogger("sealflow.access")
 log = logging.getLogger("sealflow")
 
-# uvicorn's line when an app leaves a response unfinished: that is how a stream
-# that failed authentication midway is cut off, and the access log records it.
-_UNFINISHED = "ASGI callable returned without completing response."
-
-
 _second: tuple[int, str] = (-1, "")
 
 
@@ -153,11 +148,6 @@ class AccessLog:
                 os.write(2, b"\n".join(lines) + b"\n")
 
 
-class _DropUnfinished(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return record.msg != _UNFINISHED
-
-
 def configure(level: str) -> None:
     handler = logging.StreamHandler()
     handler.setFormatter(JsonFormatter())
@@ -172,4 +162,3 @@ def configure(level: str) -> None:
     uvicorn_access = logging.getLogger("uvicorn.access")
     uvicorn_access.handlers.clear()
     uvicorn_access.propagate = False
-    logging.getLogger("uvicorn.error").addFilter(_DropUnfinished())
