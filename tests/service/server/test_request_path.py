@@ -74,7 +74,8 @@ def test_trailers_cannot_grow_the_server_or_hold_the_connection(make_server: Mak
     socks = []
     for _ in range(4):
         sock = connect(srv)
-        sock.sendall(b"POST /healthz HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n")
+        chunked = b"POST /healthz HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+        sock.sendall(chunked + b"0\r\n")
         socks.append(sock)
     sent = 0
     line = b"X-Junk: " + b"j" * 4000 + b"\r\n"
