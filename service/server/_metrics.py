@@ -1,41 +1,32 @@
 """Prometheus metrics (SPEC section 7).
 
 Label values come from fixed sets: route templates, algorithms, fixed reasons;
-never key names or anything else a client sends. Engine counters (cipher
-contexts, buffer pool, worker queue) live outside prometheus_client, so
-``sync_engine`` copies them in: at every scrape, and every few seconds from
-each worker process so that multiprocess mode (``PROMETHEUS_MULTIPROC_DIR``,
-several uvicorn workers) sums them across processes.
+never key names or anything else a client sends. The per-request metrics are
+plain numbers with a collector of their own (``_request_metrics``). Engine
+counters (cipher contexts, buffer pool, worker queue) live outside
+prometheus_client, so ``sync_engine`` copies them in: at every scrape, and every
+second from each worker process so that multiprocess mode
+(``PROMETHEUS_MULTIPROC_DIR``, several uvicorn workers) sums them across processes.
 """
 
 from __future__ import annotations
 
-import bisect
-import math
 import os
 import time
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, multiprocess
+from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.registry import REGISTRY
 
 from sealflow import engine
 from sealflow.service.keystore import KeyStore, KeyStoreHealth, next_rotation
 
-REQUESTS = Counter(
-    "sealflow_requests", "HTTP requests by route, method and status", ["route", "method", "status"]
-)
-_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
-LATENCY = Histogram(
-    "sealflow_request_duration_seconds",
-    "HTTP request latency, first byte received to last byte sent",
-    ["route"],
-    buckets=_BUCKETS,
-)
-BYTES = Counter(
-    "sealflow_bytes",
-    "Body bytes by algorithm, operation and direction (in: request, out: response)",
-    ["algorithm", "operation", "direction"],
-)
+from . import _request_metrics
+
+# The request path's calls (server/_front.py, data/_transfer.py) under this module's name.
+count_bytes = _request_metrics.count_bytes
+count_lane = _request_metrics.count_lane
+count_request = _request_metrics.count_request
+
 DECRYPTION_FAILURES = Counter(
     "sealflow_decryption_failures",
     "Refused decryptions by reason",
@@ -151,11 +142,6 @@ KEYS_NEXT_ROTATION = Gauge(
     "The soonest rotation by auto_rotate_period of any key (0: no key has one)",
     multiprocess_mode="livemax",
 )
-LANE_ANSWERED = Counter(
-    "sealflow_lane_requests_total",
-    "Small single-shot requests answered by the lane, straight from the HTTP parser (of the"
-    " requests counted in sealflow_requests_total)",
-)
 
 # Fixed label sets are exported from the start, at zero.
 for _reason in ("authentication", "malformed_envelope", "version_retired"):
@@ -164,77 +150,6 @@ for _reason in ("missing", "malformed", "invalid", "forbidden"):
     AUTH_FAILURES.labels(_reason)
 for _event in ("allocation", "reuse", "growth"):
     BUFFER_EVENTS.labels(_event)
-
-_METHODS = frozenset(("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"))
-_BOUNDS = (*_BUCKETS, math.inf)  # the histogram's bucket bounds, +Inf last
-
-# Per-request counts are plain ints here, folded into the metrics above by ``fold_requests``
-# (at every scrape and every few seconds, with the engine's counters): a ``.labels().inc()``
-# and an ``observe()`` per request cost about 3 us of a small request's 20 us budget.
-_requests: dict[tuple[str, str, int], int] = {}
-_latency: dict[str, list[float]] = {}  # route -> [count per bucket..., sum of seconds]
-_bytes: dict[tuple[str, str], list[int]] = {}  # (algorithm, operation) -> [in, out]
-_folded: dict[object, list[float]] = {}  # what fold_requests has added so far, per key
-_lane = [0]  # requests the lane answered (count_lane)
-
-
-def count_request(route: str, method: str, status: int, seconds: float) -> None:
-    key = (route, method, status)
-    _requests[key] = _requests.get(key, 0) + 1
-    latency = _latency.get(route)
-    if latency is None:
-        latency = _latency[route] = [0.0] * (len(_BOUNDS) + 1)
-    latency[bisect.bisect_left(_BOUNDS, seconds)] += 1
-    latency[-1] += seconds
-
-
-def count_lane() -> None:
-    _lane[0] += 1
-
-
-def count_bytes(algorithm: str, operation: str, received: int, sent: int) -> None:
-    totals = _bytes.get((algorithm, operation))
-    if totals is None:
-        totals = _bytes[algorithm, operation] = [0, 0]
-    totals[0] += received
-    totals[1] += sent
-
-
-def _new(key: object, now: list[float] | list[int]) -> list[float]:
-    """What has been counted under key since the last fold (and remember the total)."""
-    before = _folded.get(key) or [0.0] * len(now)
-    _folded[key] = list(now)
-    return [a - b for a, b in zip(now, before, strict=True)]
-
-
-def fold_requests() -> None:
-    """Add what requests counted since the last call to the Prometheus metrics."""
-    for (route, method, status), total in list(_requests.items()):
-        (new,) = _new(("requests", route, method, status), [total])
-        if new:
-            label = method if method in _METHODS else "other"
-            REQUESTS.labels(route, label, str(status)).inc(new)
-    for route, counts in list(_latency.items()):
-        *buckets, seconds = _new(("latency", route), counts)
-        if any(buckets):
-            # Histogram has no call that adds counts per bucket: its per-bucket values are
-            # what observe() increments (prometheus_client < 1; tests/service/server/
-            # test_metrics_fold.py holds the result to observe()'s).
-            child = LATENCY.labels(route)
-            child._sum.inc(seconds)
-            for value, n in zip(child._buckets, buckets, strict=True):
-                if n:
-                    value.inc(n)
-    (lane,) = _new("lane", _lane)
-    if lane:
-        LANE_ANSWERED.inc(lane)
-    for (algorithm, operation), totals in list(_bytes.items()):
-        received, sent = _new(("bytes", algorithm, operation), totals)
-        if received:
-            BYTES.labels(algorithm, operation, "in").inc(received)
-        if sent:
-            BYTES.labels(algorithm, operation, "out").inc(sent)
-
 
 _seen: dict[tuple[int, tuple[str, ...]], int] = {}
 
@@ -252,7 +167,7 @@ def sync_engine(
 ) -> None:
     """Copy the engine's and the requests' counters into the metrics (idempotent: adds only
     what is new)."""
-    fold_requests()
+    _request_metrics.publish()
     IN_FLIGHT.set(in_flight)
     for labels, total in engine.context_stats().items():
         _add(CONTEXT_EVENTS, labels, total)
@@ -310,5 +225,5 @@ def registry() -> CollectorRegistry:
     if "PROMETHEUS_MULTIPROC_DIR" not in os.environ:
         return REGISTRY
     merged = CollectorRegistry()
-    multiprocess.MultiProcessCollector(merged)  # type: ignore[no-untyped-call]
+    merged.register(_request_metrics.EveryWorker())
     return merged

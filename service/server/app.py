@@ -111,7 +111,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
 async def _sync_metrics(app: FastAPI) -> None:
     # In multiprocess mode each worker must publish its counters itself (a scrape reaches one
-    # worker, which folds its own at once): the others' lag by at most this interval.
+    # worker, which publishes its own at once): the others' lag by at most this interval.
     assert isinstance(app, SealflowApp)
     while (svc := app.state.services) is not None:
         _metrics.sync_engine(svc.crypto, svc.buffers, app.front.active)

@@ -276,6 +276,47 @@ def test_two_workers_share_the_keystore_and_sum_metrics(make_server: MakeServer)
     assert total == 40
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_scraped_latency_histogram_is_whole(make_server: MakeServer, workers: int) -> None:
+    """After n requests of a route, /metrics shows its histogram whole: every bound, cumulative
+    counts that never go down, +Inf equal to _count and to the requests counted, a sum; under
+    two workers too, summed from both (each publishes every second)."""
+    srv = make_server(workers=workers)
+    n = 24
+    for i in range(n):
+        with srv.client() as fresh:  # new connections: both workers take some
+            fresh.post("/v1/keys/default/encrypt", content=b"%d" % i).raise_for_status()
+    route = 'route="/v1/keys/{name}/encrypt"'
+    deadline = time.monotonic() + 10
+    while True:
+        text = httpx.get(srv.url + "/metrics").text
+        count = metric_lines(text, "sealflow_request_duration_seconds_count{")
+        if any(route in line and float(line.split()[-1]) == n for line in count):
+            break
+        assert time.monotonic() < deadline, count
+        time.sleep(0.2)
+    buckets = re.findall(
+        r'^sealflow_request_duration_seconds_bucket\{le="([^"]+)",'
+        + re.escape(route)
+        + r"\} (\S+)$",
+        text,
+        re.M,
+    )
+    assert [le for le, _ in buckets] == [
+        *("0.0005", "0.001", "0.0025", "0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "0.5"),
+        *("1.0", "2.5", "5.0", "10.0", "30.0", "+Inf"),
+    ]
+    counts = [float(value) for _, value in buckets]
+    assert counts == sorted(counts)  # cumulative
+    assert counts[-1] == n == encrypts_counted(text)
+    (total,) = [
+        line
+        for line in metric_lines(text, "sealflow_request_duration_seconds_sum{")
+        if route in line
+    ]
+    assert 0 < float(total.split()[-1]) < n * 30
+
+
 def encrypts_counted(text: str) -> float:
     return sum(
         float(line.rsplit(" ", 1)[1])
