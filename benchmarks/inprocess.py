@@ -4,8 +4,9 @@
 
 Calls the app in a loop with a 1 KiB single-shot encrypt (token check, key
 lookup, seal, metrics, and the access log with ``--log``), so the figure is
-what sealflow adds on top of uvicorn; then the same request through the small-request lane
-(``Front.lane_head`` and ``lane_answer``, what the protocol calls instead of the app).
+what sealflow adds on top of uvicorn; then the same request as the protocol's fast answer
+(``Front.plan``, ``begin`` and ``answer`` on a ``Head``, what the protocol calls instead of
+the app for a whole-body plan).
 A profile of the same loop: ``--profile``.
 ``--budget`` also times the parts of the request on their own (the table in
 docs/BENCHMARKS.md, "Small requests"). ``--transit-batch`` times a Transit ``batch_input``
@@ -149,20 +150,24 @@ LANE_US = [0.0]
 
 
 def _lane(app: Any, token: str, body: bytes, requests: int) -> float:
-    """Seconds per request of the same encrypt through the small-request lane (what the
-    protocol calls when the request came whole: ``lane_head`` then ``lane_answer``)."""
+    """Seconds per request of the same encrypt as the protocol's fast answer: the head scanned
+    (``Head.add`` per header), then ``plan``, ``begin`` and ``answer``."""
+    from sealflow.service.server.http import Head
+
     front = app.front
-    url = b"/v1/keys/default/encrypt?mode=single"
     headers = [
         (b"host", b"x"),
         (b"authorization", b"Bearer " + token.encode()),
         (b"content-length", b"1024"),
     ]
-    default = b"date: Mon, 30 Nov 2026 20:00:00 GMT\r\n"
 
     def once() -> None:
-        ticket = front.lane_head(url, headers)
-        assert front.lane_answer(ticket, body, default) is not None
+        head = Head("POST", b"/v1/keys/default/encrypt", b"mode=single", "/v1/keys/default/encrypt")
+        for name, value in headers:
+            head.add(name, value)
+        plan = front.plan(head)
+        front.begin(plan)
+        assert front.answer(plan, body).status == 200
 
     for _ in range(requests // 10):
         once()
@@ -280,19 +285,19 @@ def main() -> int:
             os.dup2(saved, 2)
     log = "on" if args.log else "off"
     print(f"1 KiB single-shot encrypt, access log {log}: {seconds * 1e6:.1f} us per request")
-    print(f"the same through the small-request lane: {LANE_US[0]:.1f} us per request")
+    print(f"the same as the protocol's fast answer: {LANE_US[0]:.1f} us per request")
     if parts:
         _print_budget(parts, seconds * 1e6, LANE_US[0])
     return 0
 
 
-# The parts the lane does not have: it runs no ASGI app and needs no receive deadline (the
-# body has come whole when it answers).
+# The parts the fast answer does not have: it runs no ASGI app and needs no receive deadline
+# (the body has come whole when it answers).
 _NOT_IN_LANE = ("ASGI harness floor", "receive deadline")
 
 
 def _print_budget(parts: list[tuple[str, float]], total: float, lane: float) -> None:
-    print("\n| part of a 1 KiB single-shot encrypt | ASGI app, us | lane, us |")
+    print("\n| part of a 1 KiB single-shot encrypt | ASGI app, us | fast answer, us |")
     print("|---|---:|---:|")
     in_lane = 0.0
     for label, us in parts:
@@ -303,8 +308,8 @@ def _print_budget(parts: list[tuple[str, float]], total: float, lane: float) -> 
             print(f"| {label} | {us:.2f} | {us:.2f} |")
     rest = total - sum(us for _, us in parts)
     print(
-        "| the rest: front door, routing, body and reply, awaits (lane: head checks, "
-        f"ticket, response lines) | {rest:.2f} | {lane - in_lane:.2f} |"
+        "| the rest: front door, routing, body and reply, awaits (fast answer: head, plan, "
+        f"response) | {rest:.2f} | {lane - in_lane:.2f} |"
     )
     print(f"| **the whole request, in-process** | **{total:.1f}** | **{lane:.1f}** |")
 
