@@ -63,7 +63,12 @@ def require(token: TokenInfo, action: Action, name: str) -> None:
         raise errors.forbidden(f"{action}:{name}")
 
 
+def is_admin(token: TokenInfo) -> bool:
+    """Whether the token has ``admin``: the scope of the key and token routes, both APIs'."""
+    return "admin" in token.scopes
+
+
 def require_admin(token: TokenInfo) -> None:
-    if "admin" not in token.scopes:
+    if not is_admin(token):
         _metrics.AUTH_FAILURES.labels("forbidden").inc()
         raise errors.forbidden("admin")

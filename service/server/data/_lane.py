@@ -29,9 +29,9 @@ from ._routes import (
     DECRYPT_ROUTE,
     ENCRYPT_ROUTE,
     _aad,
-    _prefix,
+    lease_prefix,
     opening_material,
-    sealing_version,
+    sealing_lease,
 )
 from ._transfer import WHOLE_MAX
 
@@ -89,13 +89,13 @@ def _seal(
         return None
     if not _auth.allows(token, "encrypt", name):
         return None
-    key, material = sealing_version(svc, name)  # counted, as on the ASGI path
-    prefix = _prefix(Mode.SINGLE, key)
-    nonce = os.urandom(NONCE_LEN)
-    sealed = engine.seal(key.algorithm, material, nonce, bound_data(prefix, aad), body)
-    svc.usage.add_bytes(name, key.latest, len(body))
-    log.route, log.key, log.version, log.mode = ENCRYPT_ROUTE.path, name, key.latest, "single"
-    return [prefix, nonce, sealed], key.algorithm.value, "encrypt"
+    lease = sealing_lease(svc, name)  # leased, as on the ASGI path
+    prefix = lease_prefix(Mode.SINGLE, lease)
+    alg, nonce = lease.key.algorithm, os.urandom(NONCE_LEN)
+    sealed = engine.seal(alg, lease.material, nonce, bound_data(prefix, aad), body)
+    svc.usage.add_bytes(lease, len(body))
+    log.route, log.key, log.version, log.mode = ENCRYPT_ROUTE.path, name, lease.version, "single"
+    return [prefix, nonce, sealed], alg.value, "encrypt"
 
 
 def _open(

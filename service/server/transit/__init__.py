@@ -2,11 +2,12 @@
 front of FastAPI like the data routes.
 
 ``_routes`` routes and authorises, ``_wire`` reads and writes Vault's JSON, ``_items`` reads a
-request's items, ``_data`` encrypts, decrypts and rewraps (``_column``: the common encrypt
-batch in one engine call), ``_ciphertext`` is the ``vault:v``
-format, ``_keys`` the key routes, ``_sys`` health and token lookup, ``_openapi`` describes
-the routes in the OpenAPI document, and ``_lane`` answers a small single encrypt in the
-small-request lane.
+request's items, ``_checks`` checks them, ``_leases`` leases their sealings, ``_crypto``
+seals and opens them and ``_batch`` answers for them; ``_encrypt`` is encrypt (``_column``: the
+common batch in one engine call), ``_data`` decrypt, rewrap and datakey; ``_ciphertext`` is the
+``vault:v`` format, ``_keys`` the key routes, ``_sys`` health and token lookup, ``_openapi``
+describes the routes in the OpenAPI document, and ``_lane`` answers a small single encrypt in
+the small-request lane.
 """
 
 from . import _lane as lane

@@ -4,8 +4,8 @@ single-item ``encrypt/:name`` that arrived whole, answered in one synchronous ca
 As for the data routes, the lane only answers success: a batch, a query, a scope that does not
 cover the key, anything Transit refuses (bad JSON, bad base64, an unknown key or version), an
 error of any kind, is None before any side effect, and the request goes through the ASGI app,
-which answers it in Vault's shape. The answer is ``_data.encrypt_now``'s: the same checks,
-usage count, seal and envelope as ``_data.encrypt``.
+which answers it in Vault's shape. The answer is ``_encrypt.encrypt_now``'s: the same checks,
+lease, seal and envelope as ``_encrypt.encrypt``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from .. import _auth
 from .._logging import AccessRecord
 from .._state import Services
 from ..errors import ApiError
-from . import _data, _wire
+from . import _encrypt, _wire
 
 HEADERS = b"content-type: application/json\r\ncache-control: no-store\r\ncontent-length: %d\r\n\r\n"
 
@@ -36,7 +36,7 @@ def answer(
         parsed = _wire.parse(body)
         if parsed.get("batch_input") is not None:
             return None  # batches go the usual way (they seal on the crypto pool when large)
-        status, answered = _data.encrypt_now(svc, name, parsed)
+        status, answered = _encrypt.encrypt_now(svc, name, parsed)
     except (ApiError, KeyStoreError, ValueError):
         return None
     if status != 200:
