@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from ._base import KeyInfo, KeyStore, Slot
 from ._rows import BLOCK
@@ -52,19 +52,18 @@ _RETRY = 0.02
 _ROTATIONS = 3
 
 
-@dataclass(frozen=True, slots=True)
-class Lease:
-    """``count`` sealings counted under one version of a key, and the version's material to
-    make them with."""
+class Lease(NamedTuple):
+    """``sealings`` counted under one version of a key, and the version's material to make
+    them with. (A tuple: made on every request, it costs a third of a frozen dataclass.)"""
 
     key: KeyInfo
     version: int
-    count: int
-    material: bytes = field(repr=False)  # never in a log line or a message
+    sealings: int
+    material: bytes
+    slot: Slot  # what the sealings were counted against (``add_bytes``)
 
-    @property
-    def slot(self) -> Slot:
-        return self.key.slot(self.version)
+    def __repr__(self) -> str:  # never the material, in a log line or a message
+        return f"Lease(key={self.key.name!r}, version={self.version}, sealings={self.sealings})"
 
 
 class UsageMeter:
@@ -102,35 +101,32 @@ class UsageMeter:
         if n < 1:
             raise ValueError("a lease is for one sealing or more")
         key = self._store.get_key(name)
-        if version is not None:
-            if not 1 <= version <= key.latest:
-                raise KeyNotFound(f"key {name!r} version {version} not found")
-            material = self._store.key_material(name, version)
-            got = self._take(key, version, n)
-            if got:
-                return Lease(key, version, got, material)
-            if version == key.latest:
-                self._rotate_now(key, version)  # used up, whoever finds it so
-            raise VersionUsedUp(
-                f"key {name!r} version {version} has reached its max_encryptions"
-                f" ({key.max_encryptions}) and seals nothing more: use a later version"
-            )
+        latest = key.latest
+        asked = latest if version is None else version
+        if not 1 <= asked <= latest:
+            raise KeyNotFound(f"key {name!r} version {asked} not found")
         for _ in range(_ROTATIONS):
-            latest = key.latest
-            material = self._store.key_material(name, latest)
-            got = self._take(key, latest, n)
+            material, slot = self._store.key_material(name, asked), key.slot(asked)
+            got = self._take(key, slot, n)
             if got:
-                return Lease(key, latest, got, material)
-            key = self._rotate_now(key, latest)
+                return Lease(key, asked, got, material, slot)
+            if version is not None:
+                if version == key.latest:
+                    self._rotate_now(key, version)  # used up, whoever finds it so
+                raise VersionUsedUp(
+                    f"key {name!r} version {version} has reached its max_encryptions"
+                    f" ({key.max_encryptions}) and seals nothing more: use a later version"
+                )
+            key = self._rotate_now(key, asked)
+            asked = key.latest
         raise KeyStoreUnavailable(f"key {name!r}: no version with sealings left")
 
     def add_bytes(self, lease: Lease, nbytes: int) -> None:
         """Plaintext bytes sealed under a lease (written with a later reservation, or within
         ``_BYTES_FLUSH`` seconds)."""
         if nbytes > 0:
-            slot = lease.slot
             with self._lock:
-                self._bytes[slot] = self._bytes.get(slot, 0) + nbytes
+                self._bytes[lease.slot] = self._bytes.get(lease.slot, 0) + nbytes
 
     def forget(self, name: str) -> None:
         """Drop what this process holds or has not written for a key just deleted: its rows
@@ -142,11 +138,10 @@ class UsageMeter:
 
     # -- reservations
 
-    def _take(self, key: KeyInfo, version: int, n: int) -> int:
+    def _take(self, key: KeyInfo, slot: Slot, n: int) -> int:
         """Up to ``n`` sealings of a version: from what this process holds, else reserved now.
         Fewer only when the version reached its limit with them; 0 once it has none left for
         this process (and others had their time to give back theirs)."""
-        slot = key.slot(version)
         with self._lock:
             held = self._held.get(slot, 0)
             if held >= n:
@@ -158,7 +153,7 @@ class UsageMeter:
             if key.max_encryptions <= SCARCE:
                 self._scarce.setdefault(slot, time.monotonic())
             # Blocks for the latest version only: one asked for by number is reserved as used.
-            bulk = slot not in self._scarce and version == key.latest
+            bulk = slot not in self._scarce and slot.version == key.latest
         limit = key.max_encryptions
         want = max(n, BLOCK) if bulk else n
         granted, total = self._store.reserve_usage(slot, want, limit, self._bytes_of(slot))

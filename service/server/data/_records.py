@@ -116,7 +116,7 @@ class RecordSealer(_Framed):
         out = bytearray()
         while rest is not None and len(rest):
             lease = self._lease(len(rest))
-            part, rest = _split(rest, lease.count)
+            part, rest = _split(rest, lease.sealings)
             alg, version, name = lease.key.algorithm, lease.version, lease.key.name
             prefix = Prefix(Mode.SINGLE, alg, version, name).encode()
             sealed = engine.seal_many(

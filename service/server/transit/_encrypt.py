@@ -77,7 +77,7 @@ def _by_column(
         lease = svc.usage.lease(name, column.version or None, len(records))
     except (VersionUsedUp, KeyNotFound):
         return None
-    if lease.count < len(records) or lease.key.born != key.born:
+    if lease.sealings < len(records) or lease.key.born != key.born:
         taken[column.version] = lease
         return None
     svc.usage.add_bytes(lease, len(records.data))

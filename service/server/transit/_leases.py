@@ -55,7 +55,7 @@ def lease_items(
                 break
             if lease.key.born != key.born:  # deleted and created again since the checks
                 raise _wire.user_error(KEY_NOT_FOUND)
-            part = members[start : start + lease.count]
+            part = members[start : start + lease.sealings]
             svc.usage.add_bytes(lease, sum(len(plaintexts[i]) for i in part))
             versions.update(dict.fromkeys(part, lease.version))
             materials[lease.version] = lease.material

@@ -41,7 +41,7 @@ def sealed(leases: list[Lease]) -> Counter[int]:
     """Sealings per version."""
     counted: Counter[int] = Counter()
     for lease in leases:
-        counted[lease.version] += lease.count
+        counted[lease.version] += lease.sealings
     return counted
 
 
@@ -50,7 +50,7 @@ def test_the_latest_seals_exactly_its_limit_then_rotates_once(store: KeyStore) -
     with metered(store) as meter:
         leases = [meter.lease("k") for _ in range(130)]
     assert [lease.version for lease in leases] == [1] * 100 + [2] * 30
-    assert all(lease.count == 1 for lease in leases)
+    assert all(lease.sealings == 1 for lease in leases)
     assert versions(store, "k") == [1, 2]
     assert {v: u.encryptions for v, u in store.usage("k").items()} == {1: 100, 2: 30}
 
@@ -62,14 +62,14 @@ def test_a_batch_is_split_at_the_limit_never_sealed_past_it(store: KeyStore) -> 
         assert sealed(first) == {1: 90}
         # 30 more: the 10 version 1 has left, then (asked again) 20 under version 2.
         short = meter.lease("k", n=30)
-        assert (short.version, short.count) == (1, 10)
+        assert (short.version, short.sealings) == (1, 10)
         rest = meter.lease("k", n=20)
-        assert (rest.version, rest.count) == (2, 20)
+        assert (rest.version, rest.sealings) == (2, 20)
         # More than a whole version's limit: one lease per version, each to its limit.
         leases, left = [], 250
         while left:
             leases.append(meter.lease("k", n=left))
-            left -= leases[-1].count
+            left -= leases[-1].sealings
         assert sealed(leases) == {2: 80, 3: 100, 4: 70}
     assert versions(store, "k") == [1, 2, 3, 4]
     assert {v: u.encryptions for v, u in store.usage("k").items()} == {
@@ -91,7 +91,7 @@ def test_a_version_asked_for_seals_up_to_its_limit_then_is_refused(store: KeySto
         with pytest.raises(VersionUsedUp, match="version 1 has reached its max_encryptions"):
             meter.lease("k", 1)
         batch = meter.lease("k", 2, n=30)  # asked for by number: only what it has left
-        assert (batch.version, batch.count) == (2, 20)
+        assert (batch.version, batch.sealings) == (2, 20)
         with pytest.raises(VersionUsedUp):
             meter.lease("k", 2, n=30)
         # Used up as the latest, asked for by number: refused, and the key rotates (once).

@@ -87,7 +87,7 @@ def test_every_sealing_is_counted_and_closing_gives_back_the_rest(
     try:
         for _ in range(500):
             lease = meter.lease("k")
-            assert (lease.version, lease.count, len(lease.material)) == (1, 1, 32)
+            assert (lease.version, lease.sealings, len(lease.material)) == (1, 1, 32)
             meter.add_bytes(lease, 10)
         # Reserved in a block: counted ahead, never behind.
         assert store.usage("k")[1].encryptions >= 500

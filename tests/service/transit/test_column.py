@@ -53,7 +53,7 @@ class Tally:
 
     def lease(self, name: str, version: int | None = None, n: int = 1) -> Lease:
         lease = self.meter.lease(name, version, n)
-        self.seen[name, lease.version, "sealings"] += lease.count
+        self.seen[name, lease.version, "sealings"] += lease.sealings
         return lease
 
     def add_bytes(self, lease: Lease, nbytes: int) -> None:
