@@ -188,7 +188,7 @@ async def transit_batch(items: int = 1000, size: int = 100, rounds: int = 300) -
     from sealflow.service.config import Settings
     from sealflow.service.keystore import prepare
     from sealflow.service.server.app import create_app
-    from sealflow.service.server.transit import _column, _data
+    from sealflow.service.server.transit import _column, _encrypt
 
     settings = Settings()
     token = prepare(settings)
@@ -227,8 +227,7 @@ async def transit_batch(items: int = 1000, size: int = 100, rounds: int = 300) -
         ALG = engine.Algorithm.AES_256_GCM
 
         def general() -> None:
-            sealing = _data._Sealing(svc, "bench", parsed)
-            sealing.answer(_data._seal(*sealing.inputs))
+            _encrypt._Items(svc, "bench", parsed, {})()
 
         n = rounds
         raw = _column.from_body(body)
@@ -246,7 +245,7 @@ async def transit_batch(items: int = 1000, size: int = 100, rounds: int = 300) -
              _each(lambda: orjson.loads(body), n)),
             ("another serialization: _column.column (plaintexts joined, shape checked)",
              _each(lambda: _column.column(parsed), n)),
-            ("for comparison: the general path (_Sealing, _seal, answer)",
+            ("for comparison: the general path (_encrypt._Items: checks, leases, seal, answer)",
              _each(general, n // 10)),
         ]  # fmt: skip
     print(f"\n| Transit batch encrypt, {items:,} items of {size} B | us per batch |\n|---|---:|")

@@ -8,6 +8,7 @@ from ._base import (
     KeyStore,
     KeyStoreHealth,
     KeyVersionInfo,
+    Slot,
     TokenInfo,
     VersionUsage,
     export_material,
@@ -21,7 +22,7 @@ from ._migrate import migrate as migrate_keystore
 from ._postgres import PostgresKeyStore, redact
 from ._provision import ROOT_SCOPES, describe, keystore_url, open_store, prepare
 from ._sqlite import SQLiteKeyStore
-from ._usage import SCARCE, UsageMeter, next_rotation
+from ._usage import SCARCE, Lease, UsageMeter, next_rotation
 from .errors import (
     DeletionNotAllowed,
     InvalidRequest,
@@ -33,6 +34,7 @@ from .errors import (
     NotExportable,
     TokenNotFound,
     VersionRetired,
+    VersionUsedUp,
 )
 
 __all__ = [
@@ -50,15 +52,18 @@ __all__ = [
     "KeyStoreUnavailable",
     "KeyVersionInfo",
     "KeyWrapper",
+    "Lease",
     "Migrated",
     "NotExportable",
     "PostgresKeyStore",
     "SQLiteKeyStore",
+    "Slot",
     "TokenInfo",
     "TokenNotFound",
     "UsageMeter",
     "VersionRetired",
     "VersionUsage",
+    "VersionUsedUp",
     "create_master_key_file",
     "describe",
     "export_material",

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from sealflow.engine import Algorithm
 from sealflow.service.envelope import valid_name
@@ -58,6 +58,25 @@ class KeyInfo:
     @property
     def latest(self) -> int:
         return self.versions[-1].version
+
+    @property
+    def born(self) -> float:
+        """When version 1 was written: with the name, the key's identity, fixed at creation (a
+        key created again under a deleted key's name is another key, born later)."""
+        return self.versions[0].created_at
+
+    def slot(self, version: int) -> Slot:
+        return Slot(self.name, self.born, version)
+
+
+class Slot(NamedTuple):
+    """One version of one key, as its usage is counted: reservations belong to the key's
+    identity (``KeyInfo.born``), never to its name, so a key created again under a deleted
+    key's name starts from nothing, whatever a process still held of the old one."""
+
+    name: str
+    born: float
+    version: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,18 +196,19 @@ class KeyStore(Protocol):
         """Rotate only if ``version`` is still the latest: of several processes that saw the
         same limit reached, exactly one adds a version."""
 
-    def reserve_usage(
-        self, name: str, version: int, want: int, limit: int, nbytes: int = 0
-    ) -> tuple[int, int]:
-        """Reserve up to ``want`` sealings of a version, never past ``limit`` (``limit`` 0: no
-        bound, for sealings already made), and add ``nbytes``; one transaction. The number
-        granted (0: the limit is reached) and the total reserved after it."""
+    def reserve_usage(self, slot: Slot, want: int, limit: int, nbytes: int = 0) -> tuple[int, int]:
+        """Reserve up to ``want`` sealings of a key version (``_rows.grant``: never past
+        ``limit``), and add ``nbytes``; one transaction. The number granted (0: the limit is
+        reached) and the total reserved after it. KeyNotFound if the slot's key is gone
+        (deleted, or replaced by a new key of its name): checked in the same transaction."""
 
-    def release_usage(self, name: str, version: int, count: int, nbytes: int = 0) -> None:
-        """Give back ``count`` reserved, unused sealings; add ``nbytes``."""
+    def release_usage(self, slot: Slot, count: int, nbytes: int = 0) -> None:
+        """Give back ``count`` reserved, unused sealings; add ``nbytes``. Nothing if the slot's
+        key is gone: a new key of its name is not given what the old one's users held."""
 
-    def reserved(self, versions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
-        """The total reserved of each version (a version never reserved is left out)."""
+    def reserved(self, slots: list[Slot]) -> dict[Slot, int]:
+        """The total reserved of each slot (one never reserved, or whose key is gone, is left
+        out)."""
 
     def usage(self, name: str) -> dict[int, VersionUsage]:
         """What each version of a key has sealed (versions never used are left out)."""

@@ -34,6 +34,7 @@ from . import _pg_schema, _pg_usage
 from ._base import (
     KeyInfo,
     KeyStoreHealth,
+    Slot,
     TokenInfo,
     VersionUsage,
     valid_key_name,
@@ -210,21 +211,19 @@ class PostgresKeyStore(VersionWrites[Db]):
 
     # -- usage (``_pg_usage``): no change counted or announced, caches do not hold it
 
-    def reserve_usage(
-        self, name: str, version: int, want: int, limit: int, nbytes: int = 0
-    ) -> tuple[int, int]:
+    def reserve_usage(self, slot: Slot, want: int, limit: int, nbytes: int = 0) -> tuple[int, int]:
         with self._transaction(bump=False) as db:
-            return _pg_usage.reserve(db, name, version, want, limit, nbytes)
+            return _pg_usage.reserve(db, slot, want, limit, nbytes)
 
-    def release_usage(self, name: str, version: int, count: int, nbytes: int = 0) -> None:
+    def release_usage(self, slot: Slot, count: int, nbytes: int = 0) -> None:
         with self._transaction(bump=False) as db:
-            _pg_usage.release(db, name, version, count, nbytes)
+            _pg_usage.release(db, slot, count, nbytes)
 
-    def reserved(self, versions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
-        if not versions:
+    def reserved(self, slots: list[Slot]) -> dict[Slot, int]:
+        if not slots:
             return {}
         with self._transaction(bump=False) as db:
-            return _pg_usage.reserved(db, versions)
+            return _pg_usage.reserved(db, slots)
 
     def usage(self, name: str) -> dict[int, VersionUsage]:
         with self._transaction(bump=False) as db:

@@ -218,11 +218,9 @@ SHARE = 16
 
 
 def grant(want: int, limit: int, reserved: int) -> int:
-    """How many of ``want`` sealings one reservation gets: never past ``limit`` (0: no bound),
-    and at most a sixteenth of what is left, so that near the limit no process holds much that
-    others cannot have (docs/SERVICE.md, Usage)."""
-    if limit <= 0:
-        return want
+    """How many of ``want`` sealings one reservation gets: never past ``limit``, and at most a
+    sixteenth of what is left, so that near the limit no process holds much that others cannot
+    have (docs/SERVICE.md, Usage)."""
     left = limit - reserved
     if left <= 0:
         return 0

@@ -20,10 +20,11 @@ from pathlib import Path
 
 from sealflow.engine import Algorithm
 
-from . import _sqlite_file
+from . import _sqlite_file, _sqlite_usage
 from ._base import (
     KeyInfo,
     KeyStoreHealth,
+    Slot,
     TokenInfo,
     VersionUsage,
     valid_key_name,
@@ -37,7 +38,6 @@ from ._rows import (
     PolicyRow,
     digest,
     forget_replaced,
-    grant,
     key_info,
     limits_row,
     policy_mac,
@@ -165,8 +165,9 @@ class SQLiteKeyStore(VersionWrites[sqlite3.Connection]):
         with self._transaction() as db:
             if db.execute("SELECT 1 FROM keys WHERE name = ?", (name,)).fetchone():
                 raise KeyExists(f"key {name!r} already exists")
-            # What a process still counted against a deleted key of this name (the table has
-            # no foreign key to refuse it) is not this key's.
+            # What an earlier release still counted against a deleted key of this name (the
+            # table has no foreign key to refuse it; this one's writes name the key's identity,
+            # _sqlite_usage) is not this key's.
             db.execute("DELETE FROM key_usage WHERE name = ?", (name,))
             db.execute(
                 "INSERT INTO keys VALUES (?, ?, ?, ?, ?, ?)",
@@ -184,53 +185,23 @@ class SQLiteKeyStore(VersionWrites[sqlite3.Connection]):
             (*row, self._integrity.mac(LIMITS_ROW, row)),
         )
 
-    # -- usage
+    # -- usage (``_sqlite_usage``)
 
-    def reserve_usage(
-        self, name: str, version: int, want: int, limit: int, nbytes: int = 0
-    ) -> tuple[int, int]:
+    def reserve_usage(self, slot: Slot, want: int, limit: int, nbytes: int = 0) -> tuple[int, int]:
         with self._locked():
-            db = self._conn
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                db.execute("INSERT OR IGNORE INTO key_usage VALUES (?, ?, 0, 0)", (name, version))
-                (reserved,) = db.execute(
-                    "SELECT reserved FROM key_usage WHERE name = ? AND version = ?",
-                    (name, version),
-                ).fetchone()
-                granted = grant(want, limit, reserved)
-                db.execute(
-                    "UPDATE key_usage SET reserved = reserved + ?, bytes = bytes + ?"
-                    " WHERE name = ? AND version = ?",
-                    (granted, nbytes, name, version),
-                )
-                db.execute("COMMIT")
-            except BaseException:
-                if db.in_transaction:
-                    db.execute("ROLLBACK")
-                raise
-        return granted, reserved + granted
+            return _sqlite_usage.reserve(self._conn, slot, want, limit, nbytes)
 
-    def release_usage(self, name: str, version: int, count: int, nbytes: int = 0) -> None:
+    def release_usage(self, slot: Slot, count: int, nbytes: int = 0) -> None:
         with self._locked():
-            self._conn.execute(
-                "UPDATE key_usage SET reserved = reserved - ?, bytes = bytes + ?"
-                " WHERE name = ? AND version = ?",
-                (count, nbytes, name, version),
-            )
+            _sqlite_usage.release(self._conn, slot, count, nbytes)
 
-    def reserved(self, versions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    def reserved(self, slots: list[Slot]) -> dict[Slot, int]:
         with self._locked():
-            rows = self._conn.execute("SELECT name, version, reserved FROM key_usage").fetchall()
-        wanted = set(versions)
-        return {(n, v): r for n, v, r in rows if (n, v) in wanted}
+            return _sqlite_usage.reserved(self._conn, slots)
 
     def usage(self, name: str) -> dict[int, VersionUsage]:
         with self._locked():
-            rows = self._conn.execute(
-                "SELECT version, reserved, bytes FROM key_usage WHERE name = ?", (name,)
-            ).fetchall()
-        return {v: VersionUsage(r, b) for v, r, b in rows}
+            return _sqlite_usage.usage(self._conn, name)
 
     def _write_min_decryption(self, db: sqlite3.Connection, name: str, version: int) -> None:
         stored = db.execute(_KEY_ROW_SQL, (name,)).fetchone()

@@ -1,19 +1,26 @@
-"""Usage accounting per key version, and the automatic rotations it and time trigger.
+"""Usage accounting per key version: the one lease every sealing takes, and the automatic
+rotations it and time trigger.
 
-Every sealing is counted against its key version before it is made, from sealings this process
-reserved in the store beforehand, in blocks (``reserve_usage``: up to ``BLOCK`` at a time, one
-transaction), so a request never waits for the store but when its process's block ran out:
-a new block is asked for in the background once a quarter is left. What a process reserved
-and did not use is counted as used if it crashes (over-counting, never under-counting) and
-given back when it closes.
+Every sealing on every API (native single-shot, stream and records; Transit encrypt, rewrap
+and datakey) is leased before it is made: ``UsageMeter.lease`` counts it against a key version
+and hands back the version's material. Leases come from sealings this process reserved in
+the store beforehand, in blocks (``reserve_usage``: up to ``BLOCK`` at a time, one
+transaction), so a request never waits for the store but when its process's block ran out: a
+new block is asked for in the background once a quarter is left. What a process reserved and
+did not use is counted as used if it crashes (over-counting, never under-counting) and given
+back when it closes. A reservation belongs to the key's identity fixed at creation (``Slot``:
+the name and ``KeyInfo.born``), never to its name alone: a key created again under a deleted
+key's name is not given what the old one's users held.
 
 Near a version's limit (``SCARCE`` or fewer left) blocks would strand sealings with processes
 that do not need them, and the version would rotate before its limit: there a process reserves
-one sealing at a time, as it seals, and gives back what it holds within a tick. The process
-whose reservation reaches the limit rotates the key (``rotate_if_latest``: of several
-processes that see it at once, exactly one adds a version); one that finds nothing left before
-that rotation is done does it itself. ``auto_rotate_period`` is checked every second by every
-process the same way.
+only what it seals, as it seals, and gives back what it holds within a tick. A version that
+reached its limit leases nothing more. The latest is then rotated (``rotate_if_latest``: of
+several processes that see it at once, exactly one adds a version), by the process whose
+reservation reached the limit or by the first that finds nothing left, and leases go on under
+the new version; a version asked for by number (Transit's ``key_version``) is refused
+(``VersionUsedUp``). ``auto_rotate_period`` is checked every second by every process the same
+way.
 
 Plaintext bytes are added up in memory and written with the next reservation or every few
 seconds: a crash may lose the last few seconds of them (bytes bound nothing).
@@ -24,10 +31,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from typing import NamedTuple
 
-from ._base import KeyInfo, KeyStore
+from ._base import KeyInfo, KeyStore, Slot
 from ._rows import BLOCK
-from .errors import KeyNotFound, KeyStoreError, KeyStoreUnavailable
+from .errors import KeyNotFound, KeyStoreError, KeyStoreUnavailable, VersionUsedUp
 
 log = logging.getLogger("sealflow.keystore")
 
@@ -40,8 +48,22 @@ _PERIOD_CHECK = 1.0
 # How long after a version came near its limit others may still hold sealings of it.
 _WINDOW = 3 * _SCARCE_CHECK
 _RETRY = 0.02
+# Rotations a lease of the latest version tries before it gives up (others took each new one).
+_ROTATIONS = 3
 
-Version = tuple[str, int]
+
+class Lease(NamedTuple):
+    """``sealings`` counted under one version of a key, and the version's material to make
+    them with. (A tuple: made on every request, it costs a third of a frozen dataclass.)"""
+
+    key: KeyInfo
+    version: int
+    sealings: int
+    material: bytes
+    slot: Slot  # what the sealings were counted against (``add_bytes``)
+
+    def __repr__(self) -> str:  # never the material, in a log line or a message
+        return f"Lease(key={self.key.name!r}, version={self.version}, sealings={self.sealings})"
 
 
 class UsageMeter:
@@ -50,12 +72,11 @@ class UsageMeter:
     def __init__(self, store: KeyStore) -> None:
         self._store = store
         self._lock = threading.Lock()
-        self._held: dict[Version, int] = {}  # reserved, not used yet
-        self._limits: dict[Version, int] = {}
-        self._bytes: dict[Version, int] = {}  # not written yet
-        self._scarce: dict[Version, float] = {}  # near the limit since (monotonic)
-        self._refill: set[Version] = set()
-        self._rotate: set[Version] = set()
+        self._held: dict[Slot, int] = {}  # reserved, not used yet
+        self._bytes: dict[Slot, int] = {}  # not written yet
+        self._scarce: dict[Slot, float] = {}  # near the limit since (monotonic)
+        self._refill: set[Slot] = set()
+        self._rotate: set[Slot] = set()
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="sealflow-usage", daemon=True)
@@ -63,103 +84,136 @@ class UsageMeter:
 
     # -- the request path
 
-    def seal(self, name: str) -> tuple[KeyInfo, bytes]:
-        """The key and the material of the version one new sealing uses, counted.
+    def lease(self, name: str, version: int | None = None, n: int = 1) -> Lease:
+        """From 1 to ``n`` sealings under a version of the key, counted before they are made:
+        the one rule for every sealing (see the module docstring).
 
-        KeyNotFound, or KeyStoreUnavailable if a reservation is needed and the store does
-        not answer (a sealing is never made uncounted).
+        ``version`` None, the latest: if it has none left, the key is rotated first (once,
+        however many see it) and the new version leased. A version given (Transit's
+        ``key_version``): VersionUsedUp if it has none left. Fewer than ``n`` only when the
+        version reached its limit with these: ask again for the rest (under the latest, that
+        is the next version; under a version given, VersionUsedUp).
+
+        KeyNotFound for a key, or a version given, that does not exist; KeyStoreUnavailable
+        if a reservation is needed and the store does not answer (a sealing is never made
+        uncounted).
         """
+        if n < 1:
+            raise ValueError("a lease is for one sealing or more")
         key = self._store.get_key(name)
-        for _ in range(3):
-            version = key.latest
-            if self.count(key, version, 1, limit=True):
-                return key, self._store.key_material(name, version)
-            key = self._rotate_now(key, version)
+        latest = key.latest
+        asked = latest if version is None else version
+        if not 1 <= asked <= latest:
+            raise KeyNotFound(f"key {name!r} version {asked} not found")
+        for _ in range(_ROTATIONS):
+            material, slot = self._store.key_material(name, asked), key.slot(asked)
+            got = self._take(key, slot, n)
+            if got:
+                return Lease(key, asked, got, material, slot)
+            if version is not None:
+                if version == key.latest:
+                    self._rotate_now(key, version)  # used up, whoever finds it so
+                raise VersionUsedUp(
+                    f"key {name!r} version {version} has reached its max_encryptions"
+                    f" ({key.max_encryptions}) and seals nothing more: use a later version"
+                )
+            key = self._rotate_now(key, asked)
+            asked = key.latest
         raise KeyStoreUnavailable(f"key {name!r}: no version with sealings left")
 
-    def count(self, key: KeyInfo, version: int, n: int, limit: bool = False) -> bool:
-        """Count ``n`` sealings under a version. With ``limit``: False, and nothing counted,
-        if the version has fewer than ``n`` left; without (sealings a batch makes whatever
-        comes), always True, past the limit if need be."""
-        k = (key.name, version)
-        with self._lock:
-            held = self._held.get(k, 0)
-            if held >= n:
-                self._held[k] = held - n
-                if held - n < _REFILL_BELOW and k not in self._scarce:
-                    self._refill.add(k)
-                    self._wake.set()
-                return True
-            self._limits[k] = key.max_encryptions
-            if key.max_encryptions <= SCARCE:
-                self._scarce.setdefault(k, time.monotonic())
-        return self._reserve_for(key, version, n, limit)
+    def add_bytes(self, lease: Lease, nbytes: int) -> None:
+        """Plaintext bytes sealed under a lease (written with a later reservation, or within
+        ``_BYTES_FLUSH`` seconds)."""
+        if nbytes > 0:
+            with self._lock:
+                self._bytes[lease.slot] = self._bytes.get(lease.slot, 0) + nbytes
 
     def forget(self, name: str) -> None:
         """Drop what this process holds or has not written for a key just deleted: its rows
         are gone, and a new key of the same name starts from nothing. (Other processes drop
         theirs once they find the key gone, ``_give_back``.)"""
         with self._lock:
-            for table in (self._held, self._limits, self._bytes, self._scarce):
-                for k in [k for k in table if k[0] == name]:
-                    del table[k]
-            self._refill = {k for k in self._refill if k[0] != name}
-            self._rotate = {k for k in self._rotate if k[0] != name}
-
-    def add_bytes(self, name: str, version: int, nbytes: int) -> None:
-        if nbytes > 0:
-            with self._lock:
-                self._bytes[name, version] = self._bytes.get((name, version), 0) + nbytes
+            for slot in {s for s in (*self._held, *self._bytes, *self._scarce) if s.name == name}:
+                self._drop(slot)
 
     # -- reservations
 
-    def _reserve_for(self, key: KeyInfo, version: int, n: int, limit: bool) -> bool:
-        k = (key.name, version)
-        bound = key.max_encryptions if limit else 0
+    def _take(self, key: KeyInfo, slot: Slot, n: int) -> int:
+        """Up to ``n`` sealings of a version: from what this process holds, else reserved now.
+        Fewer only when the version reached its limit with them; 0 once it has none left for
+        this process (and others had their time to give back theirs)."""
         with self._lock:
-            want = n if k in self._scarce else max(n, BLOCK)
-        nbytes = self._bytes_of(k)
-        granted, total = self._store.reserve_usage(key.name, version, want, bound, nbytes)
-        while granted < n and limit:
-            if granted:
-                self._store.release_usage(key.name, version, granted)
-            if not self._others_may_give_back(k):
-                return False
-            time.sleep(_RETRY)
-            granted, total = self._store.reserve_usage(key.name, version, n, bound)
-        surplus = granted - n
+            held = self._held.get(slot, 0)
+            if held >= n:
+                self._held[slot] = held - n
+                if held - n < _REFILL_BELOW and slot not in self._scarce:
+                    self._refill.add(slot)
+                    self._wake.set()
+                return n
+            if key.max_encryptions <= SCARCE:
+                self._scarce.setdefault(slot, time.monotonic())
+            # Blocks for the latest version only: one asked for by number is reserved as used.
+            bulk = slot not in self._scarce and slot.version == key.latest
+        limit = key.max_encryptions
+        want = max(n, BLOCK) if bulk else n
+        granted, total = self._store.reserve_usage(slot, want, limit, self._bytes_of(slot))
+        got = min(granted, n)
+        surplus = granted - got
+        # Near the limit a reservation gets a sixteenth of what is left: again, until n or none.
+        while got < n:
+            if not granted:
+                if got or not self._others_may_give_back(slot):
+                    break
+                time.sleep(_RETRY)
+            granted, total = self._store.reserve_usage(slot, n - got, limit)
+            got += granted
         with self._lock:
-            if key.max_encryptions - total < SCARCE:
-                self._scarce.setdefault(k, time.monotonic())
-            if k in self._scarce:
+            if limit - total < SCARCE:
+                self._scarce.setdefault(slot, time.monotonic())
+            if slot in self._scarce:
                 # Near the limit nothing is held (another thread's block too): what others
                 # may need stays theirs to take.
-                surplus += self._held.pop(k, 0)
+                surplus += self._held.pop(slot, 0)
             else:
-                self._held[k] = self._held.get(k, 0) + surplus
+                self._held[slot] = self._held.get(slot, 0) + surplus
                 surplus = 0
-            if total >= key.max_encryptions:
-                self._rotate.add(k)
+            if total >= limit:
+                self._rotate.add(slot)
                 self._wake.set()
         if surplus:
-            self._store.release_usage(key.name, version, surplus)
-        return True
+            self._store.release_usage(slot, surplus)
+        return got
 
-    def _others_may_give_back(self, k: Version) -> bool:
+    def _others_may_give_back(self, slot: Slot) -> bool:
         """Whether the version came near its limit so recently that other processes may still
         hold sealings of it they are about to give back (they look every ``_SCARCE_CHECK``):
         until then a used-up version is not rotated, so it seals up to its limit. Waiting
         happens once per version, when its last sealings went within ``_WINDOW`` of that."""
         with self._lock:
-            since = self._scarce.get(k)
+            since = self._scarce.get(slot)
         return since is not None and time.monotonic() - since < _WINDOW
 
-    def _bytes_of(self, k: Version) -> int:
+    def _bytes_of(self, slot: Slot) -> int:
         with self._lock:
-            return self._bytes.pop(k, 0)
+            return self._bytes.pop(slot, 0)
 
     def _rotate_now(self, key: KeyInfo, version: int) -> KeyInfo:
         return self._store.rotate_if_latest(key.name, version)
+
+    def _current(self, slot: Slot) -> KeyInfo | None:
+        """The key a slot belongs to, or None if it is gone (deleted, maybe replaced)."""
+        try:
+            key = self._store.get_key(slot.name)
+        except KeyNotFound:
+            return None
+        return key if key.born == slot.born else None
+
+    def _drop(self, slot: Slot) -> None:
+        """Forget a slot whose key is gone (the lock held): the store keeps nothing of it."""
+        for table in (self._held, self._bytes, self._scarce):
+            table.pop(slot, None)
+        self._refill.discard(slot)
+        self._rotate.discard(slot)
 
     # -- the background thread
 
@@ -171,10 +225,10 @@ class UsageMeter:
         with self._lock:
             held, self._held = self._held, {}
             nbytes, self._bytes = self._bytes, {}
-        for k in held.keys() | nbytes.keys():
-            if held.get(k) or nbytes.get(k):
+        for slot in held.keys() | nbytes.keys():
+            if held.get(slot) or nbytes.get(slot):
                 try:
-                    self._store.release_usage(*k, held.get(k, 0), nbytes.get(k, 0))
+                    self._store.release_usage(slot, held.get(slot, 0), nbytes.get(slot, 0))
                 except KeyStoreError:
                     return
 
@@ -204,78 +258,68 @@ class UsageMeter:
     def _rotations(self) -> None:
         with self._lock:
             due, self._rotate = self._rotate, set()
-        for k in due:
-            if self._others_may_give_back(k):
+        for slot in due:
+            if self._others_may_give_back(slot):
                 with self._lock:
-                    self._rotate.add(k)  # again at a later tick
+                    self._rotate.add(slot)  # again at a later tick
                 continue
-            name, version = k
-            try:
-                key = self._store.get_key(name)
-            except KeyNotFound:
-                continue
+            key = self._current(slot)
             # Still reserved to the limit once others had their time to give sealings back.
-            if self._store.reserved([k]).get(k, 0) >= key.max_encryptions:
-                self._rotate_now(key, version)
+            if key is not None and self._store.reserved([slot]).get(slot, 0) >= key.max_encryptions:
+                self._rotate_now(key, slot.version)
 
     def _refills(self) -> None:
         with self._lock:
             due, self._refill = self._refill, set()
-        for name, version in due:
-            try:
-                key = self._store.get_key(name)
-            except KeyNotFound:
-                continue
-            if key.latest == version:
-                self._top_up(key, version)
+        for slot in due:
+            key = self._current(slot)
+            if key is not None and key.latest == slot.version:
+                self._top_up(key, slot)
 
-    def _top_up(self, key: KeyInfo, version: int) -> None:
-        k = (key.name, version)
+    def _top_up(self, key: KeyInfo, slot: Slot) -> None:
         with self._lock:
-            if k in self._scarce or self._held.get(k, 0) >= _REFILL_BELOW:
+            if slot in self._scarce or self._held.get(slot, 0) >= _REFILL_BELOW:
                 return
         granted, total = self._store.reserve_usage(
-            key.name, version, BLOCK, key.max_encryptions, self._bytes_of(k)
+            slot, BLOCK, key.max_encryptions, self._bytes_of(slot)
         )
         with self._lock:
             if key.max_encryptions - total < SCARCE:
-                self._scarce.setdefault(k, time.monotonic())
+                self._scarce.setdefault(slot, time.monotonic())
                 surplus = granted  # near the limit nothing is held
             else:
-                self._held[k] = self._held.get(k, 0) + granted
+                self._held[slot] = self._held.get(slot, 0) + granted
                 surplus = 0
         if surplus:
-            self._store.release_usage(key.name, version, surplus)
+            self._store.release_usage(slot, surplus)
 
     def _give_back(self) -> None:
         """Return what is held of versions near their limit, or no longer the latest."""
         with self._lock:
-            held = [k for k, n in self._held.items() if n > 0]
+            held = [slot for slot, n in self._held.items() if n > 0]
         if not held:
             return
         totals = self._store.reserved(held)
-        for k in held:
-            name, version = k
-            try:
-                latest = self._store.get_key(name).latest
-            except KeyNotFound:
-                self.forget(name)  # deleted (delete_key): nothing to give back to
-                continue
+        for slot in held:
+            key = self._current(slot)
             with self._lock:
-                near = self._limits.get(k, 0) - totals.get(k, 0) < SCARCE
-                if near:
-                    self._scarce.setdefault(k, time.monotonic())
-                if not near and latest == version:
+                if key is None:
+                    self._drop(slot)  # deleted (delete_key): nothing to give back to
                     continue
-                n, self._held[k] = self._held.get(k, 0), 0
+                near = key.max_encryptions - totals.get(slot, 0) < SCARCE
+                if near:
+                    self._scarce.setdefault(slot, time.monotonic())
+                if not near and key.latest == slot.version:
+                    continue
+                n, self._held[slot] = self._held.get(slot, 0), 0
             if n:
-                self._store.release_usage(name, version, n, self._bytes_of(k))
+                self._store.release_usage(slot, n, self._bytes_of(slot))
 
     def _flush_bytes(self) -> None:
         with self._lock:
             nbytes, self._bytes = self._bytes, {}
-        for (name, version), n in nbytes.items():
-            self._store.release_usage(name, version, 0, n)
+        for slot, n in nbytes.items():
+            self._store.release_usage(slot, 0, n)
 
     def _periods(self) -> None:
         now = time.time()

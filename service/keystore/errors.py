@@ -31,6 +31,11 @@ class VersionRetired(KeyStoreError):
     """Export of a version below the key's min_decryption_version."""
 
 
+class VersionUsedUp(KeyStoreError):
+    """A sealing asked for under an explicit key version (Transit's ``key_version``) that has
+    reached its ``max_encryptions``: refused, never sealed (the latest rotates instead)."""
+
+
 class DeletionNotAllowed(KeyStoreError):
     """Deletion of a key whose ``deletion_allowed`` was not set."""
 

@@ -38,7 +38,7 @@ def authenticate(store: KeyStore, authorization: str | None) -> TokenInfo:
 
 def bearer(authorization: str) -> str | None:
     """The secret of an ``Authorization: Bearer <secret>`` header, or None (no side effect:
-    the small-request lane asks too, and leaves failures to ``authenticate``)."""
+    the Transit routes ask too, and leave failures to ``authenticate``)."""
     scheme, _, secret = authorization.partition(" ")
     secret = secret.strip()
     return secret if scheme.lower() == "bearer" and secret else None
@@ -63,7 +63,12 @@ def require(token: TokenInfo, action: Action, name: str) -> None:
         raise errors.forbidden(f"{action}:{name}")
 
 
+def is_admin(token: TokenInfo) -> bool:
+    """Whether the token has ``admin``: the scope of the key and token routes, both APIs'."""
+    return "admin" in token.scopes
+
+
 def require_admin(token: TokenInfo) -> None:
-    if "admin" not in token.scopes:
+    if not is_admin(token):
         _metrics.AUTH_FAILURES.labels("forbidden").inc()
         raise errors.forbidden("admin")

@@ -1,4 +1,4 @@
-"""Per-request metrics: requests, their latency, body bytes and lane answers (SPEC section 7).
+"""Per-request metrics: requests, their latency, body bytes and fast answers (SPEC section 7).
 
 A request only adds to plain numbers here: a ``.labels().inc()`` and an ``observe()`` per
 request would be a sizeable share of a small request's budget (docs/BENCHMARKS.md, "The
@@ -148,8 +148,8 @@ def _families(counts: _Counts) -> Iterator[Metric]:
 
     yield CounterMetricFamily(
         "sealflow_lane_requests",
-        "Small single-shot requests answered by the lane, straight from the HTTP parser (of the"
-        " requests counted in sealflow_requests_total)",
+        "Requests with a whole-body plan answered by the HTTP protocol itself, the fast answer"
+        " (of the requests counted in sealflow_requests_total)",
         value=float(counts.lane[0]),
         created=created(("lane",)),
     )

@@ -32,6 +32,7 @@ from sealflow.service.keystore import (
     NotExportable,
     TokenNotFound,
     VersionRetired,
+    VersionUsedUp,
 )
 
 log = logging.getLogger("sealflow")
@@ -191,6 +192,8 @@ _STORE_ERRORS: dict[type[KeyStoreError], tuple[int, str]] = {
     InvalidRequest: (400, "bad_request"),
     NotExportable: (403, "not_exportable"),
     VersionRetired: (403, "version_retired"),
+    # Only a sealing under a version asked for by number (Transit, which words its own).
+    VersionUsedUp: (400, "version_used_up"),
 }
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}
 

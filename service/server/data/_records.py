@@ -25,7 +25,7 @@ from collections.abc import Callable
 from sealflow import engine
 from sealflow.engine import RecordStatus
 from sealflow.service.envelope import MalformedEnvelope, Mode, Prefix, parse, prefix_length
-from sealflow.service.keystore import KeyInfo
+from sealflow.service.keystore import KeyInfo, Lease
 
 from .. import _metrics, errors
 from .._body import Body, Reply
@@ -93,32 +93,47 @@ class _Framed:
 
 
 class RecordSealer(_Framed):
-    """Encrypt: each record becomes ``u32 length || single-shot envelope``."""
+    """Encrypt: each record becomes ``u32 length || single-shot envelope``.
+
+    A batch's sealings are leased before they are made (``lease``: ``UsageMeter.lease`` of the
+    key's latest version), one engine call per lease: a batch that uses up the version goes on
+    under the next one (each record is an envelope of its own, its prefix names its version).
+    """
 
     def __init__(
         self,
-        algorithm: engine.Algorithm,
-        material: bytes,
-        prefix: bytes,
+        lease: Callable[[int], Lease],
         aad: bytes,
         max_record: int,
         max_records: int,
-        count: Callable[[int], object],
+        add_bytes: Callable[[Lease, int], None],
     ) -> None:
         super().__init__(max_record, max_records)
-        self._algorithm, self._material = algorithm, material
-        self._prefix, self._aad = prefix, aad
-        self._count = count
+        self._lease, self._aad, self._add_bytes = lease, aad, add_bytes
 
     def run(self, pieces: list[bytes], final: bool) -> bytearray:
-        batch = self._complete(pieces, final)
-        if not batch:
-            return bytearray()
-        self._count(len(batch))  # counted before they are sealed, never after
-        sealed = engine.seal_many(
-            self._algorithm, self._material, self._aad, batch, prefix=self._prefix, framed=True
-        )
-        return sealed.data
+        rest: engine.Records | None = self._complete(pieces, final)
+        out = bytearray()
+        while rest is not None and len(rest):
+            lease = self._lease(len(rest))
+            part, rest = _split(rest, lease.sealings)
+            alg, version, name = lease.key.algorithm, lease.version, lease.key.name
+            prefix = Prefix(Mode.SINGLE, alg, version, name).encode()
+            sealed = engine.seal_many(
+                alg, lease.material, self._aad, part, prefix=prefix, framed=True
+            ).data
+            self._add_bytes(lease, len(part.data) - FRAME_LEN * len(part))
+            out = sealed if not out else out + sealed
+        return out
+
+
+def _split(batch: engine.Records, n: int) -> tuple[engine.Records, engine.Records | None]:
+    """The first n records of a framed batch, and the rest (None: none)."""
+    if n >= len(batch):
+        return batch, None
+    cut = sum(batch.lengths[:n]) + FRAME_LEN * n
+    view = memoryview(batch.data)
+    return engine.Records.from_framed(view[:cut]), engine.Records.from_framed(view[cut:])
 
 
 class RecordOpener(_Framed):
@@ -228,25 +243,17 @@ class EncryptRecords(Transfer):
         length: int | None,
         duplex: bool,
         key: KeyInfo,
-        material: bytes,
-        prefix: bytes,
     ) -> None:
         super().__init__(svc, log, aad, length, duplex)
         self.algorithm = key.algorithm.value
         limits = svc.settings.max_record_bytes, svc.settings.max_batch_records
-        self.key, self.uncounted = key, 1  # the route counted one sealing already
 
-        def count(n: int) -> None:
-            # Every record is a sealing under the version; a batch under way is not stopped
-            # by the limit (it may pass it by one request's records; docs/SERVICE.md, Usage).
-            n, self.uncounted = n - self.uncounted, max(self.uncounted - n, 0)
-            if n > 0:
-                svc.usage.count(key, key.latest, n)
+        def lease(n: int) -> Lease:
+            leased = svc.usage.lease(key.name, None, n)
+            log.version = leased.version  # the log names the last version sealed under
+            return leased
 
-        self.codec = RecordSealer(key.algorithm, material, prefix, aad, *limits, count)
-
-    def finished(self, received: int) -> None:
-        self.svc.usage.add_bytes(self.key.name, self.key.latest, received)
+        self.codec = RecordSealer(lease, aad, *limits, svc.usage.add_bytes)
 
     async def transfer(self, body: Body, reply: Reply) -> None:
         await self.stream(body, reply, self.codec, b"", [], None)

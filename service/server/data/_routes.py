@@ -23,7 +23,14 @@ from starlette.types import Receive, Scope, Send
 
 from sealflow.engine import Algorithm
 from sealflow.service.envelope import Mode, Prefix, valid_name
-from sealflow.service.keystore import KeyInfo, KeyNotFound, KeyStore, KeyStoreError, TokenInfo
+from sealflow.service.keystore import (
+    KeyInfo,
+    KeyNotFound,
+    KeyStore,
+    KeyStoreError,
+    Lease,
+    TokenInfo,
+)
 
 from .. import _auth, _metrics, errors
 from .._body import refuse
@@ -129,7 +136,7 @@ def _prepare(
     name = path[len(_KEYS) : path.rindex("/")]
     if route is DECRYPT_ROUTE:
         _auth.require(token, "decrypt", name)
-        if not valid_name(name):  # no envelope names it (encrypt: sealing_version says so)
+        if not valid_name(name):  # no envelope names it (encrypt: sealing_key says so)
             raise errors.transit_only(name)
         resolve = _decrypt_key(svc.store, token, name)
         if records:
@@ -137,26 +144,26 @@ def _prepare(
         return Decrypt(svc, log, aad, length, duplex, resolve)
     _auth.require(token, "encrypt", name)
     if records:
-        key, material = sealing_version(svc, name)
+        # Each batch of records leases its sealings as it comes (_records): none yet.
+        key = sealing_key(svc.store, name)
         log.key, log.version = name, key.latest
-        prefix = _prefix(Mode.SINGLE, key)
-        return EncryptRecords(svc, log, aad, length, duplex, key, material, prefix)
+        return EncryptRecords(svc, log, aad, length, duplex, key)
     mode_and_name = _MODES.get(head.query)
     if mode_and_name is None:
         raise errors.bad_request("mode must be stream, single or records")
     mode, mode_name = mode_and_name
-    key, material = sealing_version(svc, name)
+    lease = sealing_lease(svc, name)
     limit = svc.settings.max_single_bytes
     if mode is Mode.SINGLE and length is not None and length > limit:
         raise errors.too_large(limit)
-    latest = key.latest
-    log.key, log.version, log.mode = name, latest, mode_name
-    prefix = _encoded(mode, key.algorithm, latest, key.name)
-    return Encrypt(svc, log, aad, length, duplex, key, material, prefix, mode)
+    log.key, log.version, log.mode = name, lease.version, mode_name
+    prefix = lease_prefix(mode, lease)
+    return Encrypt(svc, log, aad, length, duplex, lease, prefix, mode)
 
 
-def _prefix(mode: Mode, key: KeyInfo) -> bytes:
-    return _encoded(mode, key.algorithm, key.latest, key.name)
+def lease_prefix(mode: Mode, lease: Lease) -> bytes:
+    """The envelope prefix of what is sealed under a lease."""
+    return _encoded(mode, lease.key.algorithm, lease.version, lease.key.name)
 
 
 @functools.lru_cache(maxsize=4096)  # the same few for every request; keys come and go
@@ -164,24 +171,36 @@ def _encoded(mode: Mode, algorithm: Algorithm, version: int, name: str) -> bytes
     return Prefix(mode, algorithm, version, name).encode()
 
 
-def sealing_version(svc: Services, name: str) -> tuple[KeyInfo, bytes]:
-    """The key and the material of its latest version, one sealing counted against it (which
-    rotates the key first if that version reached its limit), or 404 key_not_found; 400 for
-    a name an envelope cannot carry (a Transit-only key)."""
+def sealing_key(store: KeyStore, name: str) -> KeyInfo:
+    """The key a native encrypt names, or 404 key_not_found; 400 for a name an envelope cannot
+    carry (a Transit-only key)."""
+    if not valid_name(name):
+        raise errors.transit_only(name)
+    return key_info(store, name)
+
+
+def sealing_lease(svc: Services, name: str) -> Lease:
+    """One sealing under the key's latest version (``UsageMeter.lease``, the one usage rule:
+    it rotates the key first if that version is used up), or ``sealing_key``'s refusals."""
     if not valid_name(name):
         raise errors.transit_only(name)
     try:
-        return svc.usage.seal(name)
+        return svc.usage.lease(name)
+    except KeyNotFound:
+        raise errors.key_not_found(name) from None
+
+
+def key_info(store: KeyStore, name: str) -> KeyInfo:
+    """A key, or 404 key_not_found."""
+    try:
+        return store.get_key(name)
     except KeyNotFound:
         raise errors.key_not_found(name) from None
 
 
 def key_version(store: KeyStore, name: str, version: int | None = None) -> tuple[KeyInfo, bytes]:
     """A key and the material of one version (the latest by default), or 404 key_not_found."""
-    try:
-        key = store.get_key(name)
-    except KeyNotFound:
-        raise errors.key_not_found(name) from None
+    key = key_info(store, name)
     try:
         return key, store.key_material(name, key.latest if version is None else version)
     except KeyNotFound:

@@ -43,7 +43,7 @@ from sealflow.service.envelope import (
     parse,
     prefix_length,
 )
-from sealflow.service.keystore import KeyInfo, KeyStoreError
+from sealflow.service.keystore import KeyStoreError, Lease
 
 from .. import _metrics, errors
 from .._body import Body, Disconnected, Reply, drop_connection
@@ -315,20 +315,19 @@ class Encrypt(Transfer):
         aad: bytes,
         length: int | None,
         duplex: bool,
-        key: KeyInfo,
-        material: bytes,
+        lease: Lease,
         prefix: bytes,
         mode: Mode,
     ) -> None:
         super().__init__(svc, log, aad, length, duplex)
         self.prefix = prefix
-        self.material = material
+        self.lease = lease  # the one sealing, counted by the route
+        self.material = lease.material
         self.mode = mode
-        self.algorithm = _NAMES[key.algorithm]
-        self.version = key.name, key.latest
+        self.algorithm = _NAMES[lease.key.algorithm]
 
     def finished(self, received: int) -> None:
-        self.svc.usage.add_bytes(*self.version, received)
+        self.svc.usage.add_bytes(self.lease, received)
 
     def whole(self, body: bytes) -> bytes:
         limit = self.svc.settings.max_single_bytes

@@ -2,11 +2,12 @@
 front of FastAPI like the data routes.
 
 ``_routes`` routes and authorises, ``_wire`` reads and writes Vault's JSON, ``_items`` reads a
-request's items, ``_data`` encrypts, decrypts and rewraps (``_column``: the common encrypt
-batch in one engine call), ``_ciphertext`` is the ``vault:v``
-format, ``_keys`` the key routes, ``_sys`` health and token lookup, ``_openapi`` describes
-the routes in the OpenAPI document. A small encrypt is answered at once, from the ASGI path or
-by the protocol (``Transit.answer``).
+request's items, ``_checks`` checks them, ``_leases`` leases their sealings, ``_crypto``
+seals and opens them and ``_batch`` answers for them; ``_encrypt`` is encrypt (``_column``: the
+common batch in one engine call), ``_data`` decrypt, rewrap and datakey; ``_ciphertext`` is the
+``vault:v`` format, ``_keys`` the key routes, ``_sys`` health and token lookup, ``_openapi``
+describes the routes in the OpenAPI document. A small encrypt is answered by the same
+``_encrypt.encryption``, from the ASGI path or by the protocol (``Transit.answer``).
 """
 
 from ._openapi import SECURITY_SCHEMES, paths

@@ -17,7 +17,7 @@ every item. Two ways in:
 ``engine.Records.from_base64`` decodes the column in one native call, and
 ``engine.seal_many_text`` seals every item and writes each result straight into the answer's
 bytes, between the envelope's head and tail. Any other shape (another field type, mixed
-versions, base64 that is not canonical) is None here, and ``_data`` takes the general path,
+versions, base64 that is not canonical) is None here, and ``_encrypt`` goes item by item,
 which reports every item's error as before: the answer is the same either way (the tests
 compare both paths).
 """
@@ -120,7 +120,7 @@ def seal(
     alg: Algorithm, key: bytes, aad: bytes, records: Records, version: int, column: Column
 ) -> bytes:
     """The whole answer: Vault's envelope around ``batch_results``, each result what
-    ``_data``'s general path writes (``ciphertext``, ``key_version``, ``reference``)."""
+    ``_encrypt``'s item path writes (``ciphertext``, ``key_version``, ``reference``)."""
     head, tail = _envelope()
     before = b'{"ciphertext":"%s%d:' % (PREFIX.encode(), version)
     after: bytes | list[bytes]

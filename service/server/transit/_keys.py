@@ -23,7 +23,10 @@ from sealflow.service.keystore import (
     KeyInfo,
     KeyNotFound,
     KeyStore,
+    NotExportable,
+    VersionRetired,
     VersionUsage,
+    export_material,
     next_rotation,
     valid_key_name,
 )
@@ -251,25 +254,40 @@ async def delete(store: KeyStore, name: str) -> None:
 
 
 def export(store: KeyStore, kind: str, name: str, version: str | None) -> bytes:
+    """``export/encryption-key/:name[/:version]`` under the keystore's export rules, the
+    native export's (``export_material``: exportable keys only, no version below
+    min_decryption_version), in Transit's order and words; every version that may leave when
+    none is named."""
     if kind != "encryption-key":
         raise _wire.user_error(f"invalid export type: {kind}")
     try:
-        key = store.get_key(name)
+        key = export_material(store, name)[0]
     except KeyNotFound:
         raise _wire.not_found() from None
-    if not key.exportable:
-        raise _wire.user_error("private key material is not exportable")
+    except NotExportable:
+        raise _wire.user_error("private key material is not exportable") from None
     if version is None:
-        wanted = [v.version for v in key.versions if v.version >= key.min_decryption_version]
+        keys = {}
+        for v in key.versions:
+            try:
+                keys[str(v.version)] = _b64(export_material(store, name, v.version)[2])
+            except VersionRetired:
+                continue
     else:
         number = key.latest if version == "latest" else _version(version.removeprefix("v"))
-        if number < key.min_decryption_version:
-            raise _wire.user_error("version for export is below minimum decryption version")
-        if number > key.latest:
-            raise _wire.user_error("version does not exist or cannot be found")
-        wanted = [number]
-    keys = {str(v): base64.b64encode(store.key_material(name, v)).decode() for v in wanted}
+        try:
+            keys = {str(number): _b64(export_material(store, name, number)[2])}
+        except VersionRetired:
+            raise _wire.user_error(
+                "version for export is below minimum decryption version"
+            ) from None
+        except KeyNotFound:
+            raise _wire.user_error("version does not exist or cannot be found") from None
     return _wire.envelope({"keys": keys, "name": name, "type": _TYPE_NAMES[key.algorithm]})
+
+
+def _b64(material: bytes) -> str:
+    return base64.b64encode(material).decode()
 
 
 def _version(text: str) -> int:

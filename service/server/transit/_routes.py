@@ -26,10 +26,10 @@ from .._state import Services
 from ..errors import ApiError
 from ..http import LIST_METHOD as LIST
 from ..http import Head
-from . import _data, _keys, _sys, _wire
+from . import _data, _encrypt, _keys, _sys, _wire
 
-# The largest encrypt body answered at once, on the event loop (``_data.encrypt_now``): from the
-# ASGI path, or by the protocol as a fast answer (``Transit.answer``).
+# The largest encrypt body the protocol answers itself (``Transit.answer``), at once on the event
+# loop, as the ASGI path's ``_encrypt.encrypt`` runs it (inline below the pool's threshold).
 WHOLE_MAX = 64 * 1024
 HEALTH_PATH = "/v1/sys/health"
 LOOKUP_SELF_PATH = "/v1/auth/token/lookup-self"
@@ -131,7 +131,7 @@ class Transit:
         log.key = name
         try:
             _allow("encrypt", token, name)
-            status, answer = _data.encrypt_now(svc, name, body)
+            status, answer = _encrypt.encrypt_now(svc, name, body)
         except Exception as exc:  # as in serve: every error leaves in Vault's shape
             error = errors.api_error(exc)
             log.status, log.error = error.status, error.code
@@ -160,15 +160,6 @@ class Transit:
         parts = scope["path"][len(self._under) :].split("/")
         name = parts[2] if kind in ("export", "datakey") else parts[1]
         log.key = name
-        if kind == "encrypt":
-            _allow(kind, token, name)
-            body = await _read(receive, limit)
-            if len(body) <= WHOLE_MAX:
-                return _data.encrypt_now(svc, name, body)
-            answered = await _data.encrypt_body(svc, name, body)  # the usual batch, unparsed
-            if answered is not None:
-                return answered
-            return await _data.encrypt(svc, name, _wire.parse(body), len(body))
         if kind == "datakey":
             if not _auth.allows(token, "encrypt", name):
                 raise _denied()
@@ -177,10 +168,9 @@ class Transit:
         operation = _DATA.get(kind)
         if operation is not None:
             _allow(kind, token, name)
-            body = await _read(receive, limit)
-            return await operation(svc, name, _wire.parse(body), len(body))
+            return await operation(svc, name, await _read(receive, limit))
         if kind == "key" and method == "GET":
-            if "admin" not in token.scopes and not (
+            if not _auth.is_admin(token) and not (
                 _auth.allows(token, "encrypt", name) or _auth.allows(token, "decrypt", name)
             ):
                 raise _denied()
@@ -200,8 +190,8 @@ class Transit:
         return 200, await _keys.create(store, name, _wire.parse(body))
 
 
-_DATA: dict[str, Callable[[Services, str, _wire.Body, int], Awaitable[tuple[int, bytes]]]] = {
-    "encrypt": _data.encrypt,
+_DATA: dict[str, Callable[[Services, str, bytes], Awaitable[tuple[int, bytes]]]] = {
+    "encrypt": _encrypt.encrypt,
     "decrypt": _data.decrypt,
     "rewrap": _data.rewrap,
 }
@@ -291,7 +281,7 @@ async def _read(receive: Receive, limit: int) -> bytes:
 
 
 def _admin(token: TokenInfo) -> None:
-    if "admin" not in token.scopes:
+    if not _auth.is_admin(token):  # the native rule, refused in Vault's words
         raise _denied()
 
 

@@ -54,17 +54,16 @@ def test_limits_are_set_checked_and_kept(open_store: Open, master_key: bytes) ->
 
 
 def test_reservations_never_pass_the_limit_and_shrink_near_it(store: KeyStore) -> None:
-    store.create_key("k", Algorithm.AES_256_GCM)
+    slot = store.create_key("k", Algorithm.AES_256_GCM).slot(1)
     # At most a sixteenth of what is left, never past the limit.
-    assert store.reserve_usage("k", 1, 65536, 1600) == (100, 100)
-    assert store.reserve_usage("k", 1, 65536, 1600) == (93, 193)
-    granted = sum(store.reserve_usage("k", 1, 1, 1600)[0] for _ in range(2000))
+    assert store.reserve_usage(slot, 65536, 1600) == (100, 100)
+    assert store.reserve_usage(slot, 65536, 1600) == (93, 193)
+    granted = sum(store.reserve_usage(slot, 1, 1600)[0] for _ in range(2000))
     assert granted == 1600 - 193
-    assert store.reserve_usage("k", 1, 1, 1600) == (0, 1600)
-    # Sealings already made (a batch) are counted past it: never under-counted.
-    assert store.reserve_usage("k", 1, 5, 0, nbytes=77) == (5, 1605)
-    store.release_usage("k", 1, 3, nbytes=3)
-    assert store.usage("k") == {1: VersionUsage(1602, 80)}
+    # Nothing past it, whoever asks (there is no unbounded reservation).
+    assert store.reserve_usage(slot, 5, 1600, nbytes=77) == (0, 1600)
+    store.release_usage(slot, 3, nbytes=3)
+    assert store.usage("k") == {1: VersionUsage(1597, 80)}
 
 
 def test_rotate_if_latest_adds_exactly_one_version_however_many_ask(
@@ -87,9 +86,9 @@ def test_every_sealing_is_counted_and_closing_gives_back_the_rest(
     meter = UsageMeter(store)
     try:
         for _ in range(500):
-            key, material = meter.seal("k")
-            assert (key.latest, len(material)) == (1, 32)
-            meter.add_bytes("k", 1, 10)
+            lease = meter.lease("k")
+            assert (lease.version, lease.sealings, len(lease.material)) == (1, 1, 32)
+            meter.add_bytes(lease, 10)
         # Reserved in a block: counted ahead, never behind.
         assert store.usage("k")[1].encryptions >= 500
     finally:
@@ -102,14 +101,14 @@ def test_a_crash_over_counts_and_never_under_counts(open_store: Open, master_key
     store.create_key("k", Algorithm.AES_256_GCM)
     crashed = UsageMeter(store)
     for _ in range(300):
-        crashed.seal("k")
+        crashed.lease("k")
     # Never closed: what it reserved and did not use stays counted.
     counted = store.usage("k")[1].encryptions
     assert counted >= 300
     survivor = UsageMeter(open_store(master_key))
     try:
         for _ in range(200):
-            survivor.seal("k")
+            survivor.lease("k")
     finally:
         survivor.close()
     assert store.usage("k")[1].encryptions >= 500
@@ -128,9 +127,9 @@ def test_the_limit_rotates_exactly_once_across_processes(
     lock = threading.Lock()
 
     def seal(i: int) -> None:
-        key, _ = meters[i % 3].seal("k")
+        lease = meters[i % 3].lease("k")
         with lock:
-            versions.append(key.latest)
+            versions.append(lease.version)
 
     try:
         with ThreadPoolExecutor(6) as pool:

@@ -96,8 +96,8 @@ def work(seed: int) -> None:
     )
     lane = Counter(
         "xsealflow_lane_requests",
-        "Small single-shot requests answered by the lane, straight from the HTTP parser (of"
-        " the requests counted in sealflow_requests_total)",
+        "Requests with a whole-body plan answered by the HTTP protocol itself, the fast answer"
+        " (of the requests counted in sealflow_requests_total)",
     )
     rnd = random.Random(seed)
     for i in range(300 if seed else 0):

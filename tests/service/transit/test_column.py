@@ -1,8 +1,8 @@
 """Transit's batch encrypt in the common shape (``transit._column``) answers exactly as the
 general path does.
 
-Every batch goes through ``_data.encrypt`` (the column first, the general path when the column
-declines) and through the general path alone (``_Sealing``); the two answers must have the same
+Every batch goes through ``_encrypt.encrypt`` (the column first, the general path when the column
+declines) and through the general path alone (``_Items``); the two answers must have the same
 status and the same JSON bytes once the random parts are set aside (``request_id``, and each
 ciphertext, which is opened instead: through Transit's decrypt and with ``cryptography`` and the
 version's key material alone), and the same sealings and bytes counted per key version.
@@ -30,11 +30,11 @@ from hypothesis import strategies as st
 from sealflow import engine
 from sealflow.engine import Algorithm
 from sealflow.service.config import Settings
-from sealflow.service.keystore import KeyInfo, UsageMeter, prepare
+from sealflow.service.keystore import Lease, UsageMeter, prepare
 from sealflow.service.server._startup import start_services
 from sealflow.service.server._state import Services
 from sealflow.service.server.errors import ApiError
-from sealflow.service.server.transit import _column, _data, _wire
+from sealflow.service.server.transit import _column, _data, _encrypt
 
 KEYS = {
     "k": Algorithm.AES_256_GCM,
@@ -51,13 +51,14 @@ class Tally:
         self.meter = meter
         self.seen: Counter[tuple[str, int, str]] = Counter()
 
-    def count(self, key: KeyInfo, version: int, n: int, limit: bool = False) -> bool:
-        self.seen[key.name, version, "sealings"] += n
-        return self.meter.count(key, version, n, limit)
+    def lease(self, name: str, version: int | None = None, n: int = 1) -> Lease:
+        lease = self.meter.lease(name, version, n)
+        self.seen[name, lease.version, "sealings"] += lease.sealings
+        return lease
 
-    def add_bytes(self, name: str, version: int, nbytes: int) -> None:
-        self.seen[name, version, "bytes"] += nbytes
-        self.meter.add_bytes(name, version, nbytes)
+    def add_bytes(self, lease: Lease, nbytes: int) -> None:
+        self.seen[lease.key.name, lease.version, "bytes"] += nbytes
+        self.meter.add_bytes(lease, nbytes)
 
 
 @pytest.fixture(scope="module", params=sorted(engine.PROVIDERS))
@@ -85,8 +86,7 @@ def svc(
 
 def general(svc: Services, name: str, body: dict[str, Any]) -> tuple[int, bytes]:
     """The general path alone: every item checked, grouped and sealed on its own."""
-    sealing = _data._Sealing(svc, name, body)
-    return sealing.answer(_data._seal(*sealing.inputs))
+    return _encrypt._Items(svc, name, body, {})()
 
 
 def answer(how: Any, svc: Services, name: str, body: dict[str, Any]) -> tuple[Any, Counter[Any]]:
@@ -104,7 +104,7 @@ def opened_both_ways(svc: Services, name: str, ciphertext: str, aad: str) -> byt
     body = {"ciphertext": ciphertext}
     if aad:
         body["associated_data"] = aad
-    status, raw = asyncio.run(_data.decrypt(svc, name, body, 0))
+    status, raw = asyncio.run(_data.decrypt(svc, name, orjson.dumps(body)))
     assert status == 200
     via_transit = base64.b64decode(orjson.loads(raw)["data"]["plaintext"])
     version = int(ciphertext.split(":")[1][1:])
@@ -134,11 +134,8 @@ SERIALIZATIONS: list[dict[str, Any]] = [{}, COMPACT, {"indent": 1}, {"separators
 
 
 def production(svc: Services, name: str, raw: bytes) -> tuple[int, bytes]:
-    """What the encrypt route does with a body: the unparsed column first, then ``encrypt``."""
-    answered = asyncio.run(_data.encrypt_body(svc, name, raw))
-    if answered is not None:
-        return answered
-    return asyncio.run(_data.encrypt(svc, name, _wire.parse(raw), len(raw)))
+    """What the encrypt route does with a body."""
+    return asyncio.run(_encrypt.encrypt(svc, name, raw))
 
 
 def check_same(svc: Services, name: str, body: dict[str, Any], raw: bytes | None = None) -> Any:
@@ -146,7 +143,7 @@ def check_same(svc: Services, name: str, body: dict[str, Any], raw: bytes | None
     default as hvac sends it); the route's answer (parsed, random parts opened)."""
     raw = json.dumps(body).encode() if raw is None else raw
     ours, ours_counted = answer(lambda s, n, b: production(s, n, raw), svc, name, body)
-    theirs, their_counted = answer(general, svc, name, _wire.parse(raw))
+    theirs, their_counted = answer(general, svc, name, orjson.loads(raw))
     assert ours_counted == their_counted
     if ours[0] == "error":
         assert ours == theirs
@@ -172,8 +169,9 @@ def test_the_common_batch_takes_the_column(svc: Services) -> None:
         assert _column.from_body(raw) is not None
         tally = Tally(svc.usage)
         counted = dataclasses.replace(svc, usage=tally)  # type: ignore[arg-type]
-        status, _ = asyncio.run(_data.encrypt_body(counted, "k", raw))  # type: ignore[misc]
-        assert status == 200
+        sealing = _encrypt.encryption(counted, "k", raw)  # read as a column, never parsed
+        assert not isinstance(sealing, _encrypt._Items)
+        assert sealing()[0] == 200
         assert tally.seen == {("k", 3, "sealings"): 1000, ("k", 3, "bytes"): 100_000}
         check_same(svc, "k", body, raw)
     assert column.references is None
@@ -186,7 +184,7 @@ def test_the_common_batch_takes_the_column(svc: Services) -> None:
     assert {r["key_version"] for r in results} == {3}
     # The column made the answer: one seal of 1,000 items counted once, as 1,000 sealings.
     tally = Tally(svc.usage)
-    assert _data._seal_column(dataclasses.replace(svc, usage=tally), "k", column) is not None  # type: ignore[arg-type]
+    assert _encrypt._by_column(dataclasses.replace(svc, usage=tally), "k", column, {}) is not None  # type: ignore[arg-type]
     assert tally.seen == {("k", 3, "sealings"): 1000, ("k", 3, "bytes"): 100_000}
 
 
@@ -223,11 +221,14 @@ def test_one_bad_item_answers_as_before(svc: Services) -> None:
     assert column is not None
     tally = Tally(svc.usage)
     counted = dataclasses.replace(svc, usage=tally)  # type: ignore[arg-type]
-    assert _data._seal_column(counted, "k", column) is None
+    taken: dict[int, Lease] = {}
+    assert _encrypt._by_column(counted, "k", column, taken) is None
     raw = json.dumps(body).encode()
-    assert _column.from_body(raw) is not None
-    assert asyncio.run(_data.encrypt_body(counted, "k", raw)) is None
+    unparsed = _column.from_body(raw)
+    assert unparsed is not None
+    assert _encrypt._by_column(counted, "k", unparsed, taken) is None
     assert not tally.seen
+    assert not taken
     status, answered = check_same(svc, "k", body, raw)
     assert status == 400
     results = answered["data"]["batch_results"]
@@ -294,7 +295,8 @@ def test_both_paths_answer_alike(
     column = _column.column(body)
     event("column" if column is not None else "not a column")
     if column is not None:
-        seal = _data._seal_column(dataclasses.replace(svc, usage=Tally(svc.usage)), name, column)  # type: ignore[arg-type]
+        counted = dataclasses.replace(svc, usage=Tally(svc.usage))  # type: ignore[arg-type]
+        seal = _encrypt._by_column(counted, name, column, {})
         event("sealed by the column" if seal is not None else "declined")
     raw = json.dumps(body, **how).encode()
     event("unparsed" if _column.from_body(raw) is not None else "parsed")
@@ -336,7 +338,7 @@ def test_from_body_reads_only_the_usual_serializations(svc: Services) -> None:
         raw = head + middle + b'"}]}'
         column = _column.from_body(raw)
         assert column is not None
-        assert asyncio.run(_data.encrypt_body(svc, "k", raw)) is None
+        assert _encrypt._by_column(svc, "k", column, {}) is None
         status, _ = production(svc, "k", raw)
         assert status == 200
 
@@ -351,7 +353,7 @@ def test_min_encryption_version_alike(svc: Services) -> None:
         assert column is not None
         tally = Tally(svc.usage)
         counted = dataclasses.replace(svc, usage=tally)  # type: ignore[arg-type]
-        assert (_data._seal_column(counted, "m", column) is not None) is sealed
+        assert (_encrypt._by_column(counted, "m", column, {}) is not None) is sealed
         assert bool(tally.seen) is sealed
         status, answered = check_same(svc, "m", body)
         results = answered["data"]["batch_results"]

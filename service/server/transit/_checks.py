@@ -1,0 +1,108 @@
+"""The checks Transit makes of a request before any sealing or opening, in its order and with
+its messages: the key, each item's base64, the version an encrypt asks for or a ciphertext
+names, ``associated_data``. An item that fails one is failed in the request's ``Results`` and
+left out of every later step."""
+
+from __future__ import annotations
+
+from sealflow.service.keystore import KeyInfo, KeyNotFound, KeyStore
+
+from . import _ciphertext, _wire
+from ._batch import Results
+from ._ciphertext import CiphertextError
+from ._items import Item
+
+KEY_NOT_FOUND = "encryption key not found"
+_VERSION_NEGATIVE = "requested version for encryption is negative"
+_VERSION_TOO_HIGH = "requested version for encryption is higher than the latest key version"
+_VERSION_TOO_LOW = (
+    "requested version for encryption is less than the minimum encryption key version"
+)
+
+
+def key_of(store: KeyStore, name: str) -> KeyInfo:
+    try:
+        return store.get_key(name)
+    except KeyNotFound:
+        raise _wire.user_error(KEY_NOT_FOUND) from None
+
+
+def decode_all(work: list[Item], results: Results) -> dict[int, bytes]:
+    decoded = {}
+    for i, item in enumerate(work):
+        try:
+            decoded[i] = _ciphertext.b64decode(item.text)
+        except CiphertextError as exc:
+            results.fail(i, str(exc))
+    return decoded
+
+
+def version_error(key: KeyInfo, version: int) -> str | None:
+    """Transit's refusal of a ``key_version`` to encrypt with (0: the latest), or None."""
+    if version < 0:
+        return _VERSION_NEGATIVE
+    if version > key.latest:
+        return _VERSION_TOO_HIGH
+    if 0 < version < key.min_encryption_version:  # 0: the latest, never below it
+        return _VERSION_TOO_LOW
+    return None
+
+
+def wanted_versions(key: KeyInfo, work: list[Item], results: Results) -> dict[int, int]:
+    """The version each pending item asks to be sealed under, 0 for the latest (which one that
+    is, the lease says: ``_leases``)."""
+    pending = results.pending()
+    if not any(item.version for item in work):  # the usual batch: every item the latest
+        return dict.fromkeys(pending, 0)
+    wanted = {}
+    for i in pending:
+        error = version_error(key, work[i].version)
+        if error is None:
+            wanted[i] = work[i].version
+        else:
+            results.fail(i, error)
+    return wanted
+
+
+def parse_all(
+    key: KeyInfo, work: list[Item], results: Results
+) -> tuple[dict[int, int], dict[int, bytes]]:
+    versions, payloads = {}, {}
+    for i, item in enumerate(work):
+        if not item.text:
+            results.fail(i, "missing ciphertext to decrypt")
+            continue
+        try:
+            version, text = _ciphertext.split(item.text)
+            if version > key.latest:
+                raise CiphertextError(_ciphertext.TOO_NEW)
+            if version < key.min_decryption_version:
+                raise CiphertextError(_ciphertext.TOO_OLD)
+            payloads[i] = _ciphertext.payload(text)
+        except CiphertextError as exc:
+            results.fail(i, str(exc))
+            continue
+        versions[i] = version
+    return versions, payloads
+
+
+def aads(work: list[Item], results: Results) -> dict[int, bytes]:
+    pending = results.pending()
+    if not any(item.aad for item in work):
+        return dict.fromkeys(pending, b"")
+    decoded = {}
+    for i in pending:
+        try:
+            decoded[i] = _ciphertext.b64decode(work[i].aad) if work[i].aad else b""
+        except CiphertextError as exc:
+            results.fail(i, f"'[{i}].associated_data' {exc}")
+    return decoded
+
+
+def materials(
+    store: KeyStore, key: KeyInfo, versions: dict[int, int], results: Results
+) -> dict[int, bytes]:
+    """The material of each version the pending items' ciphertexts name, to open them (fetched
+    once per version; sealing takes its material from its lease instead)."""
+    wanted = {versions[i] for i in results.pending() if i in versions}
+    return {version: store.key_material(key.name, version) for version in wanted}
