@@ -389,14 +389,10 @@ class HttpProtocol(asyncio.Protocol):
             length = head.length
             if options.fast and length is not None and length <= plan.whole and plan.whole:
                 planner.begin(plan)
-                whole = self._busy = self._reader = _Whole(plan, head, keep_alive)
+                self._busy = self._reader = _Whole(plan, head, keep_alive)
                 if length and head.continue_:
                     self.write_now(b"HTTP/1.1 100 Continue\r\n\r\n")
-                if length:
-                    whole.timer = self.loop.call_later(
-                        options.receive_timeout, self._whole_timed_out, whole
-                    )
-                return
+                return  # its deadline is armed only if the read ends before the body (_settle)
         scope = self._scope(head, plan)
         cycle = Cycle(self, scope, head, keep_alive)
         self._reader = cycle
@@ -687,6 +683,11 @@ class HttpProtocol(asyncio.Protocol):
         keep-alive timer while nothing at all is pending."""
         if self._phase == _CLOSED:
             return
+        reader = self._reader
+        if isinstance(reader, _Whole) and reader.timer is None:
+            reader.timer = self.loop.call_later(
+                self.options.receive_timeout, self._whole_timed_out, reader
+            )
         if (self._count and self._phase == _HEAD_PHASE) or self._tail or self._prefix:
             if self._head_timer is None:
                 self._arm_head_timer()
