@@ -125,6 +125,10 @@ def _refusal(status: int) -> bytes:
     )
 
 
+class _Refused(Exception):
+    """Raised from a parser callback after a refusal, to stop the parser there."""
+
+
 class _Whole:
     """A whole-body plan's request, its body gathered for the fast answer."""
 
@@ -328,6 +332,7 @@ class HttpProtocol(asyncio.Protocol):
         self._url.append(url)
         if sum(map(len, self._url)) > self.options.head_limit:
             self._refuse(414)
+            raise _Refused  # stops the parser: nothing after it is read
 
     def on_header(self, name: bytes, value: bytes) -> None:
         if self._phase == _CHUNKED_PHASE:
