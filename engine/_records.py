@@ -5,6 +5,9 @@ bytes-like objects (joined once), a buffer plus lengths, or a buffer of ``u32 bi
 length || bytes`` records whose framing the C side parses. The providers then walk that
 buffer with no Python object per record. The outputs are one buffer too, with an offsets
 table; a record becomes a ``bytes`` object only when it is asked for.
+
+The providers take ``Records`` and ``TextLayout`` as they are, so this module sits below them
+and uses nothing but the binding and the argument checks (docs/ENGINE.md, "Layers").
 """
 
 from __future__ import annotations
