@@ -3,28 +3,35 @@
 Importable on its own: ``from engine import seal, open, Algorithm``.
 """
 
+from . import _calibration, _selection
 from ._aead import AEAD, open, open_into, seal, seal_into
 from ._buffers import AEADBuffer, BufferPool
-from ._calibration import Calibration, Measurement
 from ._chunked import ChunkedDecryptor, ChunkedEncryptor, opened_size, sealed_size
 from ._errors import DecryptionError, NativeError, SelfTestError
 from ._many import open_many, seal_many, seal_many_text
 from ._pool import CryptoPool, parallelism
-from ._providers import (
+from ._provider import Provider
+from ._records import OpenedRecords, Records, SealedRecords, TextLayout
+from ._selection import (
     PROVIDERS,
     SMALL_LIMIT,
-    Provider,
+    Calibration,
+    Measurement,
     SizeClass,
     calibrate,
     calibration,
     provider_choice,
     set_provider,
 )
-from ._records import OpenedRecords, Records, SealedRecords, TextLayout
 from ._selftest import self_test
 from ._stats import context_stats
 from ._strategy import get_context_strategy, set_context_strategy
 from ._types import CHUNK_LEN, NONCE_LEN, TAG_LEN, Algorithm, ContextStrategy, RecordStatus
+
+# The first use without a provider choice calibrates (docs/ENGINE.md). The calibration times
+# the codecs, which select their provider through _selection: so it is handed in from here,
+# the top, and _selection imports nothing above it.
+_selection.use_calibrator(_calibration.measure)
 
 __all__ = [
     "AEAD",

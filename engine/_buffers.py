@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 
 from ._aead import open_into, seal_into
-from ._native import cleanse
+from ._binding import cleanse
 from ._types import TAG_LEN, Algorithm, BytesLike
 
 _MIN_CAPACITY = 4096

@@ -11,6 +11,10 @@ the crypto pool runs jobs on more than one core, on that many threads at once. J
 one-thread figure; every other class runs on the pool and is chosen by the aggregate.
 Each job is the code that class runs in use: for chunks, the codec of ``_chunked.CODECS``
 (Cobblestone for AES under ``cryptography``), fed as a stream is.
+
+So this module sits above the codecs it times, and ``_selection`` below them cannot import
+it: the package's ``__init__`` hands ``measure`` to ``_selection.use_calibrator``, and
+``_selection`` keeps what it returns (``Calibration``, defined there).
 """
 
 from __future__ import annotations
@@ -19,12 +23,13 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
+from ._binding import release_thread_contexts
 from ._chunked import CODECS
-from ._native import release_thread_contexts
-from ._providers import PROVIDERS, Provider, SizeClass
+from ._pool import parallelism
+from ._provider import Provider
 from ._records import Records
+from ._selection import PROVIDERS, Calibration, Measurement, SizeClass
 from ._types import CHUNK_LEN, NONCE_LEN, TAG_LEN, Algorithm, AlgorithmSpec
 
 # Per size class: bytes per message (or record), records per batch, repetitions per timed
@@ -41,47 +46,6 @@ _JOBS = {
 }
 _ROUNDS = 3  # timed rounds on one thread; the best counts
 _POOL_ROUNDS = 3  # timed rounds with every thread at once
-
-
-@dataclass(frozen=True, slots=True)
-class Measurement:
-    """One provider's speed for one algorithm and size class, in bytes per second."""
-
-    algorithm: Algorithm
-    size_class: SizeClass
-    provider: str
-    single: float  # one thread
-    # `threads` threads at once, all together (= single for one thread or an inline class;
-    # None when not measured because it could not win, see ``measure``)
-    aggregate: float | None
-
-
-@dataclass(frozen=True, slots=True)
-class Calibration:
-    """What a calibration measured and chose."""
-
-    threads: int  # the concurrency calibrated for (the crypto pool's, on this process's cores)
-    seconds: float  # how long it took
-    measurements: tuple[Measurement, ...]
-
-    @staticmethod
-    def basis(size_class: SizeClass, threads: int) -> str:
-        """Which figure decides: "single" for inline jobs or one thread, else "aggregate"."""
-        return "single" if size_class is SizeClass.SMALL or threads == 1 else "aggregate"
-
-    def _score(self, m: Measurement) -> float:
-        if self.basis(m.size_class, self.threads) == "single":
-            return m.single
-        return m.aggregate if m.aggregate is not None else 0.0
-
-    def choice(self) -> dict[tuple[Algorithm, SizeClass], str]:
-        """The faster provider per (algorithm, size class), by the figure that decides."""
-        best: dict[tuple[Algorithm, SizeClass], Measurement] = {}
-        for m in self.measurements:
-            key = (m.algorithm, m.size_class)
-            if key not in best or self._score(m) > self._score(best[key]):
-                best[key] = m
-        return {key: m.provider for key, m in best.items()}
 
 
 def _job(provider: Provider, spec: AlgorithmSpec, cls: SizeClass) -> Callable[[], None]:
@@ -196,12 +160,14 @@ class _Team:
             t.join()
 
 
-def measure(threads: int) -> Calibration:
-    """Time every provider per algorithm and size class, on one thread and on `threads`.
+def measure(threads: int | None) -> Calibration:
+    """Time every provider per algorithm and size class, on one thread and on `threads`
+    (None: as many as a default ``CryptoPool`` runs on this process's cores).
 
     The aggregate of a provider is not measured (None) when it cannot win: when even
     `threads` times its one-thread figure is below another provider's aggregate.
     """
+    threads = threads or parallelism()
     began = time.perf_counter()
     rows: list[Measurement] = []
     team = _Team(threads) if threads > 1 else None

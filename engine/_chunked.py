@@ -12,12 +12,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple, Protocol
 
-from . import _native
-from ._aead import algorithm_spec, as_bytes_view, check_key
+from . import _binding
+from ._checks import algorithm_spec, as_bytes_view, check_key
 from ._cobble import CobbleOpener, CobbleSealer
 from ._errors import DecryptionError
 from ._framing import FramingOpener, FramingSealer
-from ._providers import Provider, SizeClass, select
+from ._provider import Provider
+from ._selection import SizeClass, select
 from ._types import (
     CHUNK_LEN,
     HEADER_LEN,
@@ -229,11 +230,11 @@ def _fill(size: int, write: Callable[..., int], *args: BytesLike) -> bytes:
     """Run write(*args, out) into a new ``bytes`` of size bytes, filled in place: one
     allocation and no copy (the sizes are exact, so the sliced copy is a fallback). On any
     failure the partly written object is wiped before it is dropped."""
-    out, p = _native.new_bytes(size)
+    out, p = _binding.new_bytes(size)
     try:
-        n = write(*args, _native.writable(p, size))
+        n = write(*args, _binding.writable(p, size))
     except BaseException:
-        _native.cleanse_at(p, size)
+        _binding.cleanse_at(p, size)
         raise
     return out if n == size else out[:n]
 

@@ -20,9 +20,9 @@ from __future__ import annotations
 import hmac
 import os
 
+from ._binding import hkdf_expand_sha512
 from ._errors import DecryptionError
-from ._native import hkdf_expand_sha512
-from ._providers import Provider
+from ._provider import Provider
 from ._types import (
     CHUNK_LEN,
     COMMITMENT_LEN,

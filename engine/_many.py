@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from . import _native
-from ._aead import algorithm_spec, as_bytes_view, check_key
-from ._providers import SMALL_LIMIT, SizeClass, select
+from . import _binding
+from ._checks import algorithm_spec, as_bytes_view, check_key
 from ._records import FRAME_LEN, OpenedRecords, Records, SealedRecords, TextLayout, as_records
+from ._selection import SMALL_LIMIT, SizeClass, select
 from ._types import NONCE_LEN, TAG_LEN, Algorithm, BytesLike
 
 _FIXED = NONCE_LEN + TAG_LEN
@@ -53,8 +53,8 @@ def seal_many(
     # Every byte of out is written (the layout has no gaps), so it need not be zeroed first;
     # a large one comes in huge pages: 4 KiB faults of a fresh 8 MiB batch cost about as much
     # as sealing it (docs/BENCHMARKS.md, "Batches of records").
-    out = _native.new_bytearray(
-        _native.records_size(batch.lengths, frame, prefix_len + _FIXED, False)
+    out = _binding.new_bytearray(
+        _binding.records_size(batch.lengths, frame, prefix_len + _FIXED, False)
     )
     offsets = bytearray(8 * (len(batch) + 1))
     select(spec, _size_class(batch)).seal_many(
@@ -89,8 +89,8 @@ def seal_many_text(
     layout = TextLayout(head, before, after, sep, tail)
     if layout.after_lengths is not None and len(layout.after_lengths) != len(batch):
         raise ValueError("records: one suffix per record")
-    size = _native.text_size(batch.lengths, _FIXED, layout)
-    out, p = _native.new_bytes(size)
+    size = layout.size(batch.lengths, _FIXED)
+    out, p = _binding.new_bytes(size)
     select(spec, _size_class(batch)).seal_many_text(
         spec, key, as_bytes_view(aad, "aad"), batch, layout, p, size
     )
@@ -116,7 +116,7 @@ def open_many(
     batch = as_records(records)
     # Not zeroed first either: every record's region is written, with its plaintext or,
     # for a record not OK, with zeros (sf_open_batch and the cryptography provider).
-    out = _native.new_bytearray(_native.records_size(batch.lengths, 0, prefix_len + _FIXED, True))
+    out = _binding.new_bytearray(_binding.records_size(batch.lengths, 0, prefix_len + _FIXED, True))
     offsets = bytearray(8 * (len(batch) + 1))
     status = bytearray(len(batch))
     select(spec, _size_class(batch)).open_many(

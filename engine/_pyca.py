@@ -13,14 +13,15 @@ import hmac
 import os
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
 
 from . import _strategy
+from ._binding import cleanse, writable
 from ._errors import DecryptionError
-from ._native import cleanse, writable
+from ._records import Records, TextLayout
 from ._types import (
     CHUNK_LEN,
     NONCE_LEN,
@@ -30,9 +31,6 @@ from ._types import (
     BytesLike,
     RecordStatus,
 )
-
-if TYPE_CHECKING:
-    from ._records import Records, TextLayout
 
 _Aead = AESGCM | ChaCha20Poly1305
 _CLASSES: tuple[type[AESGCM] | type[ChaCha20Poly1305], ...] = (AESGCM, AESGCM, ChaCha20Poly1305)

@@ -5,6 +5,9 @@ bytes-like objects (joined once), a buffer plus lengths, or a buffer of ``u32 bi
 length || bytes`` records whose framing the C side parses. The providers then walk that
 buffer with no Python object per record. The outputs are one buffer too, with an offsets
 table; a record becomes a ``bytes`` object only when it is asked for.
+
+The providers take ``Records`` and ``TextLayout`` as they are, so this module sits below them
+and uses nothing but the binding and the argument checks (docs/ENGINE.md, "Layers").
 """
 
 from __future__ import annotations
@@ -12,8 +15,8 @@ from __future__ import annotations
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 
-from . import _native
-from ._aead import as_bytes_view
+from . import _binding
+from ._checks import as_bytes_view
 from ._errors import DecryptionError
 from ._types import BytesLike, RecordStatus
 
@@ -45,7 +48,7 @@ def _gather(items: list[BytesLike] | tuple[BytesLike, ...], total: int) -> bytea
     faults: once a process's allocator has handed such memory back (as it does between
     batches), 2,100 faults per 8 MiB batch cost more than copying it (docs/BENCHMARKS.md,
     issue 16: 1.07x -> 2.05x of the AESGCM loop at 1 KiB records)."""
-    buf = _native.new_bytearray(total)
+    buf = _binding.new_bytearray(total)
     o = 0
     try:
         for item in items:
@@ -65,7 +68,7 @@ class Records:
 
     def __init__(self, data: BytesLike, lengths: array[int], is_framed: bool) -> None:
         frame = FRAME_LEN if is_framed else 0
-        if _native.records_size(lengths, frame, 0, False) != len(data):
+        if _binding.records_size(lengths, frame, 0, False) != len(data):
             raise ValueError("records: the lengths do not add up to the buffer's size")
         self.data = data
         self.lengths = lengths
@@ -84,7 +87,7 @@ class Records:
             lengths = _lengths(map(len, items))
         except TypeError:
             raise TypeError("records must be bytes-like objects") from None
-        total = _native.records_size(lengths, 0, 0, False)
+        total = _binding.records_size(lengths, 0, 0, False)
         data: bytes | bytearray | None = _gather(items, total) if total >= _GATHER_FROM else None
         if data is None:
             try:
@@ -117,14 +120,14 @@ class Records:
         """
         if not sep or sep[:1] in _BASE64_BYTES:
             raise ValueError("records: the separator must not start with a base64 character")
-        buf, used, lengths = _native.base64_column(as_bytes_view(column, "column"), count, sep)
+        buf, used, lengths = _binding.base64_column(as_bytes_view(column, "column"), count, sep)
         return cls(buf if used == len(buf) else memoryview(buf)[:used], lengths, False)
 
     @classmethod
     def from_framed(cls, data: BytesLike) -> Records:
         """Records framed as ``u32 big-endian length || bytes``, filling data exactly."""
         data = as_bytes_view(data, "records")
-        return cls(data, _native.frame_lengths(data), True)
+        return cls(data, _binding.frame_lengths(data), True)
 
     @classmethod
     def from_stream(cls, data: BytesLike, max_len: int) -> tuple[Records, int]:
@@ -132,9 +135,9 @@ class Records:
         record may still be arriving), and the bytes they take. ValueError as soon as a
         record declares more than max_len bytes, before its bytes arrive."""
         data = as_bytes_view(data, "records")
-        _, used = _native.complete_frames(data, max_len)
+        _, used = _binding.complete_frames(data, max_len)
         whole = data if used == len(data) else memoryview(data)[:used]
-        return cls(whole, _native.frame_lengths(whole), True), used
+        return cls(whole, _binding.frame_lengths(whole), True), used
 
     def __len__(self) -> int:
         return len(self.lengths)
@@ -170,6 +173,14 @@ class TextLayout:
         else:
             suffixes = Records.from_list(after)
             self.after, self.after_lengths = suffixes.data, suffixes.lengths
+
+    def size(self, lengths: array[int], fixed: int) -> int:
+        """Bytes of the text for records of these lengths, each sealed to fixed more bytes;
+        ValueError if it overflows."""
+        return _binding.text_size(
+            lengths, fixed, len(self.before), len(self.after), self.after_lengths,
+            len(self.sep), len(self.head), len(self.tail),
+        )  # fmt: skip
 
     def suffixes(self, count: int) -> list[bytes]:
         """Each record's suffix as bytes (for a provider that writes records one by one)."""
@@ -244,4 +255,4 @@ class OpenedRecords(_Batch):
 
     def wipe(self) -> None:
         """Overwrite every plaintext with zeros (in a way the compiler keeps)."""
-        _native.cleanse(self.data)
+        _binding.cleanse(self.data)

@@ -16,7 +16,8 @@ import hmac
 from ._cobble import CobbleOpener, CobbleSealer, covers
 from ._errors import DecryptionError, SelfTestError
 from ._framing import derive
-from ._providers import PROVIDERS, Provider
+from ._provider import Provider
+from ._selection import PROVIDERS
 from ._types import HEADER_LEN, SALT_LEN, TAG_LEN, Algorithm
 
 _H = bytes.fromhex

@@ -6,13 +6,13 @@ LAZY until ``set_context_strategy`` says otherwise: the engine reads no environm
 
 from __future__ import annotations
 
-from . import _native
+from . import _binding
 from ._types import ContextStrategy
 
 # Read by the cryptography provider on every operation, so kept as a plain module global;
 # the native side keeps its own copy, pushed by set_context_strategy.
 current: int = ContextStrategy.LAZY.value
-_native.set_strategy(ContextStrategy.LAZY)
+_binding.set_strategy(ContextStrategy.LAZY)
 
 
 def get_context_strategy() -> ContextStrategy:
@@ -32,4 +32,4 @@ def set_context_strategy(strategy: ContextStrategy | str) -> None:
             ) from None
     strategy = ContextStrategy(strategy)
     current = strategy.value
-    _native.set_strategy(strategy)
+    _binding.set_strategy(strategy)

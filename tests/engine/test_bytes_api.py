@@ -17,7 +17,7 @@ from sealflow.engine import (
     ChunkedDecryptor,
     ChunkedEncryptor,
     DecryptionError,
-    _native,
+    _binding,
 )
 
 MIB = 1 << 20
@@ -158,8 +158,8 @@ def test_native_open_of_a_bad_tag_leaves_no_result() -> None:
 
 def test_new_bytes_is_a_bytes_object_of_the_size_asked() -> None:
     for size in (0, 1, 5 * MIB):
-        out, p = _native.new_bytes(size)
-        view = _native.writable(p, size)
+        out, p = _binding.new_bytes(size)
+        view = _binding.writable(p, size)
         view[:] = b"\x07" * size
         assert type(out) is bytes
         assert out == b"\x07" * size

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from sealflow import engine
-from sealflow.engine import AEAD, ContextStrategy, _native
+from sealflow.engine import AEAD, ContextStrategy, _binding
 
 
 def native(strategy: str) -> dict[str, int]:
@@ -122,7 +122,7 @@ def test_threads_never_share_contexts(strategy: ContextStrategy) -> None:
                 msg = os.urandom(j)
                 a = AEAD("chacha20-poly1305", key if j % 3 else KEYS[-1 - i])
                 assert a.open(nonce, b"", a.seal(nonce, b"", msg)) == msg
-            seen[i] = _native.thread_context_ids()
+            seen[i] = _binding.thread_context_ids()
             barrier.wait()  # keep every thread (and its contexts) alive until all recorded
         except BaseException as exc:
             errors.append(exc)
