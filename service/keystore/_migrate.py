@@ -11,7 +11,6 @@ the target is left for the operator to drop: the SQLite file is never changed.
 
 from __future__ import annotations
 
-import sqlite3
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,45 +37,12 @@ def migrate(source: Path, url: str, master_key: bytes) -> Migrated:
         raise KeyStoreUnavailable(f"no SQLite keystore at {source}")
     # Opening checks the file and the master key (and upgrades a schema-1 file in place first).
     with closing(SQLiteKeyStore(source, master_key)) as old:
-        keys, versions, tokens, limits, usage, policies = _rows(source)
+        rows = old.export_rows()
         with closing(PostgresKeyStore(url, master_key, watch=False)) as new:
-            new.import_rows(keys, versions, tokens, limits, usage, policies)
+            new.import_rows(*rows)
             _verify(old, new)
+    keys, versions, tokens = rows[:3]
     return Migrated(len(keys), len(versions), len(tokens))
-
-
-Rows = list[tuple[object, ...]]
-
-
-def _rows(path: Path) -> tuple[Rows, Rows, Rows, Rows, Rows, Rows]:
-    with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
-        db.execute("BEGIN")  # one snapshot of all three tables
-        keys = db.execute(
-            "SELECT name, algorithm, exportable, min_decryption_version, created_at, mac FROM keys"
-        ).fetchall()
-        versions = db.execute(
-            "SELECT name, version, wrapped, created_at FROM key_versions ORDER BY name, version"
-        ).fetchall()
-        # Tokens are never deleted, so rowid order is creation order.
-        tokens = db.execute(
-            "SELECT id, digest, scopes, label, created_at, revoked_at, mac FROM tokens"
-            " ORDER BY rowid"
-        ).fetchall()
-        # Absent from a keystore no release with usage limits has opened: none to copy.
-        tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master")}
-        limits = usage = policies = []
-        if "key_limits" in tables:
-            limits = db.execute(
-                "SELECT name, max_encryptions, auto_rotate_period, mac FROM key_limits"
-            ).fetchall()
-        if "key_usage" in tables:
-            usage = db.execute("SELECT name, version, reserved, bytes FROM key_usage").fetchall()
-        if "key_policy" in tables:
-            policies = db.execute(
-                "SELECT name, min_encryption_version, deletion_allowed, made_exportable, mac"
-                " FROM key_policy"
-            ).fetchall()
-    return keys, versions, tokens, limits, usage, policies
 
 
 def _verify(old: SQLiteKeyStore, new: PostgresKeyStore) -> None:

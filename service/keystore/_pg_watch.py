@@ -19,7 +19,7 @@ from collections.abc import Callable
 import psycopg
 
 from ._pg_schema import CHANNEL
-from .errors import KeyStoreUnavailable
+from .errors import DriverErrors, KeyStoreUnavailable
 
 log = logging.getLogger("sealflow.keystore")
 
@@ -34,10 +34,12 @@ class Watcher:
         url: str,
         sync: Callable[[], None],
         poll_interval: float,
+        errors: DriverErrors,
         relisten: float = 5.0,
     ) -> None:
         self._url = url
         self._sync = sync
+        self._errors = errors  # the store's mapping of psycopg's errors
         self._poll_interval = poll_interval
         self._relisten = relisten
         self._stop = threading.Event()
@@ -56,8 +58,9 @@ class Watcher:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                self._listen()
-            except psycopg.Error as exc:
+                with self._errors:
+                    self._listen()
+            except KeyStoreUnavailable as exc:
                 if self._stop.is_set():
                     return
                 self._fall_back(exc)
@@ -84,12 +87,12 @@ class Watcher:
                     self._synced()
                     next_beat = now + HEARTBEAT
 
-    def _fall_back(self, exc: psycopg.Error) -> None:
+    def _fall_back(self, exc: KeyStoreUnavailable) -> None:
         if self.mode == "notify":
             self.fallbacks += 1
             log.warning(
                 "keystore notifications lost (%s); polling every %.1f s",
-                _reason(exc),
+                exc,
                 self._poll_interval,
                 extra={"fields": {"invalidation": "poll"}},
             )
@@ -117,8 +120,3 @@ class Watcher:
             log.warning("keystore reachable again", extra={"fields": {"keystore": "reachable"}})
         self.reachable = True
         self.synced_at = time.monotonic()
-
-
-def _reason(exc: BaseException) -> str:
-    # The first line only: psycopg's messages can carry the server's detail lines.
-    return (str(exc).splitlines() or [type(exc).__name__])[0]

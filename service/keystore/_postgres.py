@@ -5,84 +5,75 @@ memory, reloaded whole when another process changed them (``_pg_watch``: LISTEN/
 polling when the notification connection is lost) and right after this process's own writes.
 Writes are one transaction each, on a connection from a ``psycopg_pool`` pool; every write
 locks the one ``sealflow_changes`` row, so writes from all replicas are serialised and the
-next version of a key is always latest + 1, never a duplicate or a gap. The schema is
-``_pg_schema``'s; what the master key vouches for in each row is ``_integrity``'s, exactly as
-in the SQLite store.
+next version of a key is always latest + 1, never a duplicate or a gap.
+
+What this store does its own way: its pool, its dialect of the shared SQL, its cache reloaded
+whole, and its change feed. Its writes are ``_writes``'s and its rows ``_tables``'s, as for
+every store; the schema is ``_pg_schema``'s; what the master key vouches for in each row is
+``_integrity``'s, exactly as in the SQLite store.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hmac
-import itertools
-import logging
-import os
-import secrets
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import ConnectionPool
 
-from sealflow.engine import Algorithm
-
-from . import _pg_schema, _pg_usage
-from ._base import (
-    KeyInfo,
-    KeyStoreHealth,
-    Slot,
-    TokenInfo,
-    VersionUsage,
-    valid_key_name,
-    valid_scope,
-    valid_secret,
-)
-from ._integrity import KEY_ROW, LIMITS_ROW, TOKEN_ROW, Integrity, refuse
+from . import _pg_schema
+from ._base import KeyInfo, KeyStoreHealth, Slot, TokenInfo
+from ._dialect import Dialect, Sql, TableNames
+from ._integrity import Integrity
 from ._pg_watch import Watcher
-from ._rows import (
-    MAX_VERSION,
-    PolicyRow,
-    digest,
-    forget_replaced,
-    key_info,
-    limits_row,
-    policy_mac,
-    present,
-    token_info,
-    with_limits,
-    with_policy,
-)
-from ._writes import VersionWrites
-from .errors import (
-    InvalidRequest,
-    KeyExists,
-    KeyNotFound,
-    KeyStoreCorrupt,
-    KeyStoreUnavailable,
-    TokenNotFound,
-)
+from ._rows import MAX_VERSION, forget_replaced, live_token, present
+from ._tables import Tables
+from ._writes import Writes
+from .errors import DriverErrors, KeyNotFound, KeyStoreCorrupt, KeyStoreUnavailable
 
-log = logging.getLogger("sealflow.keystore")
-
-_KEYS_SQL = (
-    "SELECT k.name, k.algorithm, k.exportable, k.min_decryption_version, k.created_at, k.mac,"
-    " v.version, v.created_at FROM sealflow_keys k"
-    " JOIN sealflow_key_versions v ON v.name = k.name"
-)
-_LIMITS_SQL = "SELECT name, max_encryptions, auto_rotate_period, mac FROM sealflow_key_limits"
-_POLICY_SQL = (
-    "SELECT name, min_encryption_version, deletion_allowed, made_exportable, mac"
-    " FROM sealflow_key_policy"
-)
-_TOKENS_SQL = "SELECT id, digest, scopes, label, created_at, revoked_at, mac FROM sealflow_tokens"
 # Seconds a write waits for a connection before it is KeyStoreUnavailable (503).
 _WRITE_TIMEOUT = 5.0
 
 Db = psycopg.Connection[tuple[Any, ...]]
+
+
+def _in_slots(slots: Sequence[Slot]) -> tuple[str, tuple[object, ...]]:
+    # Only the slots asked for: usage rows of every key and version add up over a keystore's life.
+    pairs = " WHERE (u.name, u.version) IN (SELECT * FROM unnest(%s::text[], %s::bigint[]))"
+    return pairs, ([s.name for s in slots], [s.version for s in slots])
+
+
+# Writers of every replica run side by side: rows read to be written are locked FOR UPDATE, a
+# key whose usage is being reserved FOR SHARE (it cannot be deleted meanwhile). seq: creation
+# order, whatever the clocks of the replicas say.
+_SQL = Sql(
+    Dialect(
+        "%s",
+        TableNames(
+            "sealflow_keys",
+            "sealflow_key_versions",
+            "sealflow_tokens",
+            "sealflow_key_limits",
+            "sealflow_key_policy",
+            "sealflow_usage",
+        ),
+        for_update=" FOR UPDATE",
+        for_share=" FOR SHARE",
+        creation_order="seq",
+        slots=_in_slots,
+    )
+)
+
+
+def _errors(what: str) -> DriverErrors:
+    """psycopg's errors (its pool's too) as keystore errors: the one mapping, around every
+    call into PostgreSQL, the watcher's included."""
+    return DriverErrors(psycopg.Error, what)
 
 
 def redact(url: str) -> str:
@@ -95,7 +86,7 @@ def redact(url: str) -> str:
     return make_conninfo("", **params)
 
 
-class PostgresKeyStore(VersionWrites[Db]):
+class PostgresKeyStore(Writes[Db]):
     """A ``KeyStore`` on PostgreSQL; see the module docstring.
 
     ``provision`` runs in the transaction that creates the schema, and only then: the first
@@ -116,9 +107,10 @@ class PostgresKeyStore(VersionWrites[Db]):
         self._url = url
         self._where = redact(url)
         self._integrity = Integrity(master_key)
+        self._tables = Tables(_SQL, self._integrity, self._where)
+        self._errors = _errors(f"keystore {self._where}")
         self._keys: dict[str, KeyInfo | None] = {}
         self._tokens: dict[bytes, tuple[bytes, TokenInfo]] = {}
-        self._token_list: list[TokenInfo] = []
         self._material: dict[tuple[str, int], bytes] = {}
         self._born: dict[str, float] = {}  # _rows.forget_replaced
         self._generation = -1
@@ -136,13 +128,9 @@ class PostgresKeyStore(VersionWrites[Db]):
             kwargs={"connect_timeout": 5, "application_name": "sealflow-keystore"},
         )
         try:
-            self._pool.open(wait=True, timeout=10)
-        except psycopg.Error as exc:
-            self._pool.close()
-            reason = _reason(exc)
-            raise KeyStoreUnavailable(f"cannot open keystore {self._where}: {reason}") from None
-        try:
-            with self._transaction(bump=False) as db:
+            with _errors(f"cannot open keystore {self._where}"):
+                self._pool.open(wait=True, timeout=10)
+            with self._transaction(changes=False) as db:
                 self.created = _pg_schema.migrate(db, self._integrity, self._where)
                 if self.created and provision is not None:
                     self._ambient = db
@@ -154,7 +142,7 @@ class PostgresKeyStore(VersionWrites[Db]):
         except BaseException:
             self._pool.close()
             raise
-        self._watcher = Watcher(url, self._sync, poll_interval) if watch else None
+        self._watcher = Watcher(url, self._sync, poll_interval, self._errors) if watch else None
 
     def close(self) -> None:
         if self._closed:
@@ -164,7 +152,7 @@ class PostgresKeyStore(VersionWrites[Db]):
             self._watcher.close()
         self._pool.close()
         self._material.clear()
-        self._keys, self._tokens, self._token_list = {}, {}, []
+        self._keys, self._tokens = {}, {}
 
     def health(self) -> KeyStoreHealth:
         watcher = self._watcher
@@ -172,92 +160,7 @@ class PostgresKeyStore(VersionWrites[Db]):
             return KeyStoreHealth(True, time.monotonic(), "none", 0)
         return KeyStoreHealth(watcher.reachable, watcher.synced_at, watcher.mode, watcher.fallbacks)
 
-    # -- keys
-
-    def create_key(
-        self,
-        name: str,
-        algorithm: Algorithm,
-        exportable: bool = False,
-        max_encryptions: int | None = None,
-        auto_rotate_period: float | None = None,
-    ) -> KeyInfo:
-        if not valid_key_name(name):
-            raise InvalidRequest(f"invalid key name {name!r}")
-        if not isinstance(algorithm, Algorithm):
-            raise InvalidRequest(f"unknown algorithm {algorithm!r}")
-        row = (name, algorithm.value, int(exportable), 1, time.time())
-        with self._transaction() as db:
-            inserted = db.execute(
-                "INSERT INTO sealflow_keys VALUES (%s, %s, %s, %s, %s, %s)"
-                " ON CONFLICT (name) DO NOTHING",
-                (*row, self._integrity.mac(KEY_ROW, row)),
-            )
-            if inserted.rowcount != 1:
-                raise KeyExists(f"key {name!r} already exists")
-            self._add_version(db, name, 1, algorithm, exportable)
-            if max_encryptions is not None or auto_rotate_period is not None:
-                info = self._locked_key(db, name)
-                self._write_limits(db, limits_row(info, max_encryptions, auto_rotate_period))
-            return self._locked_key(db, name)
-
-    def _write_limits(self, db: Db, row: tuple[str, int, float]) -> None:
-        db.execute(
-            "INSERT INTO sealflow_key_limits VALUES (%s, %s, %s, %s) ON CONFLICT (name) DO UPDATE"
-            " SET max_encryptions = excluded.max_encryptions,"
-            " auto_rotate_period = excluded.auto_rotate_period, mac = excluded.mac",
-            (*row, self._integrity.mac(LIMITS_ROW, row)),
-        )
-
-    # -- usage (``_pg_usage``): no change counted or announced, caches do not hold it
-
-    def reserve_usage(self, slot: Slot, want: int, limit: int, nbytes: int = 0) -> tuple[int, int]:
-        with self._transaction(bump=False) as db:
-            return _pg_usage.reserve(db, slot, want, limit, nbytes)
-
-    def release_usage(self, slot: Slot, count: int, nbytes: int = 0) -> None:
-        with self._transaction(bump=False) as db:
-            _pg_usage.release(db, slot, count, nbytes)
-
-    def reserved(self, slots: list[Slot]) -> dict[Slot, int]:
-        if not slots:
-            return {}
-        with self._transaction(bump=False) as db:
-            return _pg_usage.reserved(db, slots)
-
-    def usage(self, name: str) -> dict[int, VersionUsage]:
-        with self._transaction(bump=False) as db:
-            return _pg_usage.usage(db, name)
-
-    def _write_min_decryption(self, db: Db, name: str, version: int) -> None:
-        stored = db.execute(
-            "SELECT name, algorithm, exportable, min_decryption_version, created_at"
-            " FROM sealflow_keys WHERE name = %s",
-            (name,),
-        ).fetchone()
-        assert stored is not None  # locked by the caller
-        row = (*stored[:3], version, stored[4])
-        db.execute(
-            "UPDATE sealflow_keys SET min_decryption_version = %s, mac = %s WHERE name = %s",
-            (version, self._integrity.mac(KEY_ROW, row), name),
-        )
-
-    def _write_policy(self, db: Db, row: PolicyRow) -> None:
-        db.execute(
-            "INSERT INTO sealflow_key_policy (name, min_encryption_version, deletion_allowed,"
-            " made_exportable, mac) VALUES (%s, %s, %s, %s, %s) ON CONFLICT (name) DO UPDATE"
-            " SET min_encryption_version = excluded.min_encryption_version,"
-            " deletion_allowed = excluded.deletion_allowed,"
-            " made_exportable = excluded.made_exportable, mac = excluded.mac",
-            (*row, policy_mac(self._integrity, row)),
-        )
-
-    def _delete_rows(self, db: Db, name: str) -> None:
-        # Children first (foreign keys); the change is announced at commit like any write, and
-        # every replica's reload drops the key and its material (_load, forget_replaced).
-        tables = ("usage", "key_limits", "key_policy", "key_versions", "keys")
-        for table in tables:
-            db.execute(f"DELETE FROM sealflow_{table} WHERE name = %s", (name,))  # noqa: S608
+    # -- reads, from the cache
 
     def get_key(self, name: str) -> KeyInfo:
         self._read()
@@ -280,80 +183,13 @@ class PostgresKeyStore(VersionWrites[Db]):
         # Loaded with its key, so only a version that failed to unwrap is missing.
         raise KeyStoreCorrupt(f"key {name!r} version {version} fails its integrity check")
 
-    def _add_version(
-        self, db: Db, name: str, version: int, alg: Algorithm, exportable: bool
-    ) -> None:
-        material = os.urandom(alg.spec.key_len)
-        wrapped = self._integrity.wrap(name, version, alg, exportable, material)
-        db.execute(
-            "INSERT INTO sealflow_key_versions VALUES (%s, %s, %s, %s)",
-            (name, version, wrapped, time.time()),
-        )
-
-    def _locked_key(self, db: Db, name: str) -> KeyInfo:
-        if db.execute("SELECT 1 FROM sealflow_keys WHERE name = %s FOR UPDATE", (name,)).rowcount:
-            rows = db.execute(_KEYS_SQL + " WHERE k.name = %s ORDER BY v.version", (name,))
-            keys = {name: key_info(self._integrity, rows.fetchall(), self._where)}
-            limits = db.execute(_LIMITS_SQL + " WHERE name = %s", (name,)).fetchall()
-            policies = db.execute(_POLICY_SQL + " WHERE name = %s", (name,)).fetchall()
-            keys = with_limits(self._integrity, keys, limits, self._where)
-            keys = with_policy(self._integrity, keys, policies, self._where)
-        else:
-            keys = {}
-        return present(keys, name)
-
-    # -- tokens
-
-    def create_token(
-        self, scopes: list[str], label: str = "", secret: str | None = None
-    ) -> tuple[TokenInfo, str]:
-        if isinstance(scopes, str) or not scopes or not all(map(valid_scope, scopes)):
-            raise InvalidRequest(f"a token needs one or more valid scopes, not {scopes!r}")
-        if secret is not None and not valid_secret(secret):
-            raise InvalidRequest("a given token must be 43 or more URL-safe base64 characters")
-        token_id = "tok_" + secrets.token_hex(8)
-        secret = secret if secret is not None else secrets.token_urlsafe(32)
-        row = (token_id, digest(secret), " ".join(scopes), label, time.time(), None)
-        with self._transaction() as db:
-            db.execute(
-                "INSERT INTO sealflow_tokens (id, digest, scopes, label, created_at, revoked_at,"
-                " mac) VALUES (%s, %s, %s, %s, %s, %s, %s)",
-                (*row, self._integrity.mac(TOKEN_ROW, row)),
-            )
-        return token_info(row), secret
-
     def list_tokens(self) -> list[TokenInfo]:
         self._read()
-        return list(self._token_list)
-
-    def revoke_token(self, token_id: str) -> TokenInfo:
-        with self._transaction() as db:
-            stored = db.execute(_TOKENS_SQL + " WHERE id = %s FOR UPDATE", (token_id,)).fetchone()
-            if stored is None:
-                raise TokenNotFound(f"token {token_id!r} not found")
-            row, mac = tuple(stored[:6]), stored[6]
-            if not self._integrity.verify(TOKEN_ROW, row, mac):
-                refuse(self._where, f"token {token_id!r}")
-                raise KeyStoreCorrupt(
-                    f"token {token_id!r} fails its integrity check: it is refused already,"
-                    " and is left as it is"
-                )
-            if row[5] is None:
-                row = (*row[:5], time.time())
-                db.execute(
-                    "UPDATE sealflow_tokens SET revoked_at = %s, mac = %s WHERE id = %s",
-                    (row[5], self._integrity.mac(TOKEN_ROW, row), token_id),
-                )
-        return token_info(row)
+        return [info for _, info in self._tokens.values()]
 
     def find_token(self, secret: str) -> TokenInfo | None:
         self._read()
-        wanted = digest(secret)
-        entry = self._tokens.get(wanted)
-        if entry is None:
-            return None
-        stored, info = entry
-        return info if hmac.compare_digest(stored, wanted) and not info.revoked else None
+        return live_token(self._tokens, secret)
 
     # -- migration
 
@@ -396,7 +232,7 @@ class PostgresKeyStore(VersionWrites[Db]):
                     policies,
                 )
 
-    # -- the cache
+    # -- the cache and its freshness
 
     def _read(self) -> None:
         """Before a read: nothing with a watcher (the cache is current), else a sync."""
@@ -406,110 +242,70 @@ class PostgresKeyStore(VersionWrites[Db]):
             self._sync()
 
     def _sync(self, force: bool = False) -> None:
-        """Reload the cache if the keystore changed since the last load (or ``force``)."""
+        """Reload the cache if the keystore changed since the last load (or ``force``): keys,
+        the material of their versions not cached yet, and tokens, from one snapshot."""
         with self._reload_lock:
-            try:
-                with self._pool.connection(timeout=_WRITE_TIMEOUT) as db, db.transaction():
-                    db.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                    row = db.execute("SELECT generation FROM sealflow_changes").fetchone()
-                    generation = int(row[0]) if row else 0
-                    if generation == self._generation and not force:
-                        return
-                    keys = db.execute(_KEYS_SQL + " ORDER BY k.name, v.version").fetchall()
-                    limits = db.execute(_LIMITS_SQL).fetchall()
-                    policies = db.execute(_POLICY_SQL).fetchall()
-                    tokens = db.execute(_TOKENS_SQL + " ORDER BY seq").fetchall()
-            except psycopg.Error as exc:
-                raise KeyStoreUnavailable(f"keystore {self._where}: {_reason(exc)}") from None
-            self._load(keys, limits, policies, tokens)
+            connection = self._pool.connection(timeout=_WRITE_TIMEOUT)
+            with self._errors, connection as db, db.transaction():
+                db.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                row = db.execute("SELECT generation FROM sealflow_changes").fetchone()
+                generation = int(row[0]) if row else 0
+                if generation == self._generation and not force:
+                    return
+                keys = self._tables.keys(db)
+                material, born = self._unwrapped(db, keys)
+                tokens = self._tables.tokens(db)
+            # Replaced whole, never changed in place: a reader holds one consistent snapshot.
+            # The material first: a reader of the new keys never finds an old key's material.
+            self._material, self._born = material, born
+            self._keys, self._tokens = keys, tokens
             self._generation = generation
 
-    def _load(
-        self,
-        key_rows: list[tuple[Any, ...]],
-        limit_rows: list[tuple[Any, ...]],
-        policy_rows: list[tuple[Any, ...]],
-        token_rows: list[tuple[Any, ...]],
-    ) -> None:
-        keys = {
-            name: key_info(self._integrity, list(group), self._where)
-            for name, group in itertools.groupby(key_rows, key=lambda row: row[0])
-        }
-        keys = with_limits(self._integrity, keys, limit_rows, self._where)
-        keys = with_policy(self._integrity, keys, policy_rows, self._where)
-        # A deleted key's material goes with it (and is never taken for a new key's): pruned in
-        # a copy, so that readers of the old cache keep what they read meanwhile.
-        material = dict(self._material)
-        forget_replaced(material, self._born, keys)
-        wanted = [
-            (info, v.version, v.created_at)
-            for info in keys.values()
-            if info is not None
-            for v in info.versions
-            if (info.name, v.version) not in material
-        ]
-        if wanted:
-            self._unwrap(wanted, material)
-        tokens: dict[bytes, tuple[bytes, TokenInfo]] = {}
-        token_list = []
-        for stored in token_rows:
-            row, mac = tuple(stored[:6]), stored[6]
-            if self._integrity.verify(TOKEN_ROW, row, mac):
-                info = token_info(row)
-                tokens[row[1]] = (row[1], info)
-                token_list.append(info)
-            else:
-                refuse(self._where, f"token {row[0]!r}")
-        # Replaced whole, never changed in place: a reader holds one consistent snapshot. The
-        # material first: a reader of the new keys never finds an old key's material.
-        self._material = material
-        self._keys, self._tokens, self._token_list = keys, tokens, token_list
+    def _unwrapped(
+        self, db: Db, keys: dict[str, KeyInfo | None]
+    ) -> tuple[dict[tuple[str, int], bytes], dict[str, float]]:
+        """The material of every version of ``keys``, and the creation times that go with it
+        (``forget_replaced``): what is cached of a key still the same (a version never changes
+        while its key lives), the rest unwrapped now. Built in copies, so that readers of the
+        old cache keep what they read meanwhile, and a reload that fails changes nothing: a
+        deleted key's material goes with it, and is never taken for a new key's."""
+        material, born = dict(self._material), dict(self._born)
+        forget_replaced(material, born, keys)
+        for info in keys.values():
+            if info is None:
+                continue
+            for v in info.versions:
+                if (info.name, v.version) in material:
+                    continue
+                # One that does not unwrap is left out (refused, logged): key_material says so.
+                with contextlib.suppress(KeyStoreCorrupt):
+                    found = self._tables.material(db, info, v.version)
+                    if found is not None:
+                        material[info.name, v.version] = found
+        return material, born
 
-    def _unwrap(
-        self, wanted: list[tuple[KeyInfo, int, float]], material: dict[tuple[str, int], bytes]
-    ) -> None:
-        """Unwrap versions not seen before (a version never changes while its key lives); the
-        creation time picks the version loaded, not one of a key made since in its place."""
-        with self._pool.connection(timeout=_WRITE_TIMEOUT) as db:
-            for info, version, born in wanted:
-                row = db.execute(
-                    "SELECT wrapped FROM sealflow_key_versions WHERE name = %s AND version = %s"
-                    " AND created_at = %s",
-                    (info.name, version, born),
-                ).fetchone()
-                try:
-                    if row is None:
-                        raise KeyStoreCorrupt(f"key {info.name!r} version {version} vanished")
-                    material[info.name, version] = self._integrity.unwrap(
-                        info.name, version, info.algorithm, info.created_exportable, row[0]
-                    )
-                except KeyStoreCorrupt:
-                    refuse(self._where, f"key {info.name!r} version {version}")
+    # -- connections
 
     @contextmanager
-    def _transaction(self, bump: bool = True) -> Iterator[Db]:
-        """One write transaction; the cache is reloaded after it commits.
+    def _transaction(self, changes: bool = True) -> Iterator[Db]:
+        """One transaction on a connection of the pool; the cache is reloaded after it commits.
 
-        ``bump``: count the change and NOTIFY the other processes (at commit).
+        ``changes``: count the change and NOTIFY the other processes (at commit).
         """
         if self._ambient is not None:
             yield self._ambient
             return
         if self._closed:
             raise KeyStoreUnavailable(f"keystore {self._where} is closed")
-        try:
-            with self._pool.connection(timeout=_WRITE_TIMEOUT) as db, db.transaction():
-                if bump:
-                    db.execute("UPDATE sealflow_changes SET generation = generation + 1")
-                    db.execute(f"NOTIFY {_pg_schema.CHANNEL}")
-                yield db
-        except psycopg.Error as exc:
-            raise KeyStoreUnavailable(f"keystore {self._where}: {_reason(exc)}") from None
-        if bump:
+        with self._errors, self._pool.connection(timeout=_WRITE_TIMEOUT) as db, db.transaction():
+            if changes:
+                db.execute("UPDATE sealflow_changes SET generation = generation + 1")
+                db.execute(f"NOTIFY {_pg_schema.CHANNEL}")
+            yield db
+        if changes:
             # Written; if the reload fails the watcher reloads once the database answers again.
             with contextlib.suppress(KeyStoreUnavailable):
                 self._sync()
 
-
-def _reason(exc: BaseException) -> str:
-    return (str(exc).splitlines() or [type(exc).__name__])[0]
+    def _connection(self) -> AbstractContextManager[Db]:
+        return self._transaction(changes=False)

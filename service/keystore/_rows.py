@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import hashlib
+import hmac
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -62,6 +63,19 @@ def token_info(row: Sequence[Any]) -> TokenInfo:
 
 def digest(secret: str) -> bytes:
     return hashlib.sha256(secret.encode()).digest()
+
+
+def live_token(tokens: dict[bytes, tuple[bytes, TokenInfo]], secret: str) -> TokenInfo | None:
+    """The live (not revoked) token with this secret among ``tokens`` (by digest, as
+    ``_tables.Tables.tokens`` reads them), or None."""
+    wanted = digest(secret)
+    entry = tokens.get(wanted)
+    if entry is None:
+        return None
+    # The lookup is keyed by a SHA-256 digest, so its timing says nothing useful about the
+    # secret; the final equality check is still constant-time, as the spec asks.
+    stored, info = entry
+    return info if hmac.compare_digest(stored, wanted) and not info.revoked else None
 
 
 def with_limits(

@@ -1,16 +1,15 @@
 """The embedded keystore: one SQLite file in WAL mode, shared safely by several processes.
 
-The file itself (creation, checks at open, the upgrade from schema 1) is ``_sqlite_file``'s;
-what the master key vouches for in each row is ``_integrity``'s.
+What this store does its own way: its connection, its dialect of the shared SQL, and its cache
+with its freshness check (``PRAGMA data_version``). Its writes are ``_writes``'s and its rows
+``_tables``'s, as for every store; the file itself (creation, checks at open, the upgrade from
+schema 1) is ``_sqlite_file``'s; what the master key vouches for in each row is
+``_integrity``'s.
 """
 
 from __future__ import annotations
 
-import hmac
-import itertools
-import logging
 import os
-import secrets
 import sqlite3
 import threading
 import time
@@ -18,64 +17,39 @@ from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
 
-from sealflow.engine import Algorithm
-
-from . import _sqlite_file, _sqlite_usage
-from ._base import (
-    KeyInfo,
-    KeyStoreHealth,
-    Slot,
-    TokenInfo,
-    VersionUsage,
-    valid_key_name,
-    valid_scope,
-    valid_secret,
-)
-from ._integrity import KEY_ROW, LIMITS_ROW, TOKEN_ROW, Integrity, refuse
+from . import _sqlite_file
+from ._base import KeyInfo, KeyStoreHealth, TokenInfo
+from ._dialect import Dialect, Sql, TableNames
+from ._integrity import Integrity
 from ._masterkey import KeyWrapper
-from ._rows import (
-    MAX_VERSION,
-    PolicyRow,
-    digest,
-    forget_replaced,
-    key_info,
-    limits_row,
-    policy_mac,
-    present,
-    token_info,
-    with_limits,
-    with_policy,
-)
-from ._writes import VersionWrites
-from .errors import (
-    InvalidRequest,
-    KeyExists,
-    KeyNotFound,
-    KeyStoreCorrupt,
-    KeyStoreUnavailable,
-    TokenNotFound,
+from ._rows import MAX_VERSION, forget_replaced, live_token, present
+from ._tables import Tables
+from ._writes import Writes
+from .errors import DriverErrors, KeyNotFound
+
+# No row locks: BEGIN IMMEDIATE makes a write transaction the only writer of the whole file.
+# Usage rows are read whole (``_usage_rows.reserved`` keeps the slots asked for); tokens are
+# never deleted, so rowid order is creation order, clock or no clock.
+_SQL = Sql(
+    Dialect(
+        "?",
+        TableNames("keys", "key_versions", "tokens", "key_limits", "key_policy", "key_usage"),
+        for_update="",
+        for_share="",
+        creation_order="rowid",
+        slots=lambda slots: ("", ()),
+    )
 )
 
-log = logging.getLogger("sealflow.keystore")
-
-# The row's columns in KEY_ROW.columns order, its MAC, then one version per result row.
-_KEYS_SQL = (
-    "SELECT k.name, k.algorithm, k.exportable, k.min_decryption_version, k.created_at, k.mac,"
-    " v.version, v.created_at FROM keys k JOIN key_versions v ON v.name = k.name"
-)
-_KEY_ROW_SQL = (
-    "SELECT name, algorithm, exportable, min_decryption_version, created_at FROM keys"
-    " WHERE name = ?"
-)
-_LIMITS_SQL = "SELECT name, max_encryptions, auto_rotate_period, mac FROM key_limits"
-_POLICY_SQL = (
-    "SELECT name, min_encryption_version, deletion_allowed, made_exportable, mac FROM key_policy"
-)
-# TOKEN_ROW.columns order, then the MAC.
-_TOKENS_SQL = "SELECT id, digest, scopes, label, created_at, revoked_at, mac FROM tokens"
+Rows = list[tuple[object, ...]]
 
 
-class SQLiteKeyStore(VersionWrites[sqlite3.Connection]):
+def _errors(what: str) -> DriverErrors:
+    """sqlite3's errors as keystore errors: the one mapping, around every call into SQLite."""
+    return DriverErrors(sqlite3.Error, what)
+
+
+class SQLiteKeyStore(Writes[sqlite3.Connection]):
     """A ``KeyStore`` whose reads come from memory, refreshed when another connection commits.
 
     ``PRAGMA data_version`` changes whenever another connection (in this process or another)
@@ -98,6 +72,8 @@ class SQLiteKeyStore(VersionWrites[sqlite3.Connection]):
         self._max_staleness = max_staleness
         self._checked = -1.0
         self._integrity = Integrity(master_key)
+        self._tables = Tables(_SQL, self._integrity, str(path))
+        self._errors = _errors(f"keystore {path}")
         # The service calls in from the event loop and from worker threads.
         self._lock = threading.Lock()
         self._data_version = -1
@@ -107,13 +83,13 @@ class SQLiteKeyStore(VersionWrites[sqlite3.Connection]):
         self._material: dict[tuple[str, int], bytes] = {}
         self._born: dict[str, float] = {}  # _rows.forget_replaced
         if not os.path.lexists(path):
-            _sqlite_file.create(path, self._integrity)
-        with self._locked():
+            with _errors(f"cannot create keystore {path}"):
+                _sqlite_file.create(path, self._integrity)
+        with self._errors:
             self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         try:
-            with self._locked():
-                legacy = KeyWrapper(master_key)
-                _sqlite_file.open_file(self._conn, path, self._integrity, legacy)
+            with self._connection() as db:
+                _sqlite_file.open_file(db, path, self._integrity, KeyWrapper(master_key))
         except BaseException:
             self._conn.close()
             raise
@@ -134,7 +110,8 @@ class SQLiteKeyStore(VersionWrites[sqlite3.Connection]):
             with closing(cls(tmp, master_key)) as store:
                 provision(store)
 
-        return _sqlite_file.create(path, Integrity(master_key), fill)
+        with _errors(f"cannot create keystore {path}"):
+            return _sqlite_file.create(path, Integrity(master_key), fill)
 
     def close(self) -> None:
         with self._lock:
@@ -146,94 +123,17 @@ class SQLiteKeyStore(VersionWrites[sqlite3.Connection]):
         # A local file: every read checks it, so the cache is never older than max_staleness.
         return KeyStoreHealth(True, time.monotonic(), "none", 0)
 
-    # -- keys
-
-    def create_key(
-        self,
-        name: str,
-        algorithm: Algorithm,
-        exportable: bool = False,
-        max_encryptions: int | None = None,
-        auto_rotate_period: float | None = None,
-    ) -> KeyInfo:
-        if not valid_key_name(name):
-            raise InvalidRequest(f"invalid key name {name!r}")
-        if not isinstance(algorithm, Algorithm):
-            raise InvalidRequest(f"unknown algorithm {algorithm!r}")
-        # As SQLite hands them back (exportable as 0 or 1), so the MAC verifies on reading.
-        row = (name, algorithm.value, int(exportable), 1, time.time())
-        with self._transaction() as db:
-            if db.execute("SELECT 1 FROM keys WHERE name = ?", (name,)).fetchone():
-                raise KeyExists(f"key {name!r} already exists")
-            # What an earlier release still counted against a deleted key of this name (the
-            # table has no foreign key to refuse it; this one's writes name the key's identity,
-            # _sqlite_usage) is not this key's.
-            db.execute("DELETE FROM key_usage WHERE name = ?", (name,))
-            db.execute(
-                "INSERT INTO keys VALUES (?, ?, ?, ?, ?, ?)",
-                (*row, self._integrity.mac(KEY_ROW, row)),
-            )
-            self._add_version(db, name, 1, algorithm, exportable)
-            if max_encryptions is not None or auto_rotate_period is not None:
-                info = self._locked_key(db, name)
-                self._write_limits(db, limits_row(info, max_encryptions, auto_rotate_period))
-            return self._locked_key(db, name)
-
-    def _write_limits(self, db: sqlite3.Connection, row: tuple[str, int, float]) -> None:
-        db.execute(
-            "INSERT OR REPLACE INTO key_limits VALUES (?, ?, ?, ?)",
-            (*row, self._integrity.mac(LIMITS_ROW, row)),
-        )
-
-    # -- usage (``_sqlite_usage``)
-
-    def reserve_usage(self, slot: Slot, want: int, limit: int, nbytes: int = 0) -> tuple[int, int]:
-        with self._locked():
-            return _sqlite_usage.reserve(self._conn, slot, want, limit, nbytes)
-
-    def release_usage(self, slot: Slot, count: int, nbytes: int = 0) -> None:
-        with self._locked():
-            _sqlite_usage.release(self._conn, slot, count, nbytes)
-
-    def reserved(self, slots: list[Slot]) -> dict[Slot, int]:
-        with self._locked():
-            return _sqlite_usage.reserved(self._conn, slots)
-
-    def usage(self, name: str) -> dict[int, VersionUsage]:
-        with self._locked():
-            return _sqlite_usage.usage(self._conn, name)
-
-    def _write_min_decryption(self, db: sqlite3.Connection, name: str, version: int) -> None:
-        stored = db.execute(_KEY_ROW_SQL, (name,)).fetchone()
-        row = (*stored[:3], version, stored[4])
-        db.execute(
-            "UPDATE keys SET min_decryption_version = ?, mac = ? WHERE name = ?",
-            (version, self._integrity.mac(KEY_ROW, row), name),
-        )
-
-    def _write_policy(self, db: sqlite3.Connection, row: PolicyRow) -> None:
-        db.execute(
-            "INSERT OR REPLACE INTO key_policy (name, min_encryption_version, deletion_allowed,"
-            " made_exportable, mac) VALUES (?, ?, ?, ?, ?)",
-            (*row, policy_mac(self._integrity, row)),
-        )
-
-    def _delete_rows(self, db: sqlite3.Connection, name: str) -> None:
-        for table in ("key_usage", "key_limits", "key_policy", "key_versions", "keys"):
-            db.execute(f"DELETE FROM {table} WHERE name = ?", (name,))  # noqa: S608
-        for k in [k for k in self._material if k[0] == name]:
-            del self._material[k]
-        self._born.pop(name, None)
+    # -- reads, from the cache
 
     def get_key(self, name: str) -> KeyInfo:
         keys = self._keys
         if keys is None or not self._fresh():
-            with self._locked():
+            with self._connection():
                 keys = self._key_cache()
         return present(keys, name)
 
     def list_keys(self) -> list[KeyInfo]:
-        with self._locked():
+        with self._connection():
             return [info for info in self._key_cache().values() if info is not None]
 
     def key_material(self, name: str, version: int) -> bytes:
@@ -246,141 +146,71 @@ class SQLiteKeyStore(VersionWrites[sqlite3.Connection]):
             material = self._material.get((name, version))
             if material is not None:
                 return material
-        with self._locked():
+        with self._connection() as db:
             # The key's row is checked on every call; a cached version cannot change.
             info = present(self._key_cache(), name)
             material = self._material.get((name, version))
-            if material is not None:
-                return material
-            # The version of this key (its creation time), not of one that replaced it since.
-            born = [v.created_at for v in info.versions if v.version == version]
-            row = self._conn.execute(
-                "SELECT wrapped FROM key_versions WHERE name = ? AND version = ?"
-                " AND created_at = ?",
-                (name, version, born[0] if born else None),
-            ).fetchone()
-            if row is None:
-                raise KeyNotFound(f"key {name!r} version {version} not found")
-            try:
-                material = self._integrity.unwrap(
-                    name, version, info.algorithm, info.created_exportable, row[0]
-                )
-            except KeyStoreCorrupt:
-                refuse(str(self._path), f"key {name!r} version {version}")
-                raise
-            self._material[name, version] = material
+            if material is None:
+                material = self._tables.material(db, info, version)
+                if material is None:
+                    raise KeyNotFound(f"key {name!r} version {version} not found")
+                self._material[name, version] = material
             return material
 
-    def _add_version(
-        self, db: sqlite3.Connection, name: str, version: int, alg: Algorithm, exportable: bool
-    ) -> None:
-        material = os.urandom(alg.spec.key_len)
-        wrapped = self._integrity.wrap(name, version, alg, exportable, material)
-        db.execute(
-            "INSERT INTO key_versions VALUES (?, ?, ?, ?)", (name, version, wrapped, time.time())
-        )
+    def list_tokens(self) -> list[TokenInfo]:
+        with self._connection():
+            return [info for _, info in self._token_cache().values()]
 
-    def _locked_key(self, db: sqlite3.Connection, name: str) -> KeyInfo:
-        return present(self._query_keys(db, name), name)
+    def find_token(self, secret: str) -> TokenInfo | None:
+        tokens = self._tokens
+        if tokens is None or not self._fresh():
+            with self._connection():
+                tokens = self._token_cache()
+        return live_token(tokens, secret)
+
+    # -- migration
+
+    def export_rows(self) -> tuple[Rows, Rows, Rows, Rows, Rows, Rows]:
+        """Every row as stored, from one snapshot, in ``PostgresKeyStore.import_rows``'s order:
+        keys, versions, tokens, limits, usage, policies (``_migrate``). Reads only."""
+        statements = (
+            "SELECT name, algorithm, exportable, min_decryption_version, created_at, mac FROM keys",
+            "SELECT name, version, wrapped, created_at FROM key_versions ORDER BY name, version",
+            # Tokens are never deleted, so rowid order is creation order.
+            "SELECT id, digest, scopes, label, created_at, revoked_at, mac FROM tokens"
+            " ORDER BY rowid",
+            # Opening the file made the tables added since schema 2, so they are there.
+            "SELECT name, max_encryptions, auto_rotate_period, mac FROM key_limits",
+            "SELECT name, version, reserved, bytes FROM key_usage",
+            "SELECT name, min_encryption_version, deletion_allowed, made_exportable, mac"
+            " FROM key_policy",
+        )
+        with self._connection() as db:
+            db.execute("BEGIN")  # one snapshot of every table
+            try:
+                keys, versions, tokens, limits, usage, policies = (
+                    db.execute(statement).fetchall() for statement in statements
+                )
+                return keys, versions, tokens, limits, usage, policies
+            finally:
+                db.execute("COMMIT")
+
+    # -- the cache and its freshness; called holding the connection
 
     def _key_cache(self) -> dict[str, KeyInfo | None]:
         self._refresh()
         if self._keys is None:
-            keys = self._query_keys(self._conn)
+            keys = self._tables.keys(self._conn)
             # Before the new cache is seen: material of a deleted key never outlives it.
             forget_replaced(self._material, self._born, keys)
             self._keys = keys
         return self._keys
 
-    def _query_keys(
-        self, db: sqlite3.Connection, name: str | None = None
-    ) -> dict[str, KeyInfo | None]:
-        # One statement, so the keys and their versions come from one consistent snapshot.
-        where, args = (" WHERE k.name = ?", (name,)) if name is not None else ("", ())
-        rows = db.execute(_KEYS_SQL + where + " ORDER BY k.name, v.version", args).fetchall()
-        keys = {
-            key_name: key_info(self._integrity, list(group), str(self._path))
-            for key_name, group in itertools.groupby(rows, key=lambda row: row[0])
-        }
-        where = where.replace("k.name", "name")
-        limits = db.execute(_LIMITS_SQL + where, args).fetchall()
-        policies = db.execute(_POLICY_SQL + where, args).fetchall()
-        keys = with_limits(self._integrity, keys, limits, str(self._path))
-        return with_policy(self._integrity, keys, policies, str(self._path))
-
-    # -- tokens
-
-    def create_token(
-        self, scopes: list[str], label: str = "", secret: str | None = None
-    ) -> tuple[TokenInfo, str]:
-        if isinstance(scopes, str) or not scopes or not all(map(valid_scope, scopes)):
-            raise InvalidRequest(f"a token needs one or more valid scopes, not {scopes!r}")
-        if secret is not None and not valid_secret(secret):
-            raise InvalidRequest("a given token must be 43 or more URL-safe base64 characters")
-        token_id = "tok_" + secrets.token_hex(8)
-        secret = secret if secret is not None else secrets.token_urlsafe(32)
-        row = (token_id, digest(secret), " ".join(scopes), label, time.time(), None)
-        with self._transaction() as db:
-            db.execute(
-                "INSERT INTO tokens VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (*row, self._integrity.mac(TOKEN_ROW, row)),
-            )
-        return token_info(row), secret
-
-    def list_tokens(self) -> list[TokenInfo]:
-        with self._locked():
-            return [info for _, info in self._token_cache().values()]
-
-    def revoke_token(self, token_id: str) -> TokenInfo:
-        with self._transaction() as db:
-            stored = db.execute(_TOKENS_SQL + " WHERE id = ?", (token_id,)).fetchone()
-            if stored is None:
-                raise TokenNotFound(f"token {token_id!r} not found")
-            row, mac = stored[:6], stored[6]
-            if not self._integrity.verify(TOKEN_ROW, row, mac):
-                # Re-signing it would make whatever was written into it genuine.
-                refuse(str(self._path), f"token {token_id!r}")
-                raise KeyStoreCorrupt(
-                    f"token {token_id!r} fails its integrity check: it is refused already,"
-                    " and is left as it is"
-                )
-            if row[5] is None:
-                row = (*row[:5], time.time())
-                db.execute(
-                    "UPDATE tokens SET revoked_at = ?, mac = ? WHERE id = ?",
-                    (row[5], self._integrity.mac(TOKEN_ROW, row), token_id),
-                )
-        return token_info(row)
-
-    def find_token(self, secret: str) -> TokenInfo | None:
-        wanted = digest(secret)
-        tokens = self._tokens
-        if tokens is None or not self._fresh():
-            with self._locked():
-                tokens = self._token_cache()
-        entry = tokens.get(wanted)
-        if entry is None:
-            return None
-        # The lookup is keyed by a SHA-256 digest, so its timing says nothing useful about
-        # the secret; the final equality check is still constant-time, as the spec asks.
-        stored, info = entry
-        return info if hmac.compare_digest(stored, wanted) and not info.revoked else None
-
     def _token_cache(self) -> dict[bytes, tuple[bytes, TokenInfo]]:
         self._refresh()
         if self._tokens is None:
-            tokens = {}
-            # Tokens are never deleted, so rowid order is creation order, clock or no clock.
-            for stored in self._conn.execute(_TOKENS_SQL + " ORDER BY rowid").fetchall():
-                row, mac = stored[:6], stored[6]
-                if self._integrity.verify(TOKEN_ROW, row, mac):
-                    tokens[row[1]] = (row[1], token_info(row))
-                else:
-                    refuse(str(self._path), f"token {row[0]!r}")
-            self._tokens = tokens
+            self._tokens = self._tables.tokens(self._conn)
         return self._tokens
-
-    # -- plumbing
 
     def _fresh(self) -> bool:
         """Whether the caches may be read as they are, without the lock: checked against the
@@ -399,25 +229,27 @@ class SQLiteKeyStore(VersionWrites[sqlite3.Connection]):
             self._data_version = version
             self._keys = self._tokens = None
 
-    @contextmanager
-    def _locked(self) -> Iterator[None]:
-        with self._lock:
-            try:
-                yield
-            except sqlite3.Error as exc:
-                raise KeyStoreUnavailable(f"keystore {self._path}: {exc}") from None
+    # -- connection
 
     @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        with self._locked():
+    def _connection(self) -> Iterator[sqlite3.Connection]:
+        """The connection, to this thread alone, its errors mapped. Outside ``_transaction``
+        each statement commits by itself."""
+        with self._lock, self._errors:
+            yield self._conn
+
+    @contextmanager
+    def _transaction(self, changes: bool = True) -> Iterator[sqlite3.Connection]:
+        with self._connection() as db:
             # IMMEDIATE takes the write lock up front, so read-then-write cannot race.
-            self._conn.execute("BEGIN IMMEDIATE")
+            db.execute("BEGIN IMMEDIATE")
             try:
-                yield self._conn
-                self._conn.execute("COMMIT")
+                yield db
+                db.execute("COMMIT")
             except BaseException:
-                if self._conn.in_transaction:
-                    self._conn.execute("ROLLBACK")
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
                 raise
             finally:
-                self._keys = self._tokens = None
+                if changes:
+                    self._keys = self._tokens = None

@@ -69,6 +69,7 @@ def create(path: Path, integrity: Integrity, fill: Callable[[Path], None] | None
     """Create the keystore at ``path``, with what ``fill`` writes into it first, in one step.
 
     False (and nothing written) if a file appeared there first, e.g. from another process.
+    sqlite3's errors are left to the caller's mapping (``_sqlite._errors``).
     """
     try:
         fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".new", dir=path.parent)
@@ -97,8 +98,6 @@ def create(path: Path, integrity: Integrity, fill: Callable[[Path], None] | None
             return False
         _fsync(path.parent)  # the new name, too, must survive a power cut
         return True
-    except sqlite3.Error as exc:
-        raise KeyStoreUnavailable(f"cannot create keystore {path}: {exc}") from None
     except OSError as exc:
         raise KeyStoreUnavailable(f"cannot create keystore {path}: {exc.strerror}") from None
     finally:

@@ -1,74 +1,92 @@
-"""The write sequences both stores share: a rotation, a rotation only while a version is still
-the latest (automatic rotation), new limits, a key's version rules, deletion flag and
-exportability, a deletion. Each store supplies its transaction, its locked
-read of a key and its row writes (the SQL dialects differ); the order of checks and writes is
-written here once, so the two stores cannot drift apart."""
+"""Every write of a keystore, written once for every store: keys and their versions, limits,
+version rules, deletion, tokens and usage reservations. A store gives its transaction and its
+``Tables`` (its rows in its SQL dialect); the order of checks and writes is here, so the stores
+cannot drift apart."""
 
 from __future__ import annotations
 
 import logging
+import secrets
+import time
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager
 from typing import Generic, TypeVar
 
 from sealflow.engine import Algorithm
 
-from ._base import KeyInfo
-from ._rows import MAX_VERSION, PolicyRow, limits_row, policy_row
-from .errors import DeletionNotAllowed, InvalidRequest
+from . import _usage_rows
+from ._base import KeyInfo, Slot, TokenInfo, VersionUsage, valid_key_name, valid_scope, valid_secret
+from ._dialect import Connection
+from ._rows import MAX_VERSION, digest, limits_row, policy_row, token_info
+from ._tables import Tables
+from .errors import DeletionNotAllowed, InvalidRequest, KeyExists
 
 log = logging.getLogger("sealflow.keystore")
-Db = TypeVar("Db")
+Db = TypeVar("Db", bound=Connection)
 
 
-class VersionWrites(ABC, Generic[Db]):
+class Writes(ABC, Generic[Db]):
+    """The ``KeyStore``'s writes; a store adds its connections and its reads (its cache, kept
+    fresh its own way) and sets ``_tables``."""
+
+    _tables: Tables
+
     @abstractmethod
-    def _transaction(self) -> AbstractContextManager[Db]:
+    def _transaction(self, changes: bool = True) -> AbstractContextManager[Db]:
         """One write transaction, the only writer of what it locks (SQLite: BEGIN IMMEDIATE;
-        PostgreSQL: the changes row and the key's row locks)."""
+        PostgreSQL: the changes row and the rows read FOR UPDATE), its driver's errors mapped.
+        ``changes``: whether it changes what the caches hold (usage counts do not)."""
 
     @abstractmethod
-    def _locked_key(self, db: Db, name: str) -> KeyInfo: ...
+    def _connection(self) -> AbstractContextManager[Db]:
+        """A connection for one statement, a transaction of its own, errors mapped."""
 
-    @abstractmethod
-    def _add_version(
-        self, db: Db, name: str, version: int, alg: Algorithm, exportable: bool
-    ) -> None: ...
+    # -- keys
 
-    @abstractmethod
-    def _write_limits(self, db: Db, row: tuple[str, int, float]) -> None: ...
-
-    @abstractmethod
-    def _write_min_decryption(self, db: Db, name: str, version: int) -> None:
-        """The key's row with a new min_decryption_version, MAC'd again (the row was checked
-        by ``_locked_key``: a refused row is never re-signed)."""
-
-    @abstractmethod
-    def _write_policy(self, db: Db, row: PolicyRow) -> None:
-        """The key's policy row, MAC'd (``_rows.policy_mac``)."""
-
-    @abstractmethod
-    def _delete_rows(self, db: Db, name: str) -> None:
-        """Every row of the key: usage, limits, policy, versions (the wrapped material), the
-        key's own row."""
+    def create_key(
+        self,
+        name: str,
+        algorithm: Algorithm,
+        exportable: bool = False,
+        max_encryptions: int | None = None,
+        auto_rotate_period: float | None = None,
+    ) -> KeyInfo:
+        if not valid_key_name(name):
+            raise InvalidRequest(f"invalid key name {name!r}")
+        if not isinstance(algorithm, Algorithm):
+            raise InvalidRequest(f"unknown algorithm {algorithm!r}")
+        # As SQLite hands them back (exportable as 0 or 1), so the MAC verifies on reading.
+        row = (name, algorithm.value, int(exportable), 1, time.time())
+        with self._transaction() as db:
+            if not self._tables.insert_key(db, row):
+                raise KeyExists(f"key {name!r} already exists")
+            self._tables.add_version(db, name, 1, algorithm, exportable)
+            if max_encryptions is not None or auto_rotate_period is not None:
+                info = self._tables.locked_key(db, name)
+                self._tables.write_limits(db, limits_row(info, max_encryptions, auto_rotate_period))
+            return self._tables.locked_key(db, name)
 
     def rotate_key(self, name: str) -> KeyInfo:
         with self._transaction() as db:
             # Inside the transaction no other writer can take the same next version.
-            info = self._locked_key(db, name)
+            info = self._tables.locked_key(db, name)
             if info.latest >= MAX_VERSION:
                 raise InvalidRequest(f"key {name!r} has no version left")
             # Wrapped under the creation flag, as every version before it (_integrity).
-            self._add_version(db, name, info.latest + 1, info.algorithm, info.created_exportable)
-            return self._locked_key(db, name)
+            self._tables.add_version(
+                db, name, info.latest + 1, info.algorithm, info.created_exportable
+            )
+            return self._tables.locked_key(db, name)
 
     def rotate_if_latest(self, name: str, version: int) -> KeyInfo:
         with self._transaction() as db:
-            info = self._locked_key(db, name)
+            info = self._tables.locked_key(db, name)
             if info.latest != version:
                 return info
-            self._add_version(db, name, info.latest + 1, info.algorithm, info.created_exportable)
-            info = self._locked_key(db, name)
+            self._tables.add_version(
+                db, name, info.latest + 1, info.algorithm, info.created_exportable
+            )
+            info = self._tables.locked_key(db, name)
         log.warning(
             "key %r rotated automatically to version %d",
             name,
@@ -81,9 +99,9 @@ class VersionWrites(ABC, Generic[Db]):
         self, name: str, max_encryptions: int | None = None, auto_rotate_period: float | None = None
     ) -> KeyInfo:
         with self._transaction() as db:
-            info = self._locked_key(db, name)
-            self._write_limits(db, limits_row(info, max_encryptions, auto_rotate_period))
-            return self._locked_key(db, name)
+            info = self._tables.locked_key(db, name)
+            self._tables.write_limits(db, limits_row(info, max_encryptions, auto_rotate_period))
+            return self._tables.locked_key(db, name)
 
     def set_min_decryption_version(
         self, name: str, version: int, allow_lowering: bool = False
@@ -100,7 +118,7 @@ class VersionWrites(ABC, Generic[Db]):
         exportable: bool | None = None,
     ) -> KeyInfo:
         with self._transaction() as db:
-            before = info = self._locked_key(db, name)
+            before = info = self._tables.locked_key(db, name)
             old = info.min_decryption_version
             least = old if min_decryption_version is None else min_decryption_version
             if (
@@ -119,21 +137,21 @@ class VersionWrites(ABC, Generic[Db]):
                 )
             row = policy_row(info, least, min_encryption_version, deletion_allowed, exportable)
             if least != old:
-                self._write_min_decryption(db, name, least)
+                self._tables.write_min_decryption(db, name, least)
             made = int(info.exportable and not info.created_exportable)
             if row != (name, info.min_encryption_version, int(info.deletion_allowed), made):
-                self._write_policy(db, row)
-            info = self._locked_key(db, name)
+                self._tables.write_policy(db, row)
+            info = self._tables.locked_key(db, name)
         _log_changes(before, info)
         return info
 
     def delete_key(self, name: str) -> KeyInfo:
         with self._transaction() as db:
             # Checked: a key whose rows fail their MAC (a forged deletion_allowed) is refused.
-            info = self._locked_key(db, name)
+            info = self._tables.locked_key(db, name)
             if not info.deletion_allowed:
                 raise DeletionNotAllowed(f"deletion is not allowed for key {name!r}")
-            self._delete_rows(db, name)
+            self._tables.delete_key(db, name)
         log.warning(
             "key %r deleted with its %d versions (deletion_allowed was set)",
             name,
@@ -141,6 +159,47 @@ class VersionWrites(ABC, Generic[Db]):
             extra={"fields": {"key": name, "versions": len(info.versions)}},
         )
         return info
+
+    # -- tokens
+
+    def create_token(
+        self, scopes: list[str], label: str = "", secret: str | None = None
+    ) -> tuple[TokenInfo, str]:
+        if isinstance(scopes, str) or not scopes or not all(map(valid_scope, scopes)):
+            raise InvalidRequest(f"a token needs one or more valid scopes, not {scopes!r}")
+        if secret is not None and not valid_secret(secret):
+            raise InvalidRequest("a given token must be 43 or more URL-safe base64 characters")
+        token_id = "tok_" + secrets.token_hex(8)
+        secret = secret if secret is not None else secrets.token_urlsafe(32)
+        row = (token_id, digest(secret), " ".join(scopes), label, time.time(), None)
+        with self._transaction() as db:
+            self._tables.insert_token(db, row)
+        return token_info(row), secret
+
+    def revoke_token(self, token_id: str) -> TokenInfo:
+        with self._transaction() as db:
+            row = self._tables.revoke_token(db, token_id)
+        return token_info(row)
+
+    # -- usage (``_usage_rows``): no change to what the caches hold
+
+    def reserve_usage(self, slot: Slot, want: int, limit: int, nbytes: int = 0) -> tuple[int, int]:
+        with self._transaction(changes=False) as db:
+            return _usage_rows.reserve(db, self._tables.sql, slot, want, limit, nbytes)
+
+    def release_usage(self, slot: Slot, count: int, nbytes: int = 0) -> None:
+        with self._connection() as db:
+            _usage_rows.release(db, self._tables.sql, slot, count, nbytes)
+
+    def reserved(self, slots: list[Slot]) -> dict[Slot, int]:
+        if not slots:
+            return {}
+        with self._connection() as db:
+            return _usage_rows.reserved(db, self._tables.sql, slots)
+
+    def usage(self, name: str) -> dict[int, VersionUsage]:
+        with self._connection() as db:
+            return _usage_rows.usage(db, self._tables.sql, name)
 
 
 def _log_changes(before: KeyInfo, after: KeyInfo) -> None:

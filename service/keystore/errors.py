@@ -1,6 +1,9 @@
-"""The keystore's errors. Messages never contain key material or tokens."""
+"""The keystore's errors, and the one way a database driver's errors become them. Messages
+never contain key material or tokens."""
 
 from __future__ import annotations
+
+from types import TracebackType
 
 
 class KeyStoreError(Exception):
@@ -49,3 +52,32 @@ class KeyStoreCorrupt(KeyStoreUnavailable):
 
     A refused row is logged once per process by the store; callers need not log it again.
     """
+
+
+class DriverErrors:
+    """A database driver's errors as ``KeyStoreUnavailable``, named after ``what``: the one
+    mapping of a store (httpx's ``map_httpcore_exceptions``). Each store makes it once from its
+    driver's base exception and runs every database call inside it, so the rest of the
+    keystore, and its callers, see keystore errors only. It keeps no state, so one instance
+    serves every thread, nested uses included."""
+
+    __slots__ = ("_driver", "_what")
+
+    def __init__(self, driver: type[Exception], what: str) -> None:
+        self._driver = driver
+        self._what = what
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if isinstance(exc, self._driver):
+            # The first line only, and the driver's exception not chained: PostgreSQL's DETAIL
+            # lines can quote row values (a unique violation quotes a token's digest).
+            reason = (str(exc).splitlines() or [type(exc).__name__])[0]
+            raise KeyStoreUnavailable(f"{self._what}: {reason}") from None

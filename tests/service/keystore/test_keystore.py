@@ -363,6 +363,23 @@ def test_processes_creating_a_new_keystore_at_once_all_succeed(
         assert len(store.list_tokens()) == 4
 
 
+def test_a_database_error_is_unavailable_naming_the_store_and_quoting_no_row(
+    store: KeyStore,
+) -> None:
+    """The driver's error, whichever the store, reaches the caller as KeyStoreUnavailable with
+    its first line only and unchained: PostgreSQL's DETAIL line would quote the digest."""
+    secret = base64.urlsafe_b64encode(os.urandom(32)).decode().rstrip("=")
+    store.create_token(["admin"], secret=secret)
+    with pytest.raises(KeyStoreUnavailable, match=r"^keystore \S") as caught:
+        store.create_token(["admin"], secret=secret)  # the digest is unique in both schemas
+    digest = hashlib.sha256(secret.encode()).hexdigest()
+    assert "\n" not in str(caught.value)
+    assert digest not in str(caught.value)
+    assert caught.value.__cause__ is None
+    assert caught.value.__suppress_context__
+    assert len(store.list_tokens()) == 1
+
+
 def test_close_is_idempotent_and_later_calls_are_unavailable(store: KeyStore) -> None:
     store.create_key("orders", Algorithm.AES_256_GCM)
     store.close()

@@ -1,0 +1,166 @@
+"""The SQL both stores run, written once: a store's ``Dialect`` names its tables, its driver's
+placeholder and its row locks, and ``Sql`` is every shared statement in that dialect.
+
+What a store still writes itself has no counterpart in the other: SQLite's pragmas and file,
+PostgreSQL's migrations, change counter and notifications, and each one's cache reload.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple, Protocol
+
+from ._base import Slot
+
+
+class Cursor(Protocol):
+    @property
+    def rowcount(self) -> int: ...
+
+    def fetchone(self) -> Any: ...
+
+    def fetchall(self) -> list[Any]: ...
+
+
+class Connection(Protocol):
+    """What the shared logic uses of a connection: sqlite3's and psycopg's alike."""
+
+    def execute(self, sql: str, params: Sequence[Any] = (), /) -> Cursor: ...
+
+
+class TableNames(NamedTuple):
+    keys: str
+    versions: str
+    tokens: str
+    limits: str
+    policy: str
+    usage: str
+
+
+@dataclass(frozen=True, slots=True)
+class Dialect:
+    """What differs between the stores' shared SQL; the rest of each statement is one text."""
+
+    param: str  # the driver's placeholder
+    tables: TableNames
+    # After a read whose rows the transaction writes next, or must not see deleted before it
+    # ends: row locks where writers run side by side (PostgreSQL), nothing where a transaction
+    # is the only writer anyway (SQLite's BEGIN IMMEDIATE).
+    for_update: str
+    for_share: str
+    creation_order: str  # the column that orders tokens by creation, whatever the clocks said
+    # The WHERE clause and its arguments that narrow usage rows to some slots, or ("", ()):
+    # ``usage_rows.reserved`` keeps only the slots asked for either way.
+    slots: Callable[[Sequence[Slot]], tuple[str, tuple[object, ...]]]
+
+
+_KEY_ROWS = (
+    # The key's row in KEY_ROW.columns order, its MAC, then one version per result row.
+    "SELECT k.name, k.algorithm, k.exportable, k.min_decryption_version, k.created_at, k.mac,"
+    " v.version, v.created_at FROM {keys} k JOIN {versions} v ON v.name = k.name"
+)
+_LIMITS = "SELECT name, max_encryptions, auto_rotate_period, mac FROM {limits}"
+_POLICIES = (
+    "SELECT name, min_encryption_version, deletion_allowed, made_exportable, mac FROM {policy}"
+)
+# TOKEN_ROW.columns order, then the MAC.
+_TOKENS = "SELECT id, digest, scopes, label, created_at, revoked_at, mac FROM {tokens}"
+# The key's identity (Slot.born): its version 1 written at that time, not a later key's.
+_SAME_KEY = "SELECT 1 FROM {versions} WHERE name = ? AND version = 1 AND created_at = ?"
+
+
+class Sql:
+    """Every statement of the shared logic in one dialect, formatted once per store."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        names = {
+            **dialect.tables._asdict(),
+            "for_update": dialect.for_update,
+            "for_share": dialect.for_share,
+            "creation_order": dialect.creation_order,
+        }
+
+        def sql(template: str) -> str:
+            # No shared statement holds a literal "?": each one is a parameter.
+            return template.format_map(names).replace("?", dialect.param)
+
+        self.slots = dialect.slots
+        # Keys, with their versions, limits and policy (``_tables.Tables.keys``): all, or one.
+        self.keys = sql(_KEY_ROWS + " ORDER BY k.name, v.version")
+        self.limits = sql(_LIMITS)
+        self.policies = sql(_POLICIES)
+        self.key = sql(_KEY_ROWS + " WHERE k.name = ? ORDER BY v.version")
+        self.key_limits = sql(_LIMITS + " WHERE name = ?")
+        self.key_policy = sql(_POLICIES + " WHERE name = ?")
+        self.lock_key = sql("SELECT 1 FROM {keys} WHERE name = ?{for_update}")
+        self.wrapped = sql(
+            "SELECT wrapped FROM {versions} WHERE name = ? AND version = ? AND created_at = ?"
+        )
+        # Key writes.
+        self.insert_key = sql(
+            "INSERT INTO {keys} VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO NOTHING"
+        )
+        self.forget_usage = sql("DELETE FROM {usage} WHERE name = ?")
+        self.insert_version = sql("INSERT INTO {versions} VALUES (?, ?, ?, ?)")
+        self.write_limits = sql(
+            "INSERT INTO {limits} VALUES (?, ?, ?, ?) ON CONFLICT (name) DO UPDATE"
+            " SET max_encryptions = excluded.max_encryptions,"
+            " auto_rotate_period = excluded.auto_rotate_period, mac = excluded.mac"
+        )
+        self.key_row = sql(
+            "SELECT name, algorithm, exportable, min_decryption_version, created_at FROM {keys}"
+            " WHERE name = ?"
+        )
+        self.write_min_decryption = sql(
+            "UPDATE {keys} SET min_decryption_version = ?, mac = ? WHERE name = ?"
+        )
+        self.write_policy = sql(
+            "INSERT INTO {policy} (name, min_encryption_version, deletion_allowed,"
+            " made_exportable, mac) VALUES (?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE"
+            " SET min_encryption_version = excluded.min_encryption_version,"
+            " deletion_allowed = excluded.deletion_allowed,"
+            " made_exportable = excluded.made_exportable, mac = excluded.mac"
+        )
+        # Children first (PostgreSQL's foreign keys), the key's own row last.
+        self.delete_key = tuple(
+            map(
+                sql,
+                (
+                    "DELETE FROM {usage} WHERE name = ?",
+                    "DELETE FROM {limits} WHERE name = ?",
+                    "DELETE FROM {policy} WHERE name = ?",
+                    "DELETE FROM {versions} WHERE name = ?",
+                    "DELETE FROM {keys} WHERE name = ?",
+                ),
+            )
+        )
+        # Tokens.
+        self.tokens = sql(_TOKENS + " ORDER BY {creation_order}")
+        self.token = sql(_TOKENS + " WHERE id = ?{for_update}")
+        self.insert_token = sql(
+            "INSERT INTO {tokens} (id, digest, scopes, label, created_at, revoked_at, mac)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?)"
+        )
+        self.revoke_token = sql("UPDATE {tokens} SET revoked_at = ?, mac = ? WHERE id = ?")
+        # Usage (``_usage_rows``).
+        self.same_key = sql(_SAME_KEY + "{for_share}")
+        self.usage_row = sql("INSERT INTO {usage} VALUES (?, ?, 0, 0) ON CONFLICT DO NOTHING")
+        self.reserved_of = sql(
+            "SELECT reserved FROM {usage} WHERE name = ? AND version = ?{for_update}"
+        )
+        self.reserve = sql(
+            "UPDATE {usage} SET reserved = reserved + ?, bytes = bytes + ?"
+            " WHERE name = ? AND version = ?"
+        )
+        # One statement: the check and the write see the same state of the store.
+        self.release = sql(
+            "UPDATE {usage} SET reserved = reserved - ?, bytes = bytes + ?"
+            " WHERE name = ? AND version = ? AND EXISTS (SELECT 1 FROM {versions}"
+            " WHERE name = ? AND version = 1 AND created_at = ?)"
+        )
+        self.reserved = sql(
+            "SELECT u.name, v.created_at, u.version, u.reserved FROM {usage} u"
+            " JOIN {versions} v ON v.name = u.name AND v.version = 1"
+        )
+        self.usage = sql("SELECT version, reserved, bytes FROM {usage} WHERE name = ?")

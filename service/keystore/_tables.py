@@ -1,0 +1,155 @@
+"""A store's tables, read and written alike for every store: what a read returns is checked
+against its MAC (``_rows``), what a write stores is MAC'd or wrapped (``_integrity``), and the
+SQL is the store's dialect of one text (``_dialect``). Each call runs on the connection it is
+given, inside whatever transaction the caller holds (``_writes``, or a store's cache reload).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from typing import Any
+
+from sealflow.engine import Algorithm
+
+from ._base import KeyInfo, TokenInfo
+from ._dialect import Connection, Sql
+from ._integrity import KEY_ROW, LIMITS_ROW, TOKEN_ROW, Integrity, refuse
+from ._rows import PolicyRow, key_info, policy_mac, present, token_info, with_limits, with_policy
+from .errors import KeyNotFound, KeyStoreCorrupt, TokenNotFound
+
+# A token's six authenticated columns (TOKEN_ROW), as stored.
+TokenRow = tuple[Any, ...]
+
+
+class Tables:
+    """One store's rows; ``where`` names the store in logs and messages."""
+
+    __slots__ = ("_integrity", "_where", "sql")
+
+    def __init__(self, sql: Sql, integrity: Integrity, where: str) -> None:
+        self.sql = sql
+        self._integrity = integrity
+        self._where = where
+
+    # -- keys
+
+    def keys(self, db: Connection, name: str | None = None) -> dict[str, KeyInfo | None]:
+        """Every key, or the one named (absent if it is not there), assembled from its rows:
+        its own row with its versions, then its limits, then its policy. None for a key one of
+        whose rows fails its check (logged once)."""
+        sql = self.sql
+        args: tuple[str, ...] = () if name is None else (name,)
+        if name is None:
+            statements = (sql.keys, sql.limits, sql.policies)
+        else:
+            statements = (sql.key, sql.key_limits, sql.key_policy)
+        # The key rows and their versions in one statement: one consistent snapshot of both.
+        key_rows, limit_rows, policy_rows = (db.execute(s, args).fetchall() for s in statements)
+        keys = {
+            key_name: key_info(self._integrity, list(group), self._where)
+            for key_name, group in itertools.groupby(key_rows, key=lambda row: row[0])
+        }
+        keys = with_limits(self._integrity, keys, limit_rows, self._where)
+        return with_policy(self._integrity, keys, policy_rows, self._where)
+
+    def locked_key(self, db: Connection, name: str) -> KeyInfo:
+        """The key, checked, its row locked for the caller's transaction (``Dialect.for_update``);
+        KeyNotFound, or KeyStoreCorrupt for a key whose rows fail their check."""
+        if db.execute(self.sql.lock_key, (name,)).fetchone() is None:
+            raise KeyNotFound(f"key {name!r} not found")
+        return present(self.keys(db, name), name)
+
+    def material(self, db: Connection, info: KeyInfo, version: int) -> bytes | None:
+        """A version's unwrapped material, or None if the key has no such version. The version's
+        creation time picks the version of this key, never of one created since in its place.
+        KeyStoreCorrupt, logged once, if it does not unwrap."""
+        born = [v.created_at for v in info.versions if v.version == version]
+        args = (info.name, version, born[0] if born else None)
+        row = db.execute(self.sql.wrapped, args).fetchone()
+        if row is None:
+            return None
+        try:
+            return self._integrity.unwrap(
+                info.name, version, info.algorithm, info.created_exportable, row[0]
+            )
+        except KeyStoreCorrupt:
+            refuse(self._where, f"key {info.name!r} version {version}")
+            raise
+
+    def insert_key(self, db: Connection, row: tuple[str, str, int, int, float]) -> bool:
+        """The key's row (KEY_ROW's columns), MAC'd; False, with nothing written, if the name is
+        taken."""
+        inserted = db.execute(self.sql.insert_key, (*row, self._integrity.mac(KEY_ROW, row)))
+        if inserted.rowcount != 1:
+            return False
+        # Counts an earlier release kept of a deleted key of this name are not this key's
+        # (SQLite's key_usage has no foreign key to remove them; PostgreSQL's has none left).
+        db.execute(self.sql.forget_usage, (row[0],))
+        return True
+
+    def add_version(
+        self, db: Connection, name: str, version: int, alg: Algorithm, exportable: bool
+    ) -> None:
+        """A version of fresh random material, wrapped under ``exportable``: the flag the key
+        was created with, for every version (``_integrity``)."""
+        material = os.urandom(alg.spec.key_len)
+        wrapped = self._integrity.wrap(name, version, alg, exportable, material)
+        db.execute(self.sql.insert_version, (name, version, wrapped, time.time()))
+
+    def write_limits(self, db: Connection, row: tuple[str, int, float]) -> None:
+        db.execute(self.sql.write_limits, (*row, self._integrity.mac(LIMITS_ROW, row)))
+
+    def write_min_decryption(self, db: Connection, name: str, version: int) -> None:
+        """The key's row with a new min_decryption_version, MAC'd again. The caller has checked
+        it (``locked_key``) in this transaction: a refused row is never re-signed."""
+        stored = db.execute(self.sql.key_row, (name,)).fetchone()
+        row = (*stored[:3], version, stored[4])
+        mac = self._integrity.mac(KEY_ROW, row)
+        db.execute(self.sql.write_min_decryption, (version, mac, name))
+
+    def write_policy(self, db: Connection, row: PolicyRow) -> None:
+        db.execute(self.sql.write_policy, (*row, policy_mac(self._integrity, row)))
+
+    def delete_key(self, db: Connection, name: str) -> None:
+        """Every row of the key: usage, limits, policy, versions (its wrapped material), its own."""
+        for statement in self.sql.delete_key:
+            db.execute(statement, (name,))
+
+    # -- tokens
+
+    def tokens(self, db: Connection) -> dict[bytes, tuple[bytes, TokenInfo]]:
+        """Every token whose row passes its check, by digest (``_rows.live_token`` looks them
+        up), in creation order; a row that fails is left out, logged once."""
+        tokens: dict[bytes, tuple[bytes, TokenInfo]] = {}
+        for stored in db.execute(self.sql.tokens).fetchall():
+            row, mac = tuple(stored[:6]), stored[6]
+            if self._integrity.verify(TOKEN_ROW, row, mac):
+                tokens[row[1]] = (row[1], token_info(row))
+            else:
+                refuse(self._where, f"token {row[0]!r}")
+        return tokens
+
+    def insert_token(self, db: Connection, row: TokenRow) -> None:
+        db.execute(self.sql.insert_token, (*row, self._integrity.mac(TOKEN_ROW, row)))
+
+    def revoke_token(self, db: Connection, token_id: str) -> TokenRow:
+        """The token's row, revoked now unless it was already (then unchanged). TokenNotFound;
+        KeyStoreCorrupt for a row that fails its check: re-signing it would make whatever was
+        written into it genuine."""
+        stored = db.execute(self.sql.token, (token_id,)).fetchone()
+        if stored is None:
+            raise TokenNotFound(f"token {token_id!r} not found")
+        row, mac = tuple(stored[:6]), stored[6]
+        if not self._integrity.verify(TOKEN_ROW, row, mac):
+            refuse(self._where, f"token {token_id!r}")
+            raise KeyStoreCorrupt(
+                f"token {token_id!r} fails its integrity check: it is refused already,"
+                " and is left as it is"
+            )
+        if row[5] is None:
+            row = (*row[:5], time.time())
+            mac = self._integrity.mac(TOKEN_ROW, row)
+            db.execute(self.sql.revoke_token, (row[5], mac, token_id))
+        return row
