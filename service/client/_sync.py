@@ -58,10 +58,13 @@ class _LoopThread:
         self.client = client
         self.loop: asyncio.AbstractEventLoop | None = None
         self.thread: threading.Thread | None = None
+        self._stopped = False
         self._lock = threading.Lock()
 
     def start(self) -> asyncio.AbstractEventLoop:
         with self._lock:
+            if self._stopped:  # closed by another thread meanwhile
+                raise RuntimeError("the client is closed")
             if self.loop is None:
                 loop = asyncio.new_event_loop()
                 thread = threading.Thread(
@@ -74,6 +77,7 @@ class _LoopThread:
     def stop(self) -> None:
         """Close the idle connections and stop the loop (also when a Client is collected)."""
         with self._lock:
+            self._stopped = True
             loop = self.loop
         if loop is None or loop.is_closed():
             return
@@ -157,7 +161,11 @@ class Client:
             if self._closer.alive:  # it would wait for itself
                 raise RuntimeError("a Client cannot be called from its on_progress callback")
             raise RuntimeError("the client is closed")
-        loop = self._io.start()
+        try:
+            loop = self._io.start()
+        except RuntimeError:
+            coro.close()
+            raise
         finished = threading.Event()
 
         async def guarded() -> T:
