@@ -1,52 +1,28 @@
 """``AsyncClient``: the service's HTTP API for asyncio applications.
 
-Each call takes a connection from the client's pool (keep-alive: many small calls share one
-TCP or TLS connection), runs one ``Exchange`` on it, and maps a failure to the exception table
-of ``_errors``. The retry rules are all here, in ``_transfer``.
+Each call is a ``Plan`` (``_calls``, shared with ``Client``); it takes a connection from the
+client's pool (keep-alive: many small calls share one TCP or TLS connection), runs one
+``Exchange`` on it, and maps a failure to the exception table of ``_errors``. ``_transfer``
+makes the retries that ``Plan.retry`` allows.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import json
-import os
-import re
-import ssl
 from collections.abc import AsyncGenerator
-from typing import Any, Literal, overload
-from urllib.parse import quote
+from typing import TypeVar, overload
 
-from ._connection import Origin, Pool
+from . import _calls as calls
+from ._connection import Pool
 from ._duplex import Exchange, Progress
 from ._errors import SealflowError, TransportError
 from ._keys import ExportedKey, Key
+from ._origin import Endpoint, Verify
+from ._plan import Mode, Plan
 from ._sink import Channel, Collect, Sink, ToFile, Writable
 from ._source import Input, Source, source_for
 
-DEFAULT_URL = "http://127.0.0.1:8080"
-Mode = Literal["stream", "single"]
-Verify = bool | str | os.PathLike[str] | ssl.SSLContext
-
-
-def _tls_context(verify: Verify) -> ssl.SSLContext:
-    if isinstance(verify, ssl.SSLContext):
-        return verify
-    if verify is True:
-        return ssl.create_default_context()
-    if verify is False:
-        context = ssl.create_default_context()
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-        return context
-    return ssl.create_default_context(cafile=os.fspath(verify))
-
-
-def _aad_header(aad: bytes | str | None) -> list[tuple[str, str]]:
-    if aad is None:
-        return []
-    raw = aad.encode() if isinstance(aad, str) else bytes(aad)
-    return [("X-AAD", base64.b64encode(raw).decode())]
+T = TypeVar("T")
 
 
 class AsyncClient:
@@ -64,19 +40,25 @@ class AsyncClient:
     ``decrypt_stream``. ``on_progress(sent, received)`` is called as body bytes go and come
     (after a retry, from zero again).
 
-    Transport: the request body streams up while the response streams down, with
-    ``Sealflow-Duplex: 1`` (the service then answers as the body arrives; a service that
-    answers request-then-response works the same). When that attempt fails the way a proxy
-    that cannot carry full duplex fails (the connection closes, or the response ends, before
-    the upload completed, and the answer, if any, is not the service's JSON error), and the
-    input can be sent again (bytes, or a seekable file) and no output has reached the caller
-    (always true for the ``bytes`` result), the call is retried once without the header.
-    ``duplex=False`` never asks for full duplex. A call on a kept-alive connection that the
-    server had closed meanwhile is retried once on a new connection (replayable inputs).
+    Transport (``_plan``): a body of known length up to 64 KiB (SMALL_MAX, the service's
+    whole-body limit) goes with the request head in one write, and the answer is read after
+    it; an encrypt without ``mode`` asks for single-shot for such a body, stream mode for any
+    other. Larger bodies and bodies of unknown length stream up while the response streams
+    down, with ``Sealflow-Duplex: 1`` (the service then answers as the body arrives; a service
+    that answers request-then-response works the same). When that attempt fails the way a
+    proxy that cannot carry full duplex fails (the connection closes, or the response ends,
+    before the upload completed, and the answer, if any, is not the service's JSON error), and
+    the input can be sent again (bytes, or a seekable file) and no output has reached the
+    caller (always true for the ``bytes`` result), the call is retried once without the
+    header. ``duplex=False`` never asks for full duplex. A call on a kept-alive connection
+    that the server had closed meanwhile is retried once on a new connection (replayable
+    inputs), and a single-shot encrypt the client chose that the service finds too large
+    (its limit set below 64 KiB) once in stream mode.
 
     Tokens: the HTTP API has no token routes (tokens are managed with ``sealflow tokens`` on
     the keystore), so neither has this client. One ``AsyncClient`` belongs to the event loop
-    that first uses it. The token never appears in messages or reprs.
+    that first uses it; calls from many tasks at once each take a connection of the pool.
+    The token never appears in messages or reprs.
     """
 
     def __init__(
@@ -88,22 +70,16 @@ class AsyncClient:
         timeout: float | None = 60.0,
         duplex: bool = True,
     ) -> None:
-        self._origin = Origin.parse(url or os.environ.get("SEALFLOW_URL") or DEFAULT_URL)
-        token = os.environ.get("SEALFLOW_TOKEN") if token is None else token
-        # h11 would quote a bad header value, the token, in its error: refuse it here.
-        if token and not re.fullmatch(r"[\x21-\x7e]+", token):
-            raise ValueError("the token has characters not allowed in an HTTP header")
-        self._auth = [("Authorization", f"Bearer {token}")] if token else []
+        self._endpoint = Endpoint.make(url, token, verify, timeout)
         self._duplex = duplex
-        tls = _tls_context(verify) if self._origin.tls else None
-        self._pool = Pool(self._origin, tls, timeout)
+        self._pool = Pool(self._endpoint.origin, self._endpoint.tls, timeout)
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({self._origin.url!r})"
+        return f"{type(self).__name__}({self.url!r})"
 
     @property
     def url(self) -> str:
-        return self._origin.url
+        return self._endpoint.origin.url
 
     @property
     def connections_opened(self) -> int:
@@ -128,7 +104,7 @@ class AsyncClient:
         key: str,
         data: Input,
         *,
-        mode: Mode = ...,
+        mode: Mode | None = ...,
         aad: bytes | str | None = ...,
         out: None = ...,
         on_progress: Progress | None = ...,
@@ -139,7 +115,7 @@ class AsyncClient:
         key: str,
         data: Input,
         *,
-        mode: Mode = ...,
+        mode: Mode | None = ...,
         aad: bytes | str | None = ...,
         out: Writable,
         on_progress: Progress | None = ...,
@@ -149,14 +125,17 @@ class AsyncClient:
         key: str,
         data: Input,
         *,
-        mode: Mode = "stream",
+        mode: Mode | None = None,
         aad: bytes | str | None = None,
         out: Writable | None = None,
         on_progress: Progress | None = None,
     ) -> bytes | int:
-        """Seal ``data`` under the latest version of ``key``: the envelope (``mode`` "stream",
-        the default, or "single" for bodies up to the service's single-shot limit)."""
-        return await self._data(self._encrypt_target(key, mode), data, aad, out, on_progress)
+        """Seal ``data`` under the latest version of ``key``: the envelope. ``mode`` "stream"
+        or "single" (up to the service's single-shot limit); None: single-shot for a body of
+        known length up to 64 KiB, stream for any other."""
+        source = source_for(data)
+        plan = calls.encrypt(key, source.length, mode, aad, self._duplex)
+        return await self._data(plan, source, out, on_progress)
 
     @overload
     async def decrypt(
@@ -188,20 +167,24 @@ class AsyncClient:
         on_progress: Progress | None = None,
     ) -> bytes | int:
         """Open an envelope: the plaintext. With ``key``, the envelope must name that key."""
-        return await self._data(self._decrypt_target(key), data, aad, out, on_progress)
+        source = source_for(data)
+        plan = calls.decrypt(key, source.length, aad, self._duplex)
+        return await self._data(plan, source, out, on_progress)
 
     def encrypt_stream(
         self,
         key: str,
         data: Input,
         *,
-        mode: Mode = "stream",
+        mode: Mode | None = None,
         aad: bytes | str | None = None,
         on_progress: Progress | None = None,
     ) -> AsyncGenerator[bytes, None]:
         """``encrypt``, with the envelope as chunks while they arrive (``aclose()`` it to stop
         early: the rest is not read and the connection is dropped)."""
-        return self._stream(self._encrypt_target(key, mode), data, aad, on_progress)
+        source = source_for(data)
+        plan = calls.encrypt(key, source.length, mode, aad, self._duplex)
+        return self._stream(plan, source, on_progress)
 
     def decrypt_stream(
         self,
@@ -214,27 +197,26 @@ class AsyncClient:
         """``decrypt``, with the plaintext as chunks while they arrive. In full duplex a
         stream envelope is opened chunk by chunk: if a later chunk fails, the iterator raises
         ``TransportError`` after earlier chunks were given out; use them only if it ends."""
-        return self._stream(self._decrypt_target(key), data, aad, on_progress)
+        source = source_for(data)
+        plan = calls.decrypt(key, source.length, aad, self._duplex)
+        return self._stream(plan, source, on_progress)
 
     # Key management (scope admin)
 
     async def create_key(
         self, name: str, algorithm: str = "aes-256-gcm", *, exportable: bool = False
     ) -> Key:
-        body = {"name": name, "algorithm": algorithm, "exportable": exportable}
-        return Key.from_json(await self._json("POST", "/v1/keys", body, idempotent=False))
+        return await self._admin(calls.create_key(name, algorithm, exportable))
 
     async def list_keys(self) -> list[Key]:
-        answer = await self._json("GET", "/v1/keys")
-        return [Key.from_json(k) for k in answer["keys"]]
+        return await self._admin(calls.list_keys())
 
     async def get_key(self, name: str) -> Key:
-        return Key.from_json(await self._json("GET", f"/v1/keys/{quote(name, safe='')}"))
+        return await self._admin(calls.get_key(name))
 
     async def rotate_key(self, name: str) -> Key:
         """Add a version; new encryptions use it."""
-        target = f"/v1/keys/{quote(name, safe='')}/rotate"
-        return Key.from_json(await self._json("POST", target, idempotent=False))
+        return await self._admin(calls.rotate_key(name))
 
     async def update_key(
         self,
@@ -259,57 +241,31 @@ class AsyncClient:
             "max_encryptions": max_encryptions,
             "auto_rotate_period": auto_rotate_period,
         }
-        body: dict[str, Any] = {k: v for k, v in fields.items() if v is not None}
-        if allow_lowering:
-            body["allow_lowering"] = True
-        return Key.from_json(await self._json("PATCH", f"/v1/keys/{quote(name, safe='')}", body))
+        return await self._admin(calls.update_key(name, allow_lowering, fields))
 
     async def delete_key(self, name: str) -> None:
         """Delete a key and destroy every version's material: its envelopes can never be
         opened again. The server refuses it until ``update_key(name, deletion_allowed=True)``."""
-        await self._json("DELETE", f"/v1/keys/{quote(name, safe='')}", idempotent=False)
+        await self._admin(calls.delete_key(name))
 
     async def export_key(self, name: str, version: int | None = None) -> ExportedKey:
         """A version's material (the latest by default), for keys created exportable."""
-        query = "" if version is None else f"?version={int(version)}"
-        target = f"/v1/keys/{quote(name, safe='')}/export{query}"
-        return ExportedKey.from_json(await self._json("GET", target))
+        return await self._admin(calls.export_key(name, version))
 
-    # The plumbing (the sync Client calls _data and the targets too)
-
-    @staticmethod
-    def _encrypt_target(key: str, mode: Mode) -> str:
-        if mode not in ("stream", "single"):
-            raise ValueError(f"mode must be 'stream' or 'single', not {mode!r}")
-        return f"/v1/keys/{quote(key, safe='')}/encrypt?mode={mode}"
-
-    @staticmethod
-    def _decrypt_target(key: str | None) -> str:
-        return f"/v1/keys/{quote(key, safe='')}/decrypt" if key is not None else "/v1/decrypt"
+    # The plumbing
 
     async def _data(
-        self,
-        target: str,
-        data: Input,
-        aad: bytes | str | None,
-        out: Writable | None,
-        on_progress: Progress | None,
+        self, plan: Plan, source: Source, out: Writable | None, on_progress: Progress | None
     ) -> bytes | int:
-        source = source_for(data)
         sink: Collect | ToFile = Collect() if out is None else ToFile(out)
-        headers = [("Content-Type", "application/octet-stream"), *_aad_header(aad)]
-        await self._transfer("POST", target, headers, source, sink, on_progress, data_route=True)
+        await self._transfer(plan, source, sink, on_progress)
         return sink.result() if isinstance(sink, Collect) else sink.written
 
     async def _stream(
-        self, target: str, data: Input, aad: bytes | str | None, on_progress: Progress | None
+        self, plan: Plan, source: Source, on_progress: Progress | None
     ) -> AsyncGenerator[bytes, None]:
-        source = source_for(data)
-        headers = [("Content-Type", "application/octet-stream"), *_aad_header(aad)]
         channel = Channel()
-        task = asyncio.create_task(
-            self._transfer("POST", target, headers, source, channel, on_progress, data_route=True)
-        )
+        task = asyncio.create_task(self._transfer(plan, source, channel, on_progress))
         task.add_done_callback(channel.finished)
         try:
             while (chunk := await channel.get()) is not None:
@@ -319,42 +275,19 @@ class AsyncClient:
                 task.cancel()
                 await asyncio.wait([task])
 
-    async def _json(
-        self, method: str, target: str, body: Any = None, *, idempotent: bool = True
-    ) -> Any:
-        headers = []
-        data = b""
-        if body is not None:
-            headers.append(("Content-Type", "application/json"))
-            data = json.dumps(body).encode()
+    async def _admin(self, call: calls.Admin[T]) -> T:
         sink = Collect()
-        source = source_for(data)
-        await self._transfer(method, target, headers, source, sink, None, idempotent=idempotent)
-        answer = sink.result()
-        return json.loads(answer) if answer else None  # None: a 204 (delete_key)
+        await self._transfer(call.plan, source_for(call.body), sink, None)
+        return call.result(sink.result())
 
     async def _transfer(
-        self,
-        method: str,
-        target: str,
-        headers: list[tuple[str, str]],
-        source: Source,
-        sink: Sink,
-        on_progress: Progress | None,
-        *,
-        data_route: bool = False,
-        idempotent: bool = True,
+        self, plan: Plan, source: Source, sink: Sink, on_progress: Progress | None
     ) -> None:
-        """One call, with at most one retry of each kind (see the class docstring)."""
-        duplex = self._duplex and data_route
-        stale_retry = idempotent
-        fresh = False
-        target = self._origin.prefix + target
+        """One call, with the retries ``Plan.retry`` allows."""
+        prefix, prelude = self._endpoint.origin.prefix, self._endpoint.prelude
         while True:
-            conn = await self._pool.acquire(fresh)
-            head = [*self._auth, *headers, *([("Sealflow-Duplex", "1")] if duplex else [])]
-            host = self._origin.host_header
-            ex = Exchange(conn, host, method, target, head, source, on_progress)
+            conn = await self._pool.acquire(plan.fresh)
+            ex = Exchange(conn, plan.head(prefix, prelude), plan, source, on_progress)
             try:
                 async with ex:
                     status = await ex.start()
@@ -368,20 +301,10 @@ class AsyncClient:
                 if e is ex.upload_error or not source.replayable:
                     raise
                 stale = isinstance(e, TransportError) and conn.reused and not ex.responded
-                if stale_retry and stale and sink.reset():
-                    # A kept-alive connection the server had closed: once more, on a new one.
-                    stale_retry, fresh = False, True
-                elif duplex and _proxy_trouble(e, ex) and sink.reset():
-                    duplex = False
-                else:
+                retry = plan.retry(e, stale=stale, cut_short=not ex.upload_done)
+                if retry is None or not sink.reset():
                     raise
+                plan = retry
                 await source.rewind()
             finally:
                 self._pool.release(conn, ex.reusable)
-
-
-def _proxy_trouble(error: SealflowError, ex: Exchange) -> bool:
-    """A full-duplex attempt failed the way it does through a proxy that cannot carry it:
-    the connection closed, or the response ended, before the upload was complete, and the
-    answer (if any) was not the service's JSON error."""
-    return not ex.upload_done and error.code is None

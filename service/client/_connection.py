@@ -13,45 +13,19 @@ import contextlib
 import socket
 import ssl
 from collections import deque
-from dataclasses import dataclass
 from typing import Any, cast
-from urllib.parse import urlsplit
 
 from ._errors import TransportError
+from ._origin import Origin
 
 # Writes wait until the transport has handed everything to the kernel: what the socket does not
 # take at once, Python 3.11's transport copies into a bytearray and shifts at every send
 # (docs/SERVICE.md, "Client library"). Reading pauses above READ_HIGH unread bytes.
 WRITE_HIGH = 0
 READ_HIGH = 4 << 20
-MAX_IDLE = 8  # idle connections kept per client
-
-
-@dataclass(frozen=True)
-class Origin:
-    """Where the service is: scheme, host, port, and the URL's path prefix."""
-
-    url: str
-    host: str
-    port: int
-    tls: bool
-    prefix: str
-
-    @classmethod
-    def parse(cls, url: str) -> Origin:
-        parts = urlsplit(url.rstrip("/"))
-        if parts.scheme not in ("http", "https") or not parts.hostname or parts.query:
-            raise ValueError(f"the URL must look like http(s)://host[:port][/prefix], not {url!r}")
-        if parts.username or parts.password:
-            raise ValueError("the URL must not hold credentials: pass the token instead")
-        tls = parts.scheme == "https"
-        port = parts.port or (443 if tls else 80)
-        return cls(f"{parts.scheme}://{parts.netloc}{parts.path}", parts.hostname, port, tls,
-                   parts.path)  # fmt: skip
-
-    @property
-    def host_header(self) -> str:
-        return urlsplit(self.url).netloc
+# Idle connections kept per client: as many as an application has calls at once, or each call
+# beyond them opens a connection of its own.
+MAX_IDLE = 64
 
 
 class Connection(asyncio.Protocol):
@@ -74,6 +48,7 @@ class Connection(asyncio.Protocol):
         self._writable.set()
         self._last_progress = self._loop.time()
         self._watchdog: asyncio.TimerHandle | None = None
+        self._watching = False
         self.lost: asyncio.Future[None] = self._loop.create_future()
 
     # asyncio.Protocol
@@ -106,7 +81,7 @@ class Connection(asyncio.Protocol):
         self._closed = exc or ConnectionError("the connection was closed")
         self._writable.set()  # a waiting writer finds out
         self._wake()
-        self.stop_watchdog()
+        self._cancel_watchdog()
         if not self.lost.done():
             self.lost.set_result(None)
 
@@ -194,35 +169,44 @@ class Connection(asyncio.Protocol):
             raise ConnectionError("the connection was closed")
 
     def start_watchdog(self) -> None:
-        """Close the connection if nothing is sent or received for ``timeout`` seconds."""
+        """Close the connection if nothing is sent or received for ``timeout`` seconds, until
+        ``stop_watchdog``. The timer outlives an exchange (idle, the connection is not
+        watched): back-to-back exchanges then arm it once per ``timeout``, not once each."""
         self._last_progress = self._loop.time()
+        self._watching = True
         if self.timeout is not None and self._watchdog is None:
             self._watchdog = self._loop.call_later(self.timeout, self._check)
 
     def stop_watchdog(self) -> None:
-        if self._watchdog is not None:
-            self._watchdog.cancel()
-            self._watchdog = None
+        self._watching = False
 
     def _check(self) -> None:
         assert self.timeout is not None
+        self._watchdog = None
+        if not self._watching:
+            return  # idle in the pool: the next exchange starts it again
         idle = self._loop.time() - self._last_progress
         if idle >= self.timeout:
-            self._watchdog = None
             self.stalled = True
             self.abort()
         else:
             self._watchdog = self._loop.call_later(self.timeout - idle, self._check)
 
+    def _cancel_watchdog(self) -> None:
+        self._watching = False
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
+
     def close(self) -> None:
         """Close after the unsent bytes went out (TLS: with close_notify)."""
-        self.stop_watchdog()
+        self._cancel_watchdog()
         if self.transport is not None:
             self.transport.close()
 
     def abort(self) -> None:
         """Close now, dropping unsent bytes: after a failure, they could hold close() up."""
-        self.stop_watchdog()
+        self._cancel_watchdog()
         if self.transport is not None:
             self.transport.abort()
 

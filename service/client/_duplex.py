@@ -6,11 +6,12 @@ asked with ``Sealflow-Duplex: 1``, and servers before that header always did), s
 that sends the whole body before reading (httpx, requests) fills the socket buffers both ways
 and stalls after a few MiB. Here the upload is a task of its own and the response is read as
 it comes, whichever way the server answers: a request-then-response answer simply arrives
-after the upload ended.
+after the upload ended. A small body (``_plan``) is written with the head instead, in one
+write and without a task: the service reads all of it before it answers.
 
-Large bodies and bodies of unknown length are sent with ``Expect: 100-continue``, so a refusal
-(a bad token, an unknown key) costs no upload. h11 writes the request head and chunked bodies
-and parses response heads; response bodies go through ``_framing`` (no copies).
+The plan says which bodies carry ``Expect: 100-continue`` (large ones and those of unknown
+length), so that a refusal (a bad token, an unknown key) costs no upload. Chunked bodies are
+framed here; the response goes through ``_framing`` (no copies).
 
 A regular file on a plain TCP connection goes by ``os.sendfile``, 1 MiB per call, on the event
 loop: the file's bytes are never copied into Python and out again, a fifth to a quarter of the
@@ -23,18 +24,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
-from typing import cast
-
-import h11
 
 from ._connection import Connection
-from ._errors import InputChanged, SealflowError, TransportError, error_from_reply
-from ._framing import BodyReader, FramingError
+from ._errors import (
+    ERROR_BODY_MAX,
+    InputChanged,
+    SealflowError,
+    TransportError,
+    error_from_reply,
+)
+from ._framing import FramingError, Response
+from ._plan import Plan
 from ._source import CHUNK, Source
 
 EXPECT_WAIT = 1.0  # as curl: a server that ignores Expect still gets the body
-EXPECT_ABOVE = 1 << 20  # as curl: smaller bodies go at once (Expect costs a round trip)
-_ERROR_BODY_MAX = 64 << 10
 
 Progress = Callable[[int, int], None]
 
@@ -48,14 +51,7 @@ class Exchange:
     """
 
     def __init__(
-        self,
-        conn: Connection,
-        host: str,
-        method: str,
-        target: str,
-        headers: list[tuple[str, str]],
-        source: Source,
-        progress: Progress | None,
+        self, conn: Connection, head: bytes, plan: Plan, source: Source, progress: Progress | None
     ) -> None:
         self.conn, self.source, self._progress = conn, source, progress
         self.sent = self.received = 0
@@ -64,25 +60,15 @@ class Exchange:
         self.status = 0
         self.reusable = False
         self.upload_error: BaseException | None = None  # the input failed
-        self._h11 = h11.Connection(h11.CLIENT)
-        length = source.length
-        if length is None:
-            framing = [("Transfer-Encoding", "chunked")]
-        elif length or method != "GET":
-            framing = [("Content-Length", str(length))]
-        else:
-            framing = []
-        self._expect = length is None or length > EXPECT_ABOVE
-        expect = [("Expect", "100-continue")] if self._expect else []
-        self._head = h11.Request(
-            method=method, target=target, headers=[("Host", host), *headers, *framing, *expect]
-        )
-        self._go = asyncio.Event()  # the server wants the body, or has answered already
+        self._head = head
+        self._small = source.in_memory() if plan.small else None
+        self._expect = plan.expect
+        self._response = Response()
+        self._pending: list[memoryview] = []  # body bytes that came with the head
+        # The server wants the body, or has answered already (an upload waits for it).
+        self._go = asyncio.Event() if self._small is None else None
         self._stopped = False  # the server refused: send no more
         self._upload: asyncio.Task[None] | None = None
-        self._body: BodyReader | None = None
-        self._rest = b""  # bytes received after the response head
-        self._keep_alive = False
 
     async def __aenter__(self) -> Exchange:
         return self
@@ -95,75 +81,61 @@ class Exchange:
         await self.source.aclose()
 
     async def start(self) -> int:
-        """Send the head, start the upload, and wait for the response's status."""
+        """Send the head (a small body with it, else start the upload), and wait for the
+        response's status."""
         self.conn.start_watchdog()
         try:
-            self.conn.write(self._h11.send(self._head))
+            if self._small is None:
+                self.conn.write(self._head)
+            else:
+                # One write: the service gets the request in one piece (a copy of at most
+                # SMALL_MAX bytes, against a second send and a second wake-up of the server).
+                self.conn.write(self._head + self._small)
         except OSError as e:
             raise self._lost("before a response", e) from None
-        self._upload = asyncio.create_task(self._send())
-        event = await self._head_event()
+        if self._small is None:
+            self._upload = asyncio.create_task(self._send())
+        else:
+            self._count(len(self._small))
+        response = self._response
+        while response.head is None:
+            data = await self._receive()
+            try:
+                if not data:
+                    response.end()
+                self._pending = response.feed(data)
+            except FramingError as e:
+                raise self._lost("before a response", e) from None
+            if response.continued and self._go is not None:
+                self._go.set()  # 100 Continue (and any other 1xx: nothing to do)
         self.responded = True
-        self.status = int(event.status_code)
-        self._go.set()
-        headers = {name: value for name, value in event.headers}
-        if not 200 <= event.status_code < 300:
+        self.status = response.head.status
+        if self._go is not None:
+            self._go.set()
+        if not 200 <= self.status < 300:
             self._stop()
-        chunked = headers.get(b"transfer-encoding", b"").lower() == b"chunked"
-        length = None
-        if not chunked and b"content-length" in headers:
-            length = int(headers[b"content-length"])  # h11 checked it
-        self._body = BodyReader(length, chunked)
-        self._rest = self._h11.trailing_data[0]
-        connection = headers.get(b"connection", b"").lower()
-        self._keep_alive = event.http_version == b"1.1" and b"close" not in connection
-        self._keep_alive &= length is not None or chunked
         return self.status
-
-    async def _head_event(self) -> h11.Response:
-        """The response head, after any 100 Continue."""
-        try:
-            while True:
-                event = self._h11.next_event()
-                if event is h11.NEED_DATA:
-                    data = await self._receive()
-                    if not data:
-                        raise self._lost("before a response", ConnectionError("closed"))
-                    self._h11.receive_data(data)
-                elif isinstance(event, h11.InformationalResponse):
-                    self._go.set()  # 100 Continue (and any other 1xx: nothing to do)
-                elif isinstance(event, h11.Response):
-                    return event
-                else:  # h11 gives nothing else before a response
-                    raise self._lost("before a response", ConnectionError(repr(event)))
-        except h11.RemoteProtocolError as e:
-            raise self._lost("before a response", e) from None
 
     async def body(self) -> AsyncIterator[memoryview]:
         """The response body as it arrives; TransportError if it is cut off."""
-        assert self._body is not None
-        data, self._rest = self._rest, b""
-        while not self._body.done:
-            if not data:
-                data = await self._receive()
-                if not data:
-                    try:
-                        self._body.end()
-                    except FramingError as e:
-                        raise self._lost(f"after {self.received} bytes of output", e) from None
-                    break
-            try:
-                pieces = self._body.feed(data)
-            except FramingError as e:
-                raise self._lost(f"after {self.received} bytes of output", e) from None
-            data = b""
+        response = self._response
+        pieces, self._pending = self._pending, []
+        while True:
             for piece in pieces:
                 self.received += len(piece)
                 if self._progress is not None:
                     self._progress(self.sent, self.received)
                 yield piece
-        if self._body.extra:  # bytes nobody asked for: the connection is out of step
-            self._keep_alive = False
+            if response.done:
+                break
+            data = await self._receive()
+            try:
+                if not data:
+                    response.end()
+                    break
+                pieces = response.feed(data)
+            except FramingError as e:
+                raise self._lost(f"after {self.received} bytes of output", e) from None
 
     async def finish(self) -> None:
         """After the body: the upload must have ended too (then the connection may serve again)."""
@@ -172,11 +144,11 @@ class Exchange:
             if self.upload_error is not None:
                 raise self.upload_error
             raise TransportError("the server answered before it had read the whole input")
-        assert self._upload is not None
-        await self._upload
+        if self._upload is not None:
+            await self._upload
         if self.upload_error is not None:  # found after the last byte went (the file grew)
             raise self.upload_error
-        self.reusable = self._keep_alive
+        self.reusable = self._keep_alive()
 
     async def error(self) -> SealflowError:
         """The exception for a non-2xx answer, from its body (read up to 64 KiB)."""
@@ -184,15 +156,19 @@ class Exchange:
         self._progress = None  # an error body is not output
         with contextlib.suppress(TransportError):  # a cut-off error body is still an answer
             async for piece in self.body():
-                got += piece[: _ERROR_BODY_MAX - len(got)]
-                if len(got) >= _ERROR_BODY_MAX:
+                got += piece[: ERROR_BODY_MAX - len(got)]
+                if len(got) >= ERROR_BODY_MAX:
                     break
         if self.upload_error is not None:
             raise self.upload_error
-        assert self._body is not None
         # Errors found in the body keep the connection (the server read all of it).
-        self.reusable = self.upload_done and self._body.done and self._keep_alive
+        self.reusable = self.upload_done and self._response.done and self._keep_alive()
         return error_from_reply(self.status, bytes(got))
+
+    def _keep_alive(self) -> bool:
+        """The response allows another exchange, and nothing unasked for came after it."""
+        head = self._response.head
+        return head is not None and head.keep_alive and not self._response.extra
 
     async def _receive(self) -> bytes:
         try:
@@ -216,12 +192,13 @@ class Exchange:
 
     async def _send(self) -> None:
         """The upload: waits for 100 Continue (at most EXPECT_WAIT), then sends the body."""
+        assert self._go is not None
         if self._expect:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._go.wait(), EXPECT_WAIT)
         if self._stopped:
             return
-        conn, h, chunked = self.conn, self._h11, self.source.length is None
+        conn, chunked = self.conn, self.source.length is None
         try:
             await self._sendfile()
         except OSError as e:
@@ -247,20 +224,18 @@ class Exchange:
                     return
                 if self._stopped:
                     return
-                if chunked:
-                    # h11 passes any bytes-like object through (no copy), whatever its hint
-                    # says, between the chunk's size line and CRLF.
-                    data = h11.Data(data=cast(bytes, chunk))
-                    for piece in h.send_with_data_passthrough(data) or ():
-                        conn.write(piece)
-                else:  # as it is: h11 would only count it (and sendfile went past it)
+                if chunked:  # the chunk between its size line and CRLF, not copied
+                    conn.write(b"%x\r\n" % len(chunk))
+                    conn.write(chunk)
+                    conn.write(b"\r\n")
+                else:
                     conn.write(chunk)
                 self._count(len(chunk))
                 await conn.drain()
             else:
                 return
             if chunked:
-                conn.write(h.send(h11.EndOfMessage()))
+                conn.write(b"0\r\n\r\n")
             self.upload_done = True
             await conn.drain()
         except OSError:

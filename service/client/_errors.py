@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 
+ERROR_BODY_MAX = 64 << 10  # of an error answer, what is read (the service's are small)
+
 
 class SealflowError(Exception):
     """A call failed. ``status`` is the HTTP status (None if no answer came), ``code`` the

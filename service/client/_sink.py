@@ -33,8 +33,12 @@ class Sink:
     def __init__(self) -> None:
         self.written = 0
 
-    async def write(self, piece: memoryview) -> None:
+    def add(self, piece: memoryview) -> None:
+        """Take a piece at once (``Client``'s small calls, on the caller's thread)."""
         raise NotImplementedError
+
+    async def write(self, piece: memoryview) -> None:
+        self.add(piece)
 
     def reset(self) -> bool:
         """Forget what was written, if that is possible."""
@@ -48,7 +52,7 @@ class Collect(Sink):
         super().__init__()
         self._pieces: list[memoryview] = []
 
-    async def write(self, piece: memoryview) -> None:
+    def add(self, piece: memoryview) -> None:
         self._pieces.append(piece)
         self.written += len(piece)
 
@@ -69,7 +73,7 @@ class ToFile(Sink):
         super().__init__()
         self._write = f.write
 
-    async def write(self, piece: memoryview) -> None:
+    def add(self, piece: memoryview) -> None:
         data = as_bytes(piece)  # bytes, whatever the object does with them
         while data:
             n = self._write(data)

@@ -62,6 +62,10 @@ class Source:
     def chunks(self) -> Chunks:
         raise NotImplementedError
 
+    def in_memory(self) -> memoryview | None:
+        """All of the input, when it is bytes in memory (a small call sends it with the head)."""
+        return None
+
     def sendfile_span(self) -> tuple[Any, int] | None:
         """(file object, offset) of a regular file that may go by ``os.sendfile``: its
         ``length`` bytes from ``offset``. Then ``skip(n)`` tells it that n bytes went that
@@ -90,6 +94,9 @@ class _Bytes(Source):
     async def chunks(self) -> Chunks:
         for start in range(0, len(self._view), CHUNK):
             yield self._view[start : start + CHUNK]
+
+    def in_memory(self) -> memoryview:
+        return self._view
 
     async def rewind(self) -> None:
         pass

@@ -1,13 +1,17 @@
 """``Client``: the same calls as ``AsyncClient``, for code without an event loop.
 
-A ``Client`` runs one ``AsyncClient`` on a private event loop in a daemon thread and hands
-each call to it. Chosen over ``asyncio.run`` per call because connections belong to a loop:
-a loop per call could not keep a connection from one call to the next, and a loop run in the
-caller's thread (``run_until_complete``) fails where an event loop is already running
-(Jupyter, sync code called from async frameworks) and serialises threads. With the private
-loop, calls from several threads at once each get a connection from the shared pool. The
-cost is a thread hop per call (and per chunk of ``encrypt_stream``), microseconds against a
-network round trip; bodies do not cross it.
+Small calls (a body in memory of at most 64 KiB, and every admin call: ``_plan``) run in the
+caller's own thread on blocking sockets (``_blocking``): one write and a read or two, on
+connections kept alive between calls. Everything else (larger bodies, files, iterators, the
+``*_stream`` calls) goes to one ``AsyncClient`` on a private event loop in a daemon thread,
+started by the first such call: full duplex needs the upload and the response to move at
+once, which the event loop does. Chosen over ``asyncio.run`` per call because connections
+belong to a loop: a loop per call could not keep a connection from one call to the next, and
+a loop run in the caller's thread (``run_until_complete``) fails where an event loop is
+already running (Jupyter, sync code called from async frameworks) and serialises threads.
+With the private loop, calls from several threads at once each get a connection from the
+shared pool. The cost is a thread hop per call (and per chunk of ``encrypt_stream``): two
+thread wake-ups, which small calls do not pay (docs/BENCHMARKS.md, "Client: small calls").
 """
 
 from __future__ import annotations
@@ -18,11 +22,15 @@ import weakref
 from collections.abc import Coroutine, Generator
 from typing import Any, TypeVar, overload
 
-from ._async import AsyncClient, Mode, Verify
+from . import _blocking
+from . import _calls as calls
+from ._async import AsyncClient
 from ._duplex import Progress
 from ._keys import ExportedKey, Key
-from ._sink import Writable
-from ._source import Input
+from ._origin import Verify
+from ._plan import Mode, Plan
+from ._sink import Collect, ToFile, Writable
+from ._source import Input, Source, source_for
 
 T = TypeVar("T")
 _END: Any = object()
@@ -43,15 +51,47 @@ def _serve(loop: asyncio.AbstractEventLoop) -> None:
         loop.close()
 
 
-def _shut(loop: asyncio.AbstractEventLoop, client: AsyncClient) -> None:
-    """Close the idle connections and stop the loop (also when a Client is collected)."""
+class _LoopThread:
+    """The private event loop and its thread, started by the first call that needs them."""
 
-    async def close() -> None:
-        await client.aclose()
-        loop.stop()
+    def __init__(self, client: AsyncClient) -> None:
+        self.client = client
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.thread: threading.Thread | None = None
+        self._stopped = False
+        self._lock = threading.Lock()
 
-    if not loop.is_closed():
+    def start(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._stopped:  # closed by another thread meanwhile
+                raise RuntimeError("the client is closed")
+            if self.loop is None:
+                loop = asyncio.new_event_loop()
+                thread = threading.Thread(
+                    target=_serve, args=(loop,), name="sealflow-client", daemon=True
+                )
+                thread.start()
+                self.loop, self.thread = loop, thread
+            return self.loop
+
+    def stop(self) -> None:
+        """Close the idle connections and stop the loop (also when a Client is collected)."""
+        with self._lock:
+            self._stopped = True
+            loop = self.loop
+        if loop is None or loop.is_closed():
+            return
+
+        async def close() -> None:
+            await self.client.aclose()
+            loop.stop()
+
         asyncio.run_coroutine_threadsafe(close(), loop)
+
+
+def _shut(small: _blocking.Pool, io: _LoopThread) -> None:
+    small.close()
+    io.stop()
 
 
 async def _aclose(chunks: Any) -> None:
@@ -69,8 +109,9 @@ class Client:
     """A client of one sealflow service; the calls of ``AsyncClient``, blocking.
 
     Arguments, inputs, outputs, retries and exceptions are those of ``AsyncClient``.
-    ``on_progress`` is called on the client's I/O thread. A ``Client`` may be shared by
-    threads; ``close()`` (or ``with Client(...) as client:``) ends its connections and thread.
+    ``on_progress`` is called on the caller's thread for a small call, on the client's I/O
+    thread otherwise. A ``Client`` may be shared by threads; ``close()`` (or ``with
+    Client(...) as client:``) ends its connections and thread.
     """
 
     def __init__(
@@ -83,15 +124,14 @@ class Client:
         duplex: bool = True,
     ) -> None:
         self._async = AsyncClient(url, token, verify=verify, timeout=timeout, duplex=duplex)
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(
-            target=_serve, args=(self._loop,), name="sealflow-client", daemon=True
-        )
-        self._thread.start()
-        self._closer = weakref.finalize(self, _shut, self._loop, self._async)
+        self._endpoint = self._async._endpoint
+        self._duplex = duplex
+        self._small = _blocking.Pool(self._endpoint)
+        self._io = _LoopThread(self._async)
+        self._closer = weakref.finalize(self, _shut, self._small, self._io)
 
     def __repr__(self) -> str:
-        return f"Client({self._async.url!r})"
+        return f"Client({self.url!r})"
 
     @property
     def url(self) -> str:
@@ -99,13 +139,15 @@ class Client:
 
     @property
     def connections_opened(self) -> int:
-        """How many connections this client has opened (keep-alive reuses them)."""
-        return self._async.connections_opened
+        """How many connections this client has opened (keep-alive reuses them): those of
+        its small calls and those of its event loop."""
+        return self._small.opened + self._async.connections_opened
 
     def close(self) -> None:
         if self._closer.alive:
             self._closer()
-            self._thread.join()
+            if self._io.thread is not None:
+                self._io.thread.join()
 
     def __enter__(self) -> Client:
         return self
@@ -114,11 +156,16 @@ class Client:
         self.close()
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
-        if not self._closer.alive or threading.current_thread() is self._thread:
+        if not self._closer.alive or threading.current_thread() is self._io.thread:
             coro.close()
             if self._closer.alive:  # it would wait for itself
                 raise RuntimeError("a Client cannot be called from its on_progress callback")
             raise RuntimeError("the client is closed")
+        try:
+            loop = self._io.start()
+        except RuntimeError:
+            coro.close()
+            raise
         finished = threading.Event()
 
         async def guarded() -> T:
@@ -127,7 +174,7 @@ class Client:
             finally:
                 finished.set()
 
-        future = asyncio.run_coroutine_threadsafe(guarded(), self._loop)
+        future = asyncio.run_coroutine_threadsafe(guarded(), loop)
         try:
             return future.result()
         except BaseException:
@@ -144,7 +191,7 @@ class Client:
         key: str,
         data: Input,
         *,
-        mode: Mode = ...,
+        mode: Mode | None = ...,
         aad: bytes | str | None = ...,
         out: None = ...,
         on_progress: Progress | None = ...,
@@ -155,7 +202,7 @@ class Client:
         key: str,
         data: Input,
         *,
-        mode: Mode = ...,
+        mode: Mode | None = ...,
         aad: bytes | str | None = ...,
         out: Writable,
         on_progress: Progress | None = ...,
@@ -165,14 +212,15 @@ class Client:
         key: str,
         data: Input,
         *,
-        mode: Mode = "stream",
+        mode: Mode | None = None,
         aad: bytes | str | None = None,
         out: Writable | None = None,
         on_progress: Progress | None = None,
     ) -> bytes | int:
         """Seal ``data`` under the latest version of ``key`` (see ``AsyncClient.encrypt``)."""
-        target = self._async._encrypt_target(key, mode)
-        return self._run(self._async._data(target, data, aad, out, on_progress))
+        source = source_for(data)
+        plan = calls.encrypt(key, source.length, mode, aad, self._duplex)
+        return self._data(plan, source, out, on_progress)
 
     @overload
     def decrypt(
@@ -204,15 +252,16 @@ class Client:
         on_progress: Progress | None = None,
     ) -> bytes | int:
         """Open an envelope (see ``AsyncClient.decrypt``)."""
-        target = self._async._decrypt_target(key)
-        return self._run(self._async._data(target, data, aad, out, on_progress))
+        source = source_for(data)
+        plan = calls.decrypt(key, source.length, aad, self._duplex)
+        return self._data(plan, source, out, on_progress)
 
     def encrypt_stream(
         self,
         key: str,
         data: Input,
         *,
-        mode: Mode = "stream",
+        mode: Mode | None = None,
         aad: bytes | str | None = None,
         on_progress: Progress | None = None,
     ) -> Generator[bytes, None, None]:
@@ -248,16 +297,17 @@ class Client:
     def create_key(
         self, name: str, algorithm: str = "aes-256-gcm", *, exportable: bool = False
     ) -> Key:
-        return self._run(self._async.create_key(name, algorithm, exportable=exportable))
+        return self._admin(calls.create_key(name, algorithm, exportable))
 
     def list_keys(self) -> list[Key]:
-        return self._run(self._async.list_keys())
+        return self._admin(calls.list_keys())
 
     def get_key(self, name: str) -> Key:
-        return self._run(self._async.get_key(name))
+        return self._admin(calls.get_key(name))
 
     def rotate_key(self, name: str) -> Key:
-        return self._run(self._async.rotate_key(name))
+        """Add a version; new encryptions use it."""
+        return self._admin(calls.rotate_key(name))
 
     def update_key(
         self,
@@ -272,22 +322,45 @@ class Client:
         auto_rotate_period: float | None = None,
     ) -> Key:
         """Change a key's policy (see ``AsyncClient.update_key``)."""
-        return self._run(
-            self._async.update_key(
-                name,
-                min_decryption_version=min_decryption_version,
-                allow_lowering=allow_lowering,
-                min_encryption_version=min_encryption_version,
-                deletion_allowed=deletion_allowed,
-                exportable=exportable,
-                max_encryptions=max_encryptions,
-                auto_rotate_period=auto_rotate_period,
-            )
-        )
+        fields = {
+            "min_decryption_version": min_decryption_version,
+            "min_encryption_version": min_encryption_version,
+            "deletion_allowed": deletion_allowed,
+            "exportable": exportable,
+            "max_encryptions": max_encryptions,
+            "auto_rotate_period": auto_rotate_period,
+        }
+        return self._admin(calls.update_key(name, allow_lowering, fields))
 
     def delete_key(self, name: str) -> None:
         """Delete a key and every version's material (see ``AsyncClient.delete_key``)."""
-        self._run(self._async.delete_key(name))
+        self._admin(calls.delete_key(name))
 
     def export_key(self, name: str, version: int | None = None) -> ExportedKey:
-        return self._run(self._async.export_key(name, version))
+        return self._admin(calls.export_key(name, version))
+
+    # The plumbing
+
+    def _data(
+        self, plan: Plan, source: Source, out: Writable | None, on_progress: Progress | None
+    ) -> bytes | int:
+        body = source.in_memory() if plan.small else None
+        if body is None:
+            return self._run(self._async._data(plan, source, out, on_progress))
+        sink: Collect | ToFile = Collect() if out is None else ToFile(out)
+        self._small_call(plan, body, sink, on_progress)
+        return sink.result() if isinstance(sink, Collect) else sink.written
+
+    def _admin(self, call: calls.Admin[T]) -> T:
+        if not call.plan.small:  # a JSON body over 64 KiB: the service refuses it (413)
+            return self._run(self._async._admin(call))
+        sink = Collect()
+        self._small_call(call.plan, memoryview(call.body), sink, None)
+        return call.result(sink.result())
+
+    def _small_call(
+        self, plan: Plan, body: memoryview, sink: Collect | ToFile, on_progress: Progress | None
+    ) -> None:
+        if not self._closer.alive:
+            raise RuntimeError("the client is closed")
+        _blocking.transfer(self._small, self._endpoint, plan, body, sink, on_progress)

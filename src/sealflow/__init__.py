@@ -6,7 +6,7 @@
 
 ``from sealflow import Client, AsyncClient`` gives the client library
 (``sealflow.service.client``). Those names and ``__version__`` load on first use, so that
-``import sealflow`` (and ``sealflow.engine``) costs neither h11 and asyncio nor
+``import sealflow`` (and ``sealflow.engine``) costs neither asyncio nor
 ``importlib.metadata``.
 """
 

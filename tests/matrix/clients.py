@@ -310,7 +310,9 @@ def sealflow_client(url: str, headers: Mapping[str, str], src: Path, dst: Path) 
     ):
         try:
             if path.startswith("keys/") and path.endswith("/encrypt"):
-                client.encrypt(path.split("/")[1], body, out=out)
+                # The route's own default mode (the library picks single-shot for small
+                # bodies when it is given none).
+                client.encrypt(path.split("/")[1], body, mode="stream", out=out)
             else:
                 client.decrypt(body, out=out)
         except TransportError as exc:

@@ -5,7 +5,7 @@ few batches of memory per request. A client that reads nothing until it has
 sent everything (httpx, requests and urllib all work that way) therefore stalls
 once the reply outgrows the socket buffers: the server waits for the client to
 read, the client for the server to read. curl reads while it sends, and so do the
-``sealflow`` CLI (asyncio + h11, service/client/) and this module, the tests'
+``sealflow`` CLI (asyncio, service/client/) and this module, the tests'
 independent client for large bodies (stdlib http.client and a sender thread).
 """
 

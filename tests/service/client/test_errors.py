@@ -3,6 +3,7 @@ the token in no message or repr."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import socket
@@ -15,7 +16,7 @@ from typing import Literal
 
 import pytest
 
-from sealflow import Client
+from sealflow import AsyncClient, Client
 from sealflow.service.client import (
     DecryptionFailed,
     Forbidden,
@@ -132,7 +133,18 @@ def test_a_single_shot_body_over_the_limit_is_too_large(make_server: MakeServer)
         with pytest.raises(TooLarge) as caught:
             api.encrypt("default", bytes(5000), mode="single")
         assert (caught.value.status, caught.value.code) == (413, "too_large")
-        assert len(api.encrypt("default", bytes(5000))) > 5000  # stream mode has no limit
+        assert api.encrypt("default", bytes(4096))[4] == 2  # single-shot, as the client chose
+        # Single-shot was the client's choice, not the caller's: once more in stream mode,
+        # which has no limit.
+        envelope = api.encrypt("default", bytes(5000))
+        assert envelope[4] == 1
+        assert api.decrypt(envelope) == bytes(5000)
+
+    async def in_async() -> bytes:
+        async with AsyncClient(srv.url, srv.token) as api:
+            return await api.encrypt("default", bytes(5000))
+
+    assert asyncio.run(in_async())[4] == 1
 
 
 def test_overloaded_is_service_unavailable(make_server: MakeServer) -> None:

@@ -1,5 +1,6 @@
-"""The response body reader, sans-IO: Content-Length, chunked coding, to the end of the
-connection; split anywhere; broken framing refused."""
+"""The response reader, sans-IO: heads (the status, how the body is framed, keep-alive) and
+bodies by Content-Length, chunked coding, to the end of the connection; split anywhere; broken
+framing refused."""
 
 from __future__ import annotations
 
@@ -7,7 +8,14 @@ import os
 
 import pytest
 
-from sealflow.service.client._framing import BodyReader, FramingError
+from sealflow.service.client._framing import (
+    MAX_HEAD,
+    BodyReader,
+    FramingError,
+    Head,
+    Response,
+    parse_head,
+)
 
 BODY = os.urandom(3000)
 # A size with an extension, one in upper case with a space, then the last chunk and a trailer.
@@ -89,3 +97,73 @@ def test_an_early_end_is_an_error(length: int | None, chunked: bool, wire: bytes
 def test_broken_chunked_coding_is_refused(wire: bytes) -> None:
     with pytest.raises(FramingError):
         BodyReader(None, chunked=True).feed(wire)
+
+
+# Response heads: what the service sends, what a proxy may send, and what no server should.
+OK = b"HTTP/1.1 200 OK\r\ndate: x\r\ncontent-type: text/plain\r\ncontent-length: 5\r\n\r\n"
+
+
+def test_a_head_and_its_body_split_anywhere() -> None:
+    wire = b"HTTP/1.1 100 Continue\r\n\r\n" + OK + b"hello" + b"next"
+    for cut in range(len(wire) - 3):  # "next" comes with the last piece
+        response = Response()
+        got = b"".join(bytes(p) for p in response.feed(wire[:cut]) + response.feed(wire[cut:]))
+        assert got == b"hello"
+        assert response.head == Head(200, 5, chunked=False, keep_alive=True)
+        assert response.continued  # the 100 Continue was seen and skipped
+        assert response.done
+        assert response.extra == b"next"
+
+
+@pytest.mark.parametrize(
+    ("head", "expected"),
+    [
+        (OK, Head(200, 5, False, True)),
+        (b"HTTP/1.1 200\r\nContent-Length: 5\r\n\r\n", Head(200, 5, False, True)),
+        (b"HTTP/1.1 200 OK\nContent-Length:5  \n\n", Head(200, 5, False, True)),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: Chunked\r\n\r\n", Head(200, None, True, True)),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: Keep-Alive, close\r\n\r\n",
+         Head(200, 5, False, False)),
+        (b"HTTP/1.1 200 OK\r\n\r\n", Head(200, None, False, False)),  # to the end
+        (b"HTTP/1.0 200 OK\r\nContent-Length: 5\r\n\r\n", Head(200, 5, False, False)),
+        (b"HTTP/1.1 204 No Content\r\n\r\n", Head(204, 0, False, True)),
+        (b"HTTP/1.1 304 Not Modified\r\nContent-Length: 9\r\n\r\n", Head(304, 0, False, True)),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 5, 5\r\ncontent-length: 5\r\n\r\n",
+         Head(200, 5, False, True)),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n",
+         Head(200, None, True, False)),  # the length does not count, and no reuse after
+        (b"HTTP/1.1 502 Bad Gateway\r\nX-Empty:\r\nContent-Length: 0\r\n\r\n",
+         Head(502, 0, False, True)),
+    ],
+    ids=["service", "no-reason", "bare-lf", "chunked", "close", "to-the-end", "http-1.0",
+         "204", "304", "equal-lengths", "both", "empty-value"],
+)  # fmt: skip
+def test_heads(head: bytes, expected: Head) -> None:
+    assert parse_head(head + b"body") == (expected, len(head))
+    assert parse_head(head[:-1]) is None  # incomplete
+
+
+@pytest.mark.parametrize(
+    "head",
+    [b"HTTP/2 200\r\n\r\n", b"HTTP/1.1 20 OK\r\n\r\n", b"ICY 200 OK\r\n\r\n",
+     b"HTTP/1.1 200 OK\r\nno colon\r\n\r\n", b"HTTP/1.1 200 OK\r\nA: b\r\n folded\r\n\r\n",
+     b"HTTP/1.1 200 OK\r\nBad Name: x\r\n\r\n", b"HTTP/1.1 200 OK\r\nA: \x00\r\n\r\n",
+     b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n",
+     b"HTTP/1.1 200 OK\r\nContent-Length: 5, 6\r\n\r\n",
+     b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
+     b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+     b"HTTP/1.1 101 Switching Protocols\r\n\r\n",
+     b"HTTP/1.1 200 OK\r\n" + b"X-Long: " + b"x" * MAX_HEAD + b"\r\n"],
+    ids=["http-2", "status", "not-http", "no-colon", "obs-fold", "space-in-name", "control",
+         "negative", "two-lengths", "two-lines", "gzip", "101", "too-long"],
+)  # fmt: skip
+def test_broken_heads_are_refused(head: bytes) -> None:
+    with pytest.raises(FramingError):
+        parse_head(head)
+
+
+def test_a_connection_that_closes_before_the_head() -> None:
+    response = Response()
+    assert response.feed(b"HTTP/1.1 200 OK\r\n") == []
+    with pytest.raises(FramingError, match="closed"):
+        response.end()

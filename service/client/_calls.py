@@ -1,0 +1,112 @@
+"""The service's calls, sans-IO: what each method of ``Client`` and ``AsyncClient`` sends (a
+``Plan``) and, for the admin calls, how the answer reads. The two clients differ only in how
+they move the bytes, so that their methods cannot drift apart (tests/service/client/
+test_namespace.py holds their signatures side by side)."""
+
+from __future__ import annotations
+
+import base64
+import functools
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+from urllib.parse import quote
+
+from ._keys import ExportedKey, Key
+from ._plan import Mode, Plan, decrypt_plan, encrypt_plan, plan
+
+T = TypeVar("T")
+
+_OCTETS = b"Content-Type: application/octet-stream\r\n"
+_JSON = b"Content-Type: application/json\r\n"
+
+
+def _headers(aad: bytes | str | None) -> bytes:
+    if aad is None:
+        return _OCTETS
+    raw = aad.encode() if isinstance(aad, str) else bytes(aad)
+    return _OCTETS + b"X-AAD: " + base64.b64encode(raw) + b"\r\n"
+
+
+@functools.lru_cache(maxsize=1024)
+def _key(name: str) -> str:
+    return f"/v1/keys/{quote(name, safe='')}"
+
+
+def encrypt(
+    key: str, length: int | None, mode: Mode | None, aad: bytes | str | None, duplex: bool
+) -> Plan:
+    return encrypt_plan(f"{_key(key)}/encrypt", length, _headers(aad), mode, duplex)
+
+
+def decrypt(key: str | None, length: int | None, aad: bytes | str | None, duplex: bool) -> Plan:
+    path = "/v1/decrypt" if key is None else f"{_key(key)}/decrypt"
+    return decrypt_plan(path, length, _headers(aad), duplex)
+
+
+@dataclass(frozen=True)
+class Admin(Generic[T]):
+    """An admin call: its plan, its JSON body (or none), and what its answer means."""
+
+    plan: Plan
+    body: bytes
+    read: Callable[[Any], T]
+
+    def result(self, answer: bytes) -> T:
+        return self.read(json.loads(answer) if answer else None)  # None: a 204 (delete_key)
+
+
+def _admin(
+    method: str,
+    path: str,
+    read: Callable[[Any], T],
+    body: dict[str, Any] | None = None,
+    *,
+    idempotent: bool = True,
+) -> Admin[T]:
+    data = b"" if body is None else json.dumps(body).encode()
+    headers = b"" if body is None else _JSON
+    return Admin(plan(method, path, len(data), headers, idempotent=idempotent), data, read)
+
+
+def _keys(answer: Any) -> list[Key]:
+    return [Key.from_json(k) for k in answer["keys"]]
+
+
+def _nothing(answer: Any) -> None:
+    return None
+
+
+def create_key(name: str, algorithm: str, exportable: bool) -> Admin[Key]:
+    body = {"name": name, "algorithm": algorithm, "exportable": exportable}
+    return _admin("POST", "/v1/keys", Key.from_json, body, idempotent=False)
+
+
+def list_keys() -> Admin[list[Key]]:
+    return _admin("GET", "/v1/keys", _keys)
+
+
+def get_key(name: str) -> Admin[Key]:
+    return _admin("GET", _key(name), Key.from_json)
+
+
+def rotate_key(name: str) -> Admin[Key]:
+    return _admin("POST", f"{_key(name)}/rotate", Key.from_json, idempotent=False)
+
+
+def update_key(name: str, allow_lowering: bool, fields: Mapping[str, object]) -> Admin[Key]:
+    """Only the fields that are given (not None) change."""
+    body: dict[str, Any] = {k: v for k, v in fields.items() if v is not None}
+    if allow_lowering:
+        body["allow_lowering"] = True
+    return _admin("PATCH", _key(name), Key.from_json, body)
+
+
+def delete_key(name: str) -> Admin[None]:
+    return _admin("DELETE", _key(name), _nothing, idempotent=False)
+
+
+def export_key(name: str, version: int | None) -> Admin[ExportedKey]:
+    query = "" if version is None else f"?version={int(version)}"
+    return _admin("GET", f"{_key(name)}/export{query}", ExportedKey.from_json)
