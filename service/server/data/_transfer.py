@@ -52,6 +52,7 @@ from .._logging import AccessRecord
 from .._state import Services
 from .._watchdog import stalled
 from ..errors import ApiError
+from ._reopen import Authenticate, Reopen
 from ._spool import Spool
 
 BATCH = 256 * 1024
@@ -62,19 +63,23 @@ _CHUNKED_TAIL = engine.CHUNK_LEN + engine.sealed_size(0)
 Chunked = ChunkedEncryptor | ChunkedDecryptor
 
 
-class BatchCodec(Protocol):
-    """A codec that takes a whole batch at once (``_records``: one engine call per batch)."""
+Output = bytes | bytearray
 
-    def run(self, pieces: list[bytes], final: bool) -> bytearray: ...
+
+class BatchCodec(Protocol):
+    """A codec that takes a whole batch at once (``_records``: one engine call per batch;
+    ``_reopen.Authenticate``)."""
+
+    def run(self, pieces: list[bytes], final: bool) -> Output: ...
 
 
 Codec = Chunked | BatchCodec
 
 
-def _run_batch(codec: Codec, head: bytes, pieces: list[bytes], size: int, final: bool) -> bytearray:
+def _run_batch(codec: Codec, head: bytes, pieces: list[bytes], size: int, final: bool) -> Output:
     """Process a batch in one go (on a worker thread when large): head || output."""
     if not isinstance(codec, (ChunkedEncryptor, ChunkedDecryptor)):
-        return codec.run(pieces, final)  # no head: the records codecs write every byte
+        return codec.run(pieces, final)  # no head: these codecs write every byte
     out = bytearray(len(head) + codec.update_size(size) + (_CHUNKED_TAIL if final else 0))
     out[: len(head)] = head
     o = len(head)
@@ -94,7 +99,7 @@ Resolve = Callable[[Prefix], bytes]
 class Sink(Protocol):
     """Where a stream's output goes: the reply itself (full duplex) or a spool."""
 
-    async def write(self, data: bytes | bytearray, more: bool = True) -> None: ...
+    async def write(self, data: Output, more: bool = True) -> None: ...
 
 
 class Transfer:
@@ -164,6 +169,10 @@ class Transfer:
         budget or worker thread (what the small-record path costs is mostly such steps)."""
         return min(WHOLE_MAX, self.svc.crypto.inline_below - 1)
 
+    # What a spool of this transfer's output may be given: plaintext (then its file is sealed
+    # under a key of its own) or only ciphertext (then it is kept as it is).
+    spools_plaintext = False
+
     async def stream(
         self,
         body: Body,
@@ -179,23 +188,32 @@ class Transfer:
             reply.duplex, reply.length = True, length
             await self.pipeline(body, reply, codec, head, pieces)
             return
+        spool = self.spool()
+        try:
+            await self.pipeline(body, spool, codec, head, pieces)
+            # Every byte is produced (and, for decryption, authenticated): now the answer.
+            await self.answer(reply, spool, spool.size)
+        finally:
+            spool.close()
+
+    def spool(self) -> Spool:
         settings = self.svc.settings
-        spool = Spool(
+        return Spool(
             self.svc.crypto,
             self.svc.spool_budget,
             settings.spool_memory_bytes,
             settings.max_spool_request_bytes or settings.max_spool_bytes,
             settings.spool_dir,
+            sealed=self.spools_plaintext,
         )
-        try:
-            await self.pipeline(body, spool, codec, head, pieces)
-            # Every byte is produced (and, for decryption, authenticated): now the answer.
-            reply.length = spool.size
-            async for piece in spool.chunks():
-                await reply.write(piece)
-            await reply.write(b"", more=False)
-        finally:
-            spool.close()
+
+    @staticmethod
+    async def answer(reply: Reply, spool: Spool, length: int, again: Reopen | None = None) -> None:
+        """The answer from the spool, with its length; through a second open if given."""
+        reply.length = length
+        async for piece in spool.chunks(None if again is None else again.update):
+            await reply.write(piece)
+        await reply.write(b"" if again is None else again.finalize(), more=False)
 
     async def pipeline(
         self,
@@ -208,7 +226,7 @@ class Transfer:
         """Batches through the codec, overlapping receive, crypto and send."""
         crypto = self.svc.crypto
         size = sum(map(len, pieces))
-        pending: bytearray | asyncio.Task[bytearray] | None = None
+        pending: Output | asyncio.Task[Output] | None = None
         try:
             while True:
                 piece = await body.read()
@@ -266,8 +284,8 @@ def _feed(buf: AEADBuffer, hold: Hold, piece: bytes, hint: int | None) -> None:
     buf.feed(piece)
 
 
-async def _done(job: bytearray | asyncio.Task[bytearray]) -> bytearray:
-    return job if isinstance(job, bytearray) else await job
+async def _done(job: Output | asyncio.Task[Output]) -> Output:
+    return await job if isinstance(job, asyncio.Task) else job
 
 
 # Algorithm.value is a descriptor call: a tenth of a microsecond per request.
@@ -303,6 +321,7 @@ class Encrypt(Transfer):
         alg, prefix = self.algorithm, self.prefix
         if self.mode is Mode.STREAM:
             size = None if self.length is None else len(prefix) + engine.sealed_size(self.length)
+            # In request-then-response the envelope is spooled and sent as it is: one AEAD pass.
             codec = ChunkedEncryptor(alg, self.material, bound_data(prefix, self.aad))
             await self.stream(body, reply, codec, prefix, [], size)
             return
@@ -364,8 +383,21 @@ class Decrypt(Transfer):
         if prefix.mode is Mode.STREAM:
             # Truncated or extended bodies fail here, before anything is read.
             size = None if remaining is None else engine.opened_size(remaining)
-            codec = ChunkedDecryptor(prefix.algorithm, material, bound_data(raw, self.aad))
-            await self.stream(body, reply, codec, b"", [rest] if rest else [], size)
+            context = bound_data(raw, self.aad)
+            codec = ChunkedDecryptor(prefix.algorithm, material, context)
+            pieces = [rest] if rest else []
+            if self.duplex:
+                await self.stream(body, reply, codec, b"", pieces, size)
+                return
+            # Request-then-response: two passes, and only the envelope in the spool (_reopen).
+            first, spool = Authenticate(codec), self.spool()
+            try:
+                await self.pipeline(body, spool, first, b"", pieces)
+                second = first.reopen(ChunkedDecryptor(prefix.algorithm, material, context))
+                await self.answer(reply, spool, first.opened, second)
+            finally:
+                first.close()
+                spool.close()
             return
         whole = min(self._whole_max(), self.svc.settings.max_single_bytes + NONCE_LEN + TAG_LEN)
         if body.done and len(rest) <= whole:
