@@ -106,6 +106,9 @@ class Transfer:
     """Shared plumbing of encrypt and decrypt: body, reply, errors, accounting."""
 
     operation: str
+    # Whether this transfer's output is plaintext: then a spool of it seals what goes to its
+    # file under a key of its own (it keeps ciphertext as it is).
+    spools_plaintext = False
 
     def __init__(
         self, svc: Services, log: AccessRecord, aad: bytes, length: int | None, duplex: bool
@@ -169,10 +172,6 @@ class Transfer:
         budget or worker thread (what the small-record path costs is mostly such steps)."""
         return min(WHOLE_MAX, self.svc.crypto.inline_below - 1)
 
-    # What a spool of this transfer's output may be given: plaintext (then its file is sealed
-    # under a key of its own) or only ciphertext (then it is kept as it is).
-    spools_plaintext = False
-
     async def stream(
         self,
         body: Body,
@@ -188,7 +187,7 @@ class Transfer:
             reply.duplex, reply.length = True, length
             await self.pipeline(body, reply, codec, head, pieces)
             return
-        spool = self.spool()
+        spool = self.spool(self.spools_plaintext)
         try:
             await self.pipeline(body, spool, codec, head, pieces)
             # Every byte is produced (and, for decryption, authenticated): now the answer.
@@ -196,7 +195,7 @@ class Transfer:
         finally:
             spool.close()
 
-    def spool(self) -> Spool:
+    def spool(self, sealed: bool) -> Spool:
         settings = self.svc.settings
         return Spool(
             self.svc.crypto,
@@ -204,7 +203,7 @@ class Transfer:
             settings.spool_memory_bytes,
             settings.max_spool_request_bytes or settings.max_spool_bytes,
             settings.spool_dir,
-            sealed=self.spools_plaintext,
+            sealed,
         )
 
     @staticmethod
@@ -363,6 +362,7 @@ class Encrypt(Transfer):
 
 class Decrypt(Transfer):
     operation = "decrypt"
+    spools_plaintext = True
 
     def __init__(
         self,
@@ -386,11 +386,13 @@ class Decrypt(Transfer):
             context = bound_data(raw, self.aad)
             codec = ChunkedDecryptor(prefix.algorithm, material, context)
             pieces = [rest] if rest else []
-            if self.duplex:
+            if self.duplex or self._fits_in_memory():
+                # One pass: a small answer waits in the spool's memory part (which it cannot
+                # outgrow; were it to, the spool would seal what goes to its file).
                 await self.stream(body, reply, codec, b"", pieces, size)
                 return
             # Request-then-response: two passes, and only the envelope in the spool (_reopen).
-            first, spool = Authenticate(codec), self.spool()
+            first, spool = Authenticate(codec), self.spool(sealed=False)
             try:
                 await self.pipeline(body, spool, first, b"", pieces)
                 second = first.reopen(ChunkedDecryptor(prefix.algorithm, material, context))
@@ -418,6 +420,10 @@ class Decrypt(Transfer):
             plaintext = await self._open_single(body, hold, prefix, raw, material, rest, remaining)
             reply.length = len(plaintext)
             await reply.write(plaintext, more=False)
+
+    def _fits_in_memory(self) -> bool:
+        """Whether the declared body, so its plaintext, fits the spool's memory part."""
+        return self.length is not None and self.length <= self.svc.settings.spool_memory_bytes
 
     async def _read_prefix(self, body: Body) -> tuple[Prefix, bytes, bytes]:
         """The envelope prefix, parsed and as bytes, and whatever arrived after it."""
