@@ -42,7 +42,7 @@ log = logging.getLogger("sealflow.spool")
 
 # The file is read back in pieces of this size (of what was written); a multiple of C2SP's
 # chunk. Each piece is a new object: the transport may keep it until it is sent.
-READ_PIECE = 64 * engine.CHUNK_LEN
+READ_PIECE = 16 * engine.CHUNK_LEN
 _SEALED_PIECE = READ_PIECE + READ_PIECE // engine.CHUNK_LEN * engine.TAG_LEN
 _ALG = engine.Algorithm.AES_256_GCM
 _CONTEXT = b"sealflow output spool"
