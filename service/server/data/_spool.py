@@ -8,16 +8,19 @@ produced batch by batch as the body arrives, as in full duplex; it waits here:
 - in memory up to ``memory_limit`` bytes;
 - beyond, in a temporary file that never has a name (``tempfile.TemporaryFile`` uses
   ``O_TMPFILE`` on Linux, elsewhere it unlinks the file at once), so a crash leaves nothing
-  behind and no other process can open it by a path.
+  behind and no other process can open it through its directory.
 
 What is written is ciphertext: an encrypt's envelope, or the envelope a stream decrypt
 received (``_reopen``: authenticated as it arrived, opened again as it is sent), kept as it is.
-Only a spool made with ``sealed=True`` may be given plaintext (mode=records decrypt): its file
-is then sealed with C2SP chunked encryption under a random key that lives only in this object
-(AES-256-GCM, one chunked stream per spool).
+Only a spool made with ``sealed=True`` may be given plaintext (a mode=records decrypt, or a
+stream decrypt small enough to stay in the memory part): what reaches its file is sealed with
+C2SP chunked encryption under a random key that lives only in this object (AES-256-GCM, one
+chunked stream per spool).
 
-Bytes that do not come back from the file as they were written (shorter, or failing to open)
-are never passed on: ``damaged`` ends the request, and the reply is cut off if it had begun.
+A file that gives back fewer bytes than were written, or (sealed) fails to open, is
+``damaged``: the request ends there, and the reply is cut off if it had begun. Bytes changed
+in a file kept as it is are for its caller to catch: an encrypt's envelope fails at its own
+decryption, a decrypt's envelope fails its second open (``_reopen``).
 
 A process-wide ``SpoolBudget`` (``_budget``) bounds the disk all spools may use at once (507
 ``spool_full`` beyond it), and a per-request limit bounds one (413). Everything is released
@@ -69,6 +72,7 @@ class Spool:
         memory_limit: int,
         request_limit: int,
         directory: Path | None,
+        *,
         sealed: bool = False,
     ) -> None:
         self._pool = pool

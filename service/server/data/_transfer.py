@@ -203,7 +203,7 @@ class Transfer:
             settings.spool_memory_bytes,
             settings.max_spool_request_bytes or settings.max_spool_bytes,
             settings.spool_dir,
-            sealed,
+            sealed=sealed,
         )
 
     @staticmethod

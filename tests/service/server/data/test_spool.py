@@ -24,7 +24,7 @@ sealing = pytest.mark.parametrize("sealed", [False, True], ids=["as-is", "sealed
 def make(
     tmp_path: Path, budget: SpoolBudget, memory: int = 64 * KiB, sealed: bool = False
 ) -> Spool:
-    return Spool(engine.CryptoPool(threads=1), budget, memory, 1 << 30, tmp_path, sealed)
+    return Spool(engine.CryptoPool(threads=1), budget, memory, 1 << 30, tmp_path, sealed=sealed)
 
 
 async def fill(spool: Spool, data: bytes, piece: int = 100_000) -> None:
