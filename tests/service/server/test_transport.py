@@ -208,3 +208,22 @@ def test_a_spooled_envelope_that_fails_its_second_open_is_cut_off(
     cut = next(e for e in srv.access() if e["route"] == "/v1/decrypt")
     assert (cut["status"], cut.get("aborted"), cut["error"]) == (200, True, "spool_damaged")
     assert "a spooled envelope failed its second open" in srv.log.read_text()
+
+
+def test_a_records_decrypt_seals_what_it_spools(spooling: tuple[Server, Path]) -> None:
+    # mode=records decrypt answers plaintexts: what of them reaches the spool file is sealed
+    # under the request's own key, the one spool that is not kept as it is.
+    srv, directory = spooling
+    record = b"attack at dawn, " * 64  # 1 KiB of a recognisable plaintext
+    framed = (len(record).to_bytes(4, "big") + record) * (32 << 10)  # 32 MiB
+    with srv.client() as c:
+        envelopes = c.post("/v1/keys/default/encrypt?mode=records", content=framed).content
+    with srv.post("/v1/decrypt?mode=records", [envelopes], len(envelopes)) as r:
+        assert r.status == 200
+        spooled = spool_file(srv, directory).read_bytes()
+        assert os.listdir(directory) == []
+        opened = r.read()
+    assert len(spooled) > 16 * MiB
+    assert b"attack at dawn" not in spooled
+    assert opened.count(record) == 32 << 10
+    assert metric(srv, "sealflow_spool_bytes_in_use") == 0
