@@ -1,6 +1,8 @@
 """HTTP benchmark: sealflow against the plain FastAPI + cryptography service, same run.
 
     python -m benchmarks.http            (needs wrk and curl: apt-get install -y wrk curl)
+    python -m benchmarks.http huge       (only the named parts: small, records, megabyte, huge;
+                                          huge, the 256 MiB round trips, needs curl, not wrk)
 
 Only the standard library and the service's own dependencies: it runs after the
 README's install (plus wrk and curl).
@@ -23,7 +25,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +34,7 @@ from ._harness import Report, machine
 
 SERVER_CORE, LOAD_CORE = "0", "1"
 SECONDS = os.environ.get("SEALFLOW_BENCH_WRK_SECONDS", "5")
-ROUNDS = 2
+ROUNDS = int(os.environ.get("SEALFLOW_BENCH_ROUNDS", "2"))
 MiB = 1 << 20
 LUA = """
 wrk.method = "POST"
@@ -121,6 +123,21 @@ def servers(workdir: Path) -> Iterator[tuple[Server, Server]]:
     finally:
         peer.proc.terminate()
         peer.proc.wait(30)
+
+
+@contextmanager
+def floor_server() -> Iterator[Server]:
+    """``benchmarks/peers/floor.py`` pinned to SERVER_CORE: a server that does no work."""
+    port = free_port()
+    cmd = ["taskset", "-c", SERVER_CORE, sys.executable, "-m", "benchmarks.peers.floor", str(port)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    floor = Server("floor", f"http://127.0.0.1:{port}", proc)
+    try:
+        wait_ready(floor.url + "/", floor.proc)
+        yield floor
+    finally:
+        floor.proc.terminate()
+        floor.proc.wait(30)
 
 
 @dataclass
@@ -282,11 +299,14 @@ def huge(report: Report, peer: Server, ours: Server, workdir: Path) -> None:
     # tmpfs: written to this machine's disk, their writeback stalled whichever server ran
     # next (a client write of 256 MiB took 0.2 s or 0.7 s). The servers' own data stay put.
     shm = Path("/dev/shm")  # noqa: S108 (a private TemporaryDirectory inside it)
-    with tempfile.TemporaryDirectory(dir=shm if shm.is_dir() else workdir) as tmp:
-        _huge(report, peer, ours, Path(tmp))
+    with (
+        tempfile.TemporaryDirectory(dir=shm if shm.is_dir() else workdir) as tmp,
+        floor_server() as floor,
+    ):
+        _huge(report, peer, ours, floor, Path(tmp))
 
 
-def _huge(report: Report, peer: Server, ours: Server, work: Path) -> None:
+def _huge(report: Report, peer: Server, ours: Server, floor: Server, work: Path) -> None:
     size, plain = 256 * MiB, work / "256m"
     with plain.open("wb") as f:
         for _ in range(256):
@@ -296,14 +316,20 @@ def _huge(report: Report, peer: Server, ours: Server, work: Path) -> None:
     # transfer after a server starts is up to 3x slower for both (on this VM the kernel's
     # first touch of page-cache and heap pages: perf showed 54% of sealflow's first 256 MiB
     # encrypt in copy_folio_from_iter_atomic, 7% in the third).
-    for client, label, target in (("requests", "requests, request-then-response", 2.0),
+    # The floor (benchmarks/peers/floor.py) does no work at all: with requests, its row is the
+    # client's own limit, and floor / peer the most any server could reach in this run (it
+    # answers after the body, so it is no limit for curl in full duplex).
+    for client, label, target in (("requests", "requests, request-then-response", 3.0),
                                   ("curl", "curl, Sealflow-Duplex: 1", 2.0)):  # fmt: skip
         results: dict[str, tuple[float, int]] = {}
+        targets = [
+            (peer, peer.url + "/encrypt", peer.url + "/decrypt", ""),
+            (ours, ours.url + "/v1/keys/default/encrypt", ours.url + "/v1/decrypt", ours.token),
+        ]
+        if client == "requests":
+            targets.append((floor, floor.url + "/", floor.url + "/", ""))
         for _ in range(ROUNDS):
-            for srv, enc, dec, token in (
-                (peer, peer.url + "/encrypt", peer.url + "/decrypt", ""),
-                (ours, ours.url + "/v1/keys/default/encrypt", ours.url + "/v1/decrypt", ours.token),
-            ):
+            for srv, enc, dec, token in targets:
                 sealed, back = work / f"{srv.name}.sealed", work / f"{srv.name}.back"
 
                 def both(enc: str = enc, dec: str = dec, token: str = token) -> float:
@@ -326,12 +352,22 @@ def _huge(report: Report, peer: Server, ours: Server, work: Path) -> None:
         table(f"256 MiB encrypt, then decrypt: {label}", "MB/s | peak RSS growth MiB", rows)
         speed = results["sealflow"][0] / results["peer"][0]
         report.check(f"7. 256 MiB round trip MB/s vs peer ({client})", speed, target)
+        if "floor" in results:
+            ceiling = results["floor"][0] / results["peer"][0]
+            report.check(f"7. 256 MiB: floor (no work) vs peer, the ceiling ({client})",
+                         ceiling, target)  # fmt: skip
         headroom = 64 * MiB / max(results["sealflow"][1], MiB)  # below 1 MiB counts as 1 MiB
         report.check(f"7. 256 MiB: 64 MiB / sealflow RSS growth ({client})", headroom, 1.0)
 
 
-def main() -> int:
-    for tool in ("wrk", "curl", "taskset"):
+def main(argv: list[str]) -> int:
+    parts = argv or list(PARTS)
+    unknown = [p for p in parts if p not in PARTS]
+    if unknown:
+        print(f"unknown part {unknown[0]!r}: choose from {', '.join(PARTS)}", file=sys.stderr)
+        return 2
+    tools = ["curl", "taskset"] + (["wrk"] if set(parts) - {"huge"} else [])
+    for tool in tools:
         if shutil.which(tool) is None:
             print(f"{tool} is missing: apt-get install -y wrk curl util-linux", file=sys.stderr)
             return 2
@@ -348,12 +384,20 @@ def main() -> int:
         script = work / "post.lua"
         script.write_text(LUA)
         with servers(work) as (peer, ours):
-            small_requests(report, peer, ours, work, script)
-            records(report, peer, ours, work, script)
-            megabyte(report, peer, ours, work, script)
-            huge(report, peer, ours, work)
+            for part in parts:
+                PARTS[part](report, peer, ours, work, script)
     return 0 if report.print_checks() else 1
 
 
+# The parts in the order a full run takes them (huge needs no wrk script).
+Part = Callable[[Report, Server, Server, Path, Path], None]
+PARTS: dict[str, Part] = {
+    "small": small_requests,
+    "records": records,
+    "megabyte": megabyte,
+    "huge": lambda report, peer, ours, work, _script: huge(report, peer, ours, work),
+}
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -119,7 +119,7 @@ class Settings(BaseSettings):
         2 * MiB,
         ge=0,
         description="output a request-then-response answer holds in memory before it "
-        "spools to an encrypted temporary file",
+        "spools to a temporary file with no name",
     )
     spool_dir: Path | None = Field(
         None, description="where spool files are made (default: the system temp directory)"

@@ -48,10 +48,13 @@ CONNECTIONS_REFUSED = Counter(
     ["reason"],  # headers_too_large, uri_too_long, request_timeout (head), idle
 )
 SPOOLED_REQUESTS = Counter(
-    "sealflow_spooled_requests", "Request-then-response outputs that overflowed to a spool file"
+    "sealflow_spooled_requests", "Request-then-response requests whose spool overflowed to a file"
 )
-SPOOL_BYTES_WRITTEN = Counter(
-    "sealflow_spool_bytes_written", "Bytes written to spool files (sealed)"
+SPOOL_BYTES_WRITTEN = Counter("sealflow_spool_bytes_written", "Bytes written to spool files")
+SPOOL_DAMAGED = Counter(
+    "sealflow_spool_damaged",
+    "Spool files that did not give back what was written to them (changed on disk, or a disk"
+    " fault): the request ended there, a reply already begun cut off",
 )
 SPOOL_BYTES_IN_USE = Gauge(
     "sealflow_spool_bytes_in_use",

@@ -176,6 +176,12 @@ def spool_full() -> ApiError:
     )
 
 
+def spool_damaged() -> ApiError:
+    # The spool file gave back other bytes than were written (changed on disk, or a disk
+    # fault): the server's fault, not the client's; the operator's log says more.
+    return ApiError(500, "spool_damaged", "the response could not be completed; retry")
+
+
 def overloaded() -> ApiError:
     return ApiError(503, "overloaded", "too many concurrent requests; retry later")
 

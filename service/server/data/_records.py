@@ -263,6 +263,7 @@ class DecryptRecords(Transfer):
     """``POST /v1/keys/{name}/decrypt?mode=records``."""
 
     operation = "decrypt"
+    spools_plaintext = True  # the records' plaintexts
 
     def __init__(
         self,

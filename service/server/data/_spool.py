@@ -6,10 +6,21 @@ stop forwarding a body once the response has begun (nginx) work at any size. The
 produced batch by batch as the body arrives, as in full duplex; it waits here:
 
 - in memory up to ``memory_limit`` bytes;
-- beyond, in a temporary file that is never readable: it is unlinked from the start
-  (``tempfile.TemporaryFile`` uses ``O_TMPFILE`` on Linux), so a crash leaves nothing behind,
-  and what is written to it is sealed with C2SP chunked encryption under a random key that
-  lives only in this object's memory (AES-256-GCM, one chunked stream per spool).
+- beyond, in a temporary file that never has a name (``tempfile.TemporaryFile`` uses
+  ``O_TMPFILE`` on Linux, elsewhere it unlinks the file at once), so a crash leaves nothing
+  behind and no other process can open it through its directory.
+
+What is written is ciphertext: an encrypt's envelope, or the envelope a stream decrypt
+received (``_reopen``: authenticated as it arrived, opened again as it is sent), kept as it is.
+Only a spool made with ``sealed=True`` may be given plaintext (a mode=records decrypt, or a
+stream decrypt small enough to stay in the memory part): what reaches its file is sealed with
+C2SP chunked encryption under a random key that lives only in this object (AES-256-GCM, one
+chunked stream per spool).
+
+A file that gives back fewer bytes than were written, or (sealed) fails to open, is
+``damaged``: the request ends there, and the reply is cut off if it had begun. Bytes changed
+in a file kept as it is are for its caller to catch: an encrypt's envelope fails at its own
+decryption, a decrypt's envelope fails its second open (``_reopen``).
 
 A process-wide ``SpoolBudget`` (``_budget``) bounds the disk all spools may use at once (507
 ``spool_full`` beyond it), and a per-request limit bounds one (413). Everything is released
@@ -19,9 +30,10 @@ by ``close()``, on every path out of a request.
 from __future__ import annotations
 
 import io
+import logging
 import os
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 from sealflow import engine
@@ -29,11 +41,25 @@ from sealflow import engine
 from .. import _metrics, errors
 from .._budget import SpoolBudget
 
-# The spool file is read back in pieces of this size (plaintext); a multiple of C2SP's chunk.
+log = logging.getLogger("sealflow.spool")
+
+# The file is read back in pieces of this size (of what was written); a multiple of C2SP's
+# chunk. Each piece is a new object: the transport may keep it until it is sent.
 READ_PIECE = 16 * engine.CHUNK_LEN
 _SEALED_PIECE = READ_PIECE + READ_PIECE // engine.CHUNK_LEN * engine.TAG_LEN
 _ALG = engine.Algorithm.AES_256_GCM
 _CONTEXT = b"sealflow output spool"
+
+Piece = bytes | bytearray
+# What the output is passed through on its way back out, piece by piece (or None: as it is).
+Through = Callable[[Piece], Piece] | None
+
+
+def damaged(why: str) -> errors.ApiError:
+    """The error for a spool whose file did not give back what was written to it."""
+    log.error("spool: %s; the request is ended without passing it on", why)
+    _metrics.SPOOL_DAMAGED.inc()
+    return errors.spool_damaged()
 
 
 class Spool:
@@ -41,28 +67,31 @@ class Spool:
 
     def __init__(
         self,
-        crypto: engine.CryptoPool,
+        pool: engine.CryptoPool,
         budget: SpoolBudget,
         memory_limit: int,
         request_limit: int,
         directory: Path | None,
+        *,
+        sealed: bool = False,
     ) -> None:
-        self._crypto = crypto
+        self._pool = pool
         self._budget = budget
         self._memory_limit = memory_limit
         self._request_limit = request_limit
         self._directory = directory
-        self._memory: list[bytes | bytearray] = []
+        self._sealed = sealed
+        self._memory: list[Piece] = []
         self._in_memory = 0
         self._file: io.FileIO | None = None
         self._sealer: engine.ChunkedEncryptor | None = None
         self._key = b""
         self._scratch = bytearray()  # sealed bytes on their way to or from the file
-        self._on_disk = 0  # plaintext bytes in the file
-        self._taken = 0  # disk budget taken (ciphertext bytes)
+        self._on_disk = 0  # bytes written to the file (before sealing)
+        self._taken = 0  # disk budget taken (bytes in the file)
         self.size = 0
 
-    async def write(self, data: bytes | bytearray, more: bool = True) -> None:
+    async def write(self, data: Piece, more: bool = True) -> None:
         """Keep data for the answer (``more`` as for a reply; the spool ignores it)."""
         if not data:
             return
@@ -75,36 +104,44 @@ class Spool:
             raise errors.too_large(self._request_limit)
         if self._file is None:
             self._open()
-        assert self._sealer is not None
-        grows = self._sealer.update_size(len(data))
+        grows = len(data) if self._sealer is None else self._sealer.update_size(len(data))
         self._budget.take(grows)
         self._taken += grows
         self._on_disk += len(data)
-        await self._crypto.run(len(data), self._seal_and_write, data)
+        await self._pool.run(len(data), self._put, data)
 
-    async def chunks(self) -> AsyncIterator[bytes | bytearray]:
-        """The output, in order: what is in memory, then the file, opened piece by piece."""
+    async def chunks(self, through: Through = None) -> AsyncIterator[Piece]:
+        """The output, in order: what is in memory, then the file, read piece by piece; each
+        piece passed through ``through`` if given (in the same job as its read)."""
+        pool = self._pool
         for piece in self._memory:
-            yield piece
+            yield piece if through is None else await pool.run(len(piece), through, piece)
         self._memory.clear()
         if self._file is None:
             return
-        assert self._sealer is not None
+        if self._sealer is None:
+            self._file.seek(0)
+            left = self._on_disk
+            while left:
+                n = min(READ_PIECE, left)
+                yield await pool.run(n, self._get, n, through)
+                left -= n
+            return
         tail = self._sealer.finalize()
         self._budget.take(len(tail))
         self._taken += len(tail)
-        await self._crypto.run(len(tail), self._file.write, tail)
+        await pool.run(len(tail), _write_all, self._file, memoryview(tail))
         self._file.seek(0)
         opener = engine.ChunkedDecryptor(_ALG, self._key, _CONTEXT)
         while True:
-            piece, done = await self._crypto.run(READ_PIECE, self._read_and_open, opener)
+            piece, done = await pool.run(READ_PIECE, self._get_sealed, opener, through)
             if piece:
                 yield piece
             if done:
                 return
 
     def close(self) -> None:
-        """Forget everything: the memory part, the file (unlinked already) and the key."""
+        """Forget everything: the memory part, the file (it has no name) and the key."""
         self._memory.clear()
         if self._file is not None:
             self._file.close()
@@ -120,14 +157,19 @@ class Spool:
         # TemporaryFile: O_TMPFILE where the filesystem has it, else created and unlinked at
         # once; mode 0600 either way. Unbuffered: the pieces are large.
         self._file = tempfile.TemporaryFile(dir=self._directory, buffering=0)  # noqa: SIM115
-        self._key = os.urandom(32)
-        self._sealer = engine.ChunkedEncryptor(_ALG, self._key, _CONTEXT)
+        if self._sealed:
+            self._key = os.urandom(32)
+            self._sealer = engine.ChunkedEncryptor(_ALG, self._key, _CONTEXT)
         _metrics.SPOOLED_REQUESTS.inc()
 
-    def _seal_and_write(self, data: bytes | bytearray) -> None:
-        # Sealed into one scratch buffer kept for the spool's life, written from there.
-        assert self._sealer is not None
+    def _put(self, data: Piece) -> None:
         assert self._file is not None
+        if self._sealer is None:
+            with memoryview(data) as view:
+                _write_all(self._file, view)
+            _metrics.SPOOL_BYTES_WRITTEN.inc(len(data))
+            return
+        # Sealed into one scratch buffer kept for the spool's life, written from there.
         need = self._sealer.update_size(len(data))
         if len(self._scratch) < need:
             self._scratch = bytearray(need)
@@ -136,20 +178,34 @@ class Spool:
             _write_all(self._file, scratch[:n])
         _metrics.SPOOL_BYTES_WRITTEN.inc(n)
 
-    def _read_and_open(self, opener: engine.ChunkedDecryptor) -> tuple[bytes | bytearray, bool]:
-        """The next piece of plaintext from the file, and whether it was the last."""
+    def _get(self, n: int, through: Through) -> Piece:
+        """The next n bytes written, read back (and passed through)."""
+        assert self._file is not None
+        piece = self._file.read(n)
+        if piece is None or len(piece) != n:
+            raise damaged("the spool file is shorter than what was written to it")
+        return piece if through is None else through(piece)
+
+    def _get_sealed(self, opener: engine.ChunkedDecryptor, through: Through) -> tuple[Piece, bool]:
+        """The next piece of plaintext from a sealed file (passed through), and whether it
+        was the last."""
         # Read into the scratch buffer; opened into a new bytearray each time, since the
         # piece is handed to the transport, which may keep it until it is sent.
         assert self._file is not None
         if len(self._scratch) < _SEALED_PIECE:
             self._scratch = bytearray(_SEALED_PIECE)
-        with memoryview(self._scratch) as scratch:
-            n = self._file.readinto(scratch[:_SEALED_PIECE])
-            if not n:
-                return opener.finalize(), True
-            out = bytearray(opener.update_size(n))
-            del out[opener.update_into(scratch[:n], out) :]
-        return out, False
+        out: Piece
+        try:
+            with memoryview(self._scratch) as scratch:
+                n = self._file.readinto(scratch[:_SEALED_PIECE])
+                if n:
+                    out = bytearray(opener.update_size(n))
+                    del out[opener.update_into(scratch[:n], out) :]
+                else:
+                    out = opener.finalize()
+        except engine.DecryptionError:
+            raise damaged("the sealed spool file failed to open") from None
+        return (out if through is None else through(out)), not n
 
 
 def _write_all(file: io.FileIO, data: memoryview) -> None:

@@ -52,6 +52,7 @@ from .._logging import AccessRecord
 from .._state import Services
 from .._watchdog import stalled
 from ..errors import ApiError
+from ._reopen import Authenticate, Reopen
 from ._spool import Spool
 
 BATCH = 256 * 1024
@@ -63,19 +64,23 @@ _CHUNKED_TAIL = engine.CHUNK_LEN + engine.sealed_size(0)
 Chunked = ChunkedEncryptor | ChunkedDecryptor
 
 
-class BatchCodec(Protocol):
-    """A codec that takes a whole batch at once (``_records``: one engine call per batch)."""
+Output = bytes | bytearray
 
-    def run(self, pieces: list[bytes], final: bool) -> bytearray: ...
+
+class BatchCodec(Protocol):
+    """A codec that takes a whole batch at once (``_records``: one engine call per batch;
+    ``_reopen.Authenticate``)."""
+
+    def run(self, pieces: list[bytes], final: bool) -> Output: ...
 
 
 Codec = Chunked | BatchCodec
 
 
-def _run_batch(codec: Codec, head: bytes, pieces: list[bytes], size: int, final: bool) -> bytearray:
+def _run_batch(codec: Codec, head: bytes, pieces: list[bytes], size: int, final: bool) -> Output:
     """Process a batch in one go (on a worker thread when large): head || output."""
     if not isinstance(codec, (ChunkedEncryptor, ChunkedDecryptor)):
-        return codec.run(pieces, final)  # no head: the records codecs write every byte
+        return codec.run(pieces, final)  # no head: these codecs write every byte
     out = bytearray(len(head) + codec.update_size(size) + (_CHUNKED_TAIL if final else 0))
     out[: len(head)] = head
     o = len(head)
@@ -95,13 +100,16 @@ Resolve = Callable[[Prefix], bytes]
 class Sink(Protocol):
     """Where a stream's output goes: the reply itself (full duplex) or a spool."""
 
-    async def write(self, data: bytes | bytearray, more: bool = True) -> None: ...
+    async def write(self, data: Output, more: bool = True) -> None: ...
 
 
 class Transfer:
     """Shared plumbing of encrypt and decrypt: body, reply, errors, accounting."""
 
     operation: str
+    # Whether this transfer's output is plaintext: then a spool of it seals what goes to its
+    # file under a key of its own (it keeps ciphertext as it is).
+    spools_plaintext = False
 
     def __init__(
         self, svc: Services, log: AccessRecord, aad: bytes, length: int | None, duplex: bool
@@ -210,23 +218,34 @@ class Transfer:
             reply.duplex, reply.length = True, length
             await self.pipeline(body, reply, codec, head, pieces)
             return
+        spool = self.spool(self.spools_plaintext)
+        try:
+            await self.pipeline(body, spool, codec, head, pieces)
+            # Every byte is produced (and, for decryption, authenticated): now the answer.
+            await self.from_spool(reply, spool, spool.size)
+        finally:
+            spool.close()
+
+    def spool(self, sealed: bool) -> Spool:
         settings = self.svc.settings
-        spool = Spool(
+        return Spool(
             self.svc.crypto,
             self.svc.spool_budget,
             settings.spool_memory_bytes,
             settings.max_spool_request_bytes or settings.max_spool_bytes,
             settings.spool_dir,
+            sealed=sealed,
         )
-        try:
-            await self.pipeline(body, spool, codec, head, pieces)
-            # Every byte is produced (and, for decryption, authenticated): now the answer.
-            reply.length = spool.size
-            async for piece in spool.chunks():
-                await reply.write(piece)
-            await reply.write(b"", more=False)
-        finally:
-            spool.close()
+
+    @staticmethod
+    async def from_spool(
+        reply: Reply, spool: Spool, length: int, again: Reopen | None = None
+    ) -> None:
+        """The answer from the spool, with its length; through a second open if given."""
+        reply.length = length
+        async for piece in spool.chunks(None if again is None else again.update):
+            await reply.write(piece)
+        await reply.write(b"" if again is None else again.finalize(), more=False)
 
     async def pipeline(
         self,
@@ -239,7 +258,7 @@ class Transfer:
         """Batches through the codec, overlapping receive, crypto and send."""
         crypto = self.svc.crypto
         size = sum(map(len, pieces))
-        pending: bytearray | asyncio.Task[bytearray] | None = None
+        pending: Output | asyncio.Task[Output] | None = None
         try:
             while True:
                 piece = await body.read()
@@ -297,8 +316,8 @@ def _feed(buf: AEADBuffer, hold: Hold, piece: bytes, hint: int | None) -> None:
     buf.feed(piece)
 
 
-async def _done(job: bytearray | asyncio.Task[bytearray]) -> bytearray:
-    return job if isinstance(job, bytearray) else await job
+async def _done(job: Output | asyncio.Task[Output]) -> Output:
+    return await job if isinstance(job, asyncio.Task) else job
 
 
 # Algorithm.value is a descriptor call: a tenth of a microsecond per request.
@@ -341,6 +360,7 @@ class Encrypt(Transfer):
         alg, prefix = self.algorithm, self.prefix
         if self.mode is Mode.STREAM:
             size = None if self.length is None else len(prefix) + engine.sealed_size(self.length)
+            # In request-then-response the envelope is spooled and sent as it is: one AEAD pass.
             codec = ChunkedEncryptor(alg, self.material, bound_data(prefix, self.aad))
             await self.stream(body, reply, codec, prefix, [], size)
             return
@@ -397,6 +417,7 @@ def _parsed(raw: bytes) -> Prefix:
 
 class Decrypt(Transfer):
     operation = "decrypt"
+    spools_plaintext = True
 
     def __init__(
         self,
@@ -442,13 +463,32 @@ class Decrypt(Transfer):
         if prefix.mode is Mode.STREAM:
             # Truncated or extended bodies fail here, before anything is read.
             size = None if remaining is None else engine.opened_size(remaining)
-            codec = ChunkedDecryptor(prefix.algorithm, material, bound_data(raw, self.aad))
-            await self.stream(body, reply, codec, b"", [rest] if rest else [], size)
+            context = bound_data(raw, self.aad)
+            codec = ChunkedDecryptor(prefix.algorithm, material, context)
+            pieces = [rest] if rest else []
+            if self.duplex or self._fits_in_memory():
+                # One pass: a small answer waits in the spool's memory part (which it cannot
+                # outgrow; were it to, the spool would seal what goes to its file).
+                await self.stream(body, reply, codec, b"", pieces, size)
+                return
+            # Request-then-response: two passes, and only the envelope in the spool (_reopen).
+            check, spool = Authenticate(codec), self.spool(sealed=False)
+            try:
+                await self.pipeline(body, spool, check, b"", pieces)
+                second = check.reopen(ChunkedDecryptor(prefix.algorithm, material, context))
+                await self.from_spool(reply, spool, check.opened, second)
+            finally:
+                check.close()
+                spool.close()
             return
         with self.svc.budget.hold() as hold:
             plaintext = await self._open_single(body, hold, prefix, raw, material, rest, remaining)
             reply.length = len(plaintext)
             await reply.write(plaintext, more=False)
+
+    def _fits_in_memory(self) -> bool:
+        """Whether the declared body, so its plaintext, fits the spool's memory part."""
+        return self.length is not None and self.length <= self.svc.settings.spool_memory_bytes
 
     async def _read_prefix(self, body: Body, first: bytes | None) -> tuple[Prefix, bytes, bytes]:
         """The envelope prefix, parsed and as bytes, and whatever arrived after it."""
