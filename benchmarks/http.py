@@ -239,7 +239,7 @@ def small_requests(report: Report, peer: Server, ours: Server, work: Path, scrip
     p, o = best(peer_runs), best(our_runs)
     rows = [f"| {n} | {r.rps:,.0f} | {r.p99_ms:.2f} |" for n, r in (("peer", p), ("sealflow", o))]
     table("1 KiB single-shot encrypt, 16 connections", "req/s | p99 ms", rows)
-    report.check("5. 1 KiB encrypt req/s vs peer", o.rps / p.rps, 2.0)
+    report.check("5. 1 KiB encrypt req/s vs peer (issue 22: 3.0x)", o.rps / p.rps, 3.0)
     report.check("5. 1 KiB encrypt p99: peer / sealflow", p.p99_ms / o.p99_ms, 1.0)
 
 
@@ -286,7 +286,9 @@ def megabyte(report: Report, peer: Server, ours: Server, work: Path, script: Pat
             our_runs.append(wrk(our_url, our_body, ours.token, 4, script))
         p_mbs, o_mbs = best(peer_runs).rps * MiB / 1e6, best(our_runs).rps * MiB / 1e6
         rows.append(f"| {op} | {p_mbs:,.0f} | {o_mbs:,.0f} |")
-        report.check(f"6. 1 MiB stream {op} MB/s vs peer single-shot", o_mbs / p_mbs, 1.5)
+        # Issue 22 asks 2.5x of the encrypt; the decrypt's line stays the earlier 1.5x.
+        target = 2.5 if op == "encrypt" else 1.5
+        report.check(f"6. 1 MiB stream {op} MB/s vs peer single-shot", o_mbs / p_mbs, target)
     table(
         "1 MiB, 4 connections",
         "peer MB/s (single-shot) | sealflow MB/s (stream, request-then-response)",

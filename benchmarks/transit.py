@@ -155,7 +155,11 @@ def main() -> int:
         "| 48 MiB s"
     )
     table("Transit encrypt", columns, rows)
-    report.check("1 KiB encrypt req/s vs OpenBao", float(ours_["rps"]) / float(theirs["rps"]), 2.0)
+    report.check(
+        "1 KiB encrypt req/s vs OpenBao (issue 22: 4x)",
+        float(ours_["rps"]) / float(theirs["rps"]),
+        4.0,
+    )
     report.check("batch items/s vs OpenBao", float(ours_["items"]) / float(theirs["items"]), 5.0)
     if isinstance(theirs["large"], float) and isinstance(ours_["large"], float):
         report.check("16 MiB: OpenBao's seconds / ours", theirs["large"] / ours_["large"], 10.0)
