@@ -167,7 +167,7 @@ def _lane(app: Any, token: str, body: bytes, requests: int) -> float:
         head = Head("POST", b"/v1/keys/default/encrypt", b"mode=single", "/v1/keys/default/encrypt")
         for name, value in headers:
             head.add(name, value)
-        plan = front.plan(head)
+        plan = front.plan(head.complete())
         front.begin(plan)
         assert front.answer(plan, body).status == 200
 

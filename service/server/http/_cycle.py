@@ -37,7 +37,7 @@ def status_line(status: int) -> bytes:
     return b"HTTP/1.1 %d %s\r\n" % (status, phrase.encode("ascii"))
 
 
-_STATUS_LINES = {status.value: status_line(status.value) for status in http.HTTPStatus}
+STATUS_LINES = {status.value: status_line(status.value) for status in http.HTTPStatus}
 
 
 class Cycle:
@@ -177,7 +177,7 @@ class Cycle:
 
     def _render_head(self, status: int, headers: Any) -> bytes:
         conn = self._conn
-        lines = [_STATUS_LINES.get(status) or status_line(status), conn.default_lines()]
+        lines = [STATUS_LINES.get(status) or status_line(status), conn.default_lines()]
         for name, value in headers:
             lower = name.lower()
             if lower == b"content-length":

@@ -37,6 +37,7 @@ class Head:
         "error",
         "headers",
         "host",
+        "length",
         "method",
         "path",
         "query",
@@ -62,6 +63,8 @@ class Head:
         self.duplex = False  # Sealflow-Duplex: 1
         self.continue_ = False  # Expect: 100-continue
         self.error: str | None = None  # why the head is refused (400), if it is
+        # The body's declared length; None when it has none or is chunked (``complete``).
+        self.length: int | None = None
 
     def add(self, name: bytes, value: bytes) -> None:
         """One header, its name lowercased."""
@@ -80,15 +83,15 @@ class Head:
         elif name == b"expect":
             self.continue_ = value.strip().lower() == b"100-continue"
 
-    @property
-    def length(self) -> int | None:
-        """The body's declared length; None when it has none or is chunked."""
+    def complete(self) -> Head:
+        """The head is whole: what its headers say of the body, read once."""
         value = self.content_length
-        return None if value is None or self.chunked else int(value)
+        self.length = None if value is None or self.chunked else int(value)
+        return self
 
     @property
     def has_body(self) -> bool:
-        return self.chunked or (self.content_length is not None and self.length != 0)
+        return self.chunked or bool(self.length)
 
     @classmethod
     def from_scope(cls, scope: Mapping[str, Any]) -> Head:
@@ -98,4 +101,4 @@ class Head:
         )
         for name, value in scope["headers"]:
             head.add(name, value)
-        return head
+        return head.complete()

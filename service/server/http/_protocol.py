@@ -50,7 +50,7 @@ from typing import Any, Protocol, cast
 
 import httptools
 
-from ._cycle import Cycle, status_line
+from ._cycle import STATUS_LINES, Cycle, status_line
 from ._head import Head
 
 log = logging.getLogger("sealflow")
@@ -196,6 +196,10 @@ class HttpProtocol(asyncio.Protocol):
         self._refusal: int | None = None  # a refusal waiting for the answers before it
         self._head_timer: asyncio.TimerHandle | None = None
         self._idle_timer: asyncio.TimerHandle | None = None
+        # When the connection last became idle; None while anything is pending. The idle
+        # timer, once armed, stays: it checks this when it fires (a timer per request, armed
+        # and cancelled, was a measurable share of a small request).
+        self._idle_since: float | None = None
         self._reading = True
         self._writable = asyncio.Event()
         self._writable.set()
@@ -241,7 +245,7 @@ class HttpProtocol(asyncio.Protocol):
         self._writable.set()
 
     def data_received(self, data: bytes) -> None:
-        self._cancel_idle_timer()
+        self._idle_since = None
         try:
             self._receive(data)
         except httptools.HttpParserUpgrade:
@@ -372,7 +376,7 @@ class HttpProtocol(asyncio.Protocol):
         self._close()
 
     def _headers_complete(self) -> None:
-        head = self._head or self._new_head()
+        head = (self._head or self._new_head()).complete()
         self._head = None
         self._begun = False
         self._cancel_head_timer()
@@ -448,7 +452,7 @@ class HttpProtocol(asyncio.Protocol):
     def _write_answer(self, answer: Answer, head: Head, close: bool) -> None:
         close = close or answer.close or self._last
         lines = [
-            status_line(answer.status),
+            STATUS_LINES.get(answer.status) or status_line(answer.status),
             self.default_lines(),
             answer.headers,
             b"connection: close\r\n\r\n" if close else b"\r\n",
@@ -704,6 +708,7 @@ class HttpProtocol(asyncio.Protocol):
             and self._phase == _HEAD_PHASE
         ):
             self._cancel_head_timer()
+            self._idle_since = self.loop.time()
             if self._idle_timer is None:
                 self._idle_timer = self.loop.call_later(self.keepalive_timeout, self._idle)
 
@@ -743,7 +748,13 @@ class HttpProtocol(asyncio.Protocol):
 
     def _idle(self) -> None:
         self._idle_timer = None
-        if self._busy is None and self._reader is None and not self._queue:
+        since = self._idle_since
+        if since is None or self._phase == _CLOSED:
+            return  # busy since: armed again when it is idle again (_settle)
+        left = since + self.keepalive_timeout - self.loop.time()
+        if left > 0:
+            self._idle_timer = self.loop.call_later(left, self._idle)
+        elif self._busy is None and self._reader is None and not self._queue:
             self._close()
 
 
