@@ -358,7 +358,8 @@ class HttpProtocol(asyncio.Protocol):
         if self._listing:
             self._listing = False
             method = LIST_METHOD
-        path = urllib.parse.unquote(raw_path.decode("ascii", "replace"))
+        text = raw_path.decode("ascii", "replace")
+        path = urllib.parse.unquote(text) if b"%" in raw_path else text
         return Head(method, raw_path, query, path)
 
     def on_headers_complete(self) -> None:
