@@ -9,6 +9,7 @@ from starlette.types import Receive, Scope, Send
 from ._logging import AccessRecord
 from ._watchdog import Watch
 from .errors import ApiError
+from .http import Head
 
 
 class Disconnected(Exception):
@@ -117,7 +118,7 @@ def drop_connection(scope: Scope) -> None:
     """Abort a stalled reply's connection at once: closing it would wait for a client that
     does not read to take what is queued (never), holding the connection and its buffers.
 
-    The transport's abort comes from server/_protocol.py; elsewhere this does nothing.
+    The transport's abort comes from the protocol (server/http); elsewhere this does nothing.
     """
     abort = scope.get("sealflow.abort")
     if abort is not None:
@@ -125,11 +126,10 @@ def drop_connection(scope: Scope) -> None:
 
 
 def has_body(scope: Scope) -> bool:
-    """Whether the request announced a body (Content-Length above 0, or chunked)."""
-    for name, value in scope["headers"]:
-        if name == b"transfer-encoding" or (name == b"content-length" and value != b"0"):
-            return True
-    return False
+    """Whether the request announced a body (Content-Length above 0, or chunked), as its one
+    ``Head`` says (the front door puts it in every scope)."""
+    head: Head = scope["sealflow.head"]
+    return head.has_body
 
 
 async def send_error(send: Send, error: ApiError, close: bool) -> None:

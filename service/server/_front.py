@@ -73,6 +73,7 @@ class Plan:
     error: errors.ApiError | None = None  # why it is refused
     whole: int = 0  # the largest body the protocol may answer itself (``Front.answer``)
     refused: bool = False
+    counted: bool = True  # takes a concurrency slot (probes and metrics do not)
     taken: bool = False  # holds a slot (``_take``)
 
 
@@ -98,8 +99,9 @@ class Front:
         route = data.match(path)
         vault = None if route is not None else self.transit.match(path)
         plan = Plan(Kind.APP, head, AccessRecord(), started, route, vault)
+        plan.counted = head.path not in _UNLIMITED
         try:
-            plan.token = token = self._admit(head, route, vault)
+            plan.token = token = self._admit(head, route, vault, plan.counted)
         except (errors.ApiError, KeyStoreError) as exc:
             plan.kind, plan.refused, plan.error = Kind.REFUSE, True, errors.api_error(exc)
             return plan
@@ -112,12 +114,16 @@ class Front:
             plan.kind = Kind.TRANSIT
             if svc is not None and token is not None and not head.chunked:
                 plan.whole = self.transit.whole(vault, head)
-        elif path in _UNLIMITED:
+        elif not plan.counted:
             plan.kind = Kind.OPEN
         return plan
 
     def _admit(
-        self, head: Head, route: data.Route | None, vault: transit.Route | None
+        self,
+        head: Head,
+        route: data.Route | None,
+        vault: transit.Route | None,
+        counted: bool,
     ) -> TokenInfo | None:
         """Everything decided from the head: the token if any, or the refusal."""
         if head.error is not None:
@@ -147,7 +153,7 @@ class Front:
                 _auth.require_admin(token)
         if route is None and vault is None and length > MAX_OTHER_BODY:
             raise errors.too_large(MAX_OTHER_BODY)  # beyond any admin body: refused unread
-        if path not in _UNLIMITED and self.active >= self.limit:
+        if counted and self.active >= self.limit:
             raise errors.overloaded()
         if token is not None and self.by_token.get(token.id, 0) >= self.per_token:
             _metrics.AUTH_FAILURES.labels("token_limit").inc()
@@ -207,6 +213,7 @@ class Front:
         plan: Plan | None = scope.get("sealflow.plan")
         if plan is None:
             plan = self.plan(Head.from_scope(scope))
+        scope["sealflow.head"] = plan.head  # the protocol's scopes have it; in-process ones too
         log = scope["sealflow.log"] = plan.log
         svc, token = self.svc, plan.token
         kind = plan.kind
@@ -250,7 +257,7 @@ class Front:
         return app
 
     def _take(self, plan: Plan) -> None:
-        if plan.taken or plan.head.path in _UNLIMITED:
+        if plan.taken or not plan.counted:
             return
         plan.taken = True
         self.active += 1

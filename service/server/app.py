@@ -1,4 +1,5 @@
-"""The ASGI application: ``uvicorn --factory sealflow.service.server.app:create_app``."""
+"""The ASGI application, which ``sealflow serve`` runs on uvicorn with sealflow's own protocol
+(``http.serve``): ``create_app`` is its factory."""
 
 from __future__ import annotations
 

@@ -11,15 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import http
-import logging
 from typing import TYPE_CHECKING, Any
 
 from ._head import Head
 
 if TYPE_CHECKING:
     from ._protocol import HttpProtocol
-
-log = logging.getLogger("sealflow")
 
 # Body bytes a cycle buffers for an app that is not reading before the socket stops being read.
 HIGH_WATER = 64 * 1024
