@@ -3,7 +3,10 @@ item, and answered by one engine call that writes the JSON of ``batch_results`` 
 
 The common batch is a list of objects that carry a ``plaintext`` string each, maybe a
 ``reference`` string each, and the same ``key_version`` and ``associated_data`` (or none) on
-every item. Two ways in:
+every item. A single request (``plaintext`` at the top, maybe ``key_version`` and
+``associated_data``, nothing else) is the column of one item: the same checks and lease, one
+engine seal, and the answer without the batch wrapping.
+Two ways in:
 
 - ``from_body``: the request's bytes, unparsed, when they are exactly the usual serialization
   of a batch of plaintexts only (Go's ``encoding/json`` as the Vault CLI and Go clients write
@@ -48,6 +51,9 @@ _SERIALIZATIONS = (
     (b'{"batch_input":[{"plaintext":"', b'"},{"plaintext":"', b'"}]}'),  # Go, compact JSON
     (b'{"batch_input": [{"plaintext": "', b'"}, {"plaintext": "', b'"}]}'),  # json.dumps
 )
+_SINGLE_FIELDS = {"plaintext", "key_version", "associated_data"}
+_VERSION = (int, _NONE)  # exact types: True is not a version
+_AAD = (str, _NONE)
 _JSON_SPACE = b" \t\r\n"
 _TRAILING = 8
 
@@ -62,6 +68,7 @@ class Column:
     version: int  # the key_version every item asks for (0: the latest)
     aad: str  # the associated_data (base64) every item carries ("": none)
     references: list[str] | None  # one per item, None when no item has one
+    single: bool = False  # a single request: one item, answered as Vault answers one
 
 
 def from_body(raw: bytes) -> Column | None:
@@ -80,10 +87,10 @@ def from_body(raw: bytes) -> Column | None:
 
 
 def column(body: Body) -> Column | None:
-    """The batch as a column, or None if it is not in the common shape (or not a batch)."""
+    """The batch, or the single request, as a column; None if it is not in the common shape."""
     batch = body.get("batch_input")
     if type(batch) is not list or not batch:
-        return None
+        return _single(body) if batch is None else None
     try:
         # Every entry an object with a plaintext string (anything else raises), in C loops.
         joined = _SEP.join(map(_PLAINTEXT, batch)).encode("ascii")
@@ -114,6 +121,22 @@ def _shared(batch: list[dict[str, Any]], joined: bytes) -> Column | None:
         aads[0] or "",
         [r or "" for r in references] if any(references) else None,
     )
+
+
+def _single(body: Body) -> Column | None:
+    """A single request of a plaintext, maybe one key_version and associated_data, as a column
+    of one; any other field or type goes the general way (which says what is wrong)."""
+    text = body.get("plaintext")
+    if type(text) is not str or not body.keys() <= _SINGLE_FIELDS:
+        return None
+    version, aad = body.get("key_version"), body.get("associated_data")
+    if type(version) not in _VERSION or type(aad) not in _AAD:
+        return None
+    try:
+        texts = text.encode("ascii")
+    except UnicodeEncodeError:
+        return None
+    return Column(texts, 1, _NEWLINE, version or 0, aad or "", None, single=True)
 
 
 def seal(

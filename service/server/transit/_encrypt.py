@@ -6,10 +6,11 @@ The route hands it the body's bytes (``encrypt``), and so does the protocol's fa
 call without side effects: the route runs it on the crypto pool (inline when small), the fast
 answer on the spot.
 
-A batch in the common shape (``_column``) goes as a column: checked once for the whole batch,
-leased at once, sealed by one engine call that writes the answer's bytes. A column that any
-item would fail (bad base64, an unknown key or version, bad associated_data, a version used
-up) goes item by item instead, decided before anything is counted, so that every item gets
+A batch in the common shape (``_column``), or a single request of a plaintext, goes as a
+column: checked once for the whole batch, leased at once, sealed by one engine call that writes
+the answer's bytes (a single request: one ``engine.seal`` and Vault's single answer). A column
+that any item would fail (bad base64, an unknown key or version, bad associated_data, a version
+used up) goes item by item instead, decided before anything is counted, so that every item gets
 its own error; so does a column whose lease does not cover it under one version (the latest
 used up on the way, or a version asked for running out), with the lease it took. The answer is
 the same either way (tests/service/transit/test_column.py compares them).
@@ -18,6 +19,7 @@ the same either way (tests/service/transit/test_column.py compares them).
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable
 
 from sealflow import engine
@@ -65,23 +67,39 @@ def _by_column(
     """The column's checks, made once for all its items, its lease, and the sealing that
     answers it; None if an item would fail, before anything is counted, or, with the lease it
     took put in ``taken``, if that lease does not cover the whole batch under one version."""
+    records: engine.Records | bytes  # a single request's one plaintext as it is
     try:
-        records = engine.Records.from_base64(column.texts, column.count, column.sep)
+        if column.single:  # the item path's decode: the same errors, should it fail
+            records = _ciphertext.b64decode(bytes(column.texts))
+        else:
+            records = engine.Records.from_base64(column.texts, column.count, column.sep)
         key = svc.store.get_key(name)
         aad = _ciphertext.b64decode(column.aad) if column.aad else b""
     except (ValueError, KeyNotFound):  # CiphertextError is a ValueError
         return None
     if version_error(key, column.version) is not None:
         return None
+    count = 1 if isinstance(records, bytes) else len(records)
     try:
-        lease = svc.usage.lease(name, column.version or None, len(records))
+        lease = svc.usage.lease(name, column.version or None, count)
     except (VersionUsedUp, KeyNotFound):
         return None
-    if lease.sealings < len(records) or lease.key.born != key.born:
+    if lease.sealings < count or lease.key.born != key.born:
         taken[column.version] = lease
         return None
+    if isinstance(records, bytes):
+        svc.usage.add_bytes(lease, len(records))
+        return functools.partial(_sealed_one, lease, aad, records)
     svc.usage.add_bytes(lease, len(records.data))
     return functools.partial(_sealed_column, lease, aad, records, column)
+
+
+def _sealed_one(lease: Lease, aad: bytes, plaintext: bytes) -> Answer:
+    """A single request's answer: ``_Items`` would write the same."""
+    nonce = os.urandom(_ciphertext.NONCE_LEN)
+    sealed = nonce + engine.seal(lease.key.algorithm, lease.material, nonce, aad, plaintext)
+    ciphertext = _ciphertext.encode(lease.version, sealed)
+    return 200, _wire.envelope({"ciphertext": ciphertext, "key_version": lease.version})
 
 
 def _sealed_column(

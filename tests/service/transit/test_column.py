@@ -121,6 +121,12 @@ def comparable(svc: Services, name: str, body: dict[str, Any], raw: bytes) -> An
     assert orjson.dumps(orjson.loads(raw)) == raw  # orjson's own bytes, as the general path's
     answer = orjson.loads(raw)
     assert len(answer.pop("request_id")) == 36
+    if "batch_input" not in body:  # a single request
+        one = answer["data"]
+        one["ciphertext"] = opened_both_ways(
+            svc, name, one["ciphertext"], body.get("associated_data") or ""
+        )
+        return answer
     items = body["batch_input"]
     for i, result in enumerate(answer["data"]["batch_results"]):
         if "ciphertext" in result:
@@ -301,6 +307,62 @@ def test_both_paths_answer_alike(
     raw = json.dumps(body, **how).encode()
     event("unparsed" if _column.from_body(raw) is not None else "parsed")
     check_same(svc, name, body, raw)
+
+
+@st.composite
+def singles(draw: st.DrawFn) -> dict[str, Any]:
+    """A single request: mostly a plaintext alone or with a version and AAD, some anything."""
+    odd = draw(st.integers(0, 2)) == 0
+    body: dict[str, Any] = item(
+        draw(PLAINTEXTS if odd else GOOD),
+        draw(VERSIONS),
+        draw(AADS if odd else st.sampled_from([MISSING, None, "", "YWFk"])),
+        draw(REFERENCES) if draw(st.integers(0, 4)) == 0 else MISSING,
+    )
+    if draw(st.integers(0, 4)) == 0:
+        body["context"] = "eA=="
+    if draw(st.integers(0, 9)) == 0:
+        del body["plaintext"]
+    return body
+
+
+@given(body=singles(), name=st.sampled_from(sorted(KEYS)), how=st.sampled_from(SERIALIZATIONS))
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+def test_single_requests_answer_alike(
+    svc: Services, body: dict[str, Any], name: str, how: dict[str, Any]
+) -> None:
+    """A single request of a plaintext is the column of one; the answer is the general
+    path's, counted alike, and so is every refusal."""
+    column = _column.column(body)
+    event("column of one" if column is not None else "not a column")
+    if column is not None:
+        assert column.single and column.count == 1
+        counted = dataclasses.replace(svc, usage=Tally(svc.usage))  # type: ignore[arg-type]
+        seal = _encrypt._by_column(counted, name, column, {})
+        event("sealed by the column" if seal is not None else "declined")
+    check_same(svc, name, body, json.dumps(body, **how).encode())
+
+
+def test_a_single_plaintext_is_sealed_as_a_column_of_one(svc: Services) -> None:
+    body = {"plaintext": b64(1024), "associated_data": "YWFk", "key_version": 2}
+    tally = Tally(svc.usage)
+    counted = dataclasses.replace(svc, usage=tally)  # type: ignore[arg-type]
+    sealing = _encrypt.encryption(counted, "k", json.dumps(body).encode())
+    assert not isinstance(sealing, _encrypt._Items)
+    status, raw = sealing()
+    assert status == 200
+    assert tally.seen == {("k", 2, "sealings"): 1, ("k", 2, "bytes"): 1024}
+    data = orjson.loads(raw)["data"]
+    assert list(data) == ["ciphertext", "key_version"]
+    assert data["key_version"] == 2
+    assert opened_both_ways(svc, "k", data["ciphertext"], "YWFk") == base64.b64decode(
+        body["plaintext"]
+    )
+    # Anything beyond plaintext, key_version and associated_data goes the general way.
+    assert _column.column({**body, "reference": "r"}) is None
+    assert _column.column({**body, "key_version": True}) is None
 
 
 def test_refusals_alike(svc: Services) -> None:
