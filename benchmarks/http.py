@@ -26,7 +26,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -105,24 +105,38 @@ def sealflow_server(workdir: Path) -> Iterator[Server]:
 
 
 @contextmanager
-def servers(workdir: Path) -> Iterator[tuple[Server, Server]]:
-    pin = ["taskset", "-c", SERVER_CORE]
-    peer_port = free_port()
-    peer_cmd = [
-        *pin, sys.executable, "-m", "uvicorn", "benchmarks.peers.naive_app:app",
-        "--port", str(peer_port), "--http", "httptools", "--loop", "uvloop",
+def on_uvicorn(name: str, app: str, ready: str) -> Iterator[Server]:
+    """An ASGI app on uvicorn with httptools and uvloop, pinned to SERVER_CORE."""
+    port = free_port()
+    cmd = [
+        "taskset", "-c", SERVER_CORE, sys.executable, "-m", "uvicorn", app,
+        "--port", str(port), "--http", "httptools", "--loop", "uvloop",
         "--no-access-log", "--log-level", "warning",
     ]  # fmt: skip
     quiet = subprocess.DEVNULL
-    peer_proc = subprocess.Popen(peer_cmd, stdout=quiet, stderr=quiet)
-    peer = Server("peer", f"http://127.0.0.1:{peer_port}", peer_proc)
+    srv = Server(
+        name, f"http://127.0.0.1:{port}", subprocess.Popen(cmd, stdout=quiet, stderr=quiet)
+    )
     try:
-        wait_ready(peer.url + "/docs", peer.proc)
-        with sealflow_server(workdir) as ours:
-            yield peer, ours
+        wait_ready(srv.url + ready, srv.proc)
+        yield srv
     finally:
-        peer.proc.terminate()
-        peer.proc.wait(30)
+        srv.proc.terminate()
+        srv.proc.wait(30)
+
+
+def echo_server() -> AbstractContextManager[Server]:
+    """``benchmarks/peers/echo.py``: the small-request floor (a raw ASGI echo on uvicorn)."""
+    return on_uvicorn("echo", "benchmarks.peers.echo:app", "/")
+
+
+@contextmanager
+def servers(workdir: Path) -> Iterator[tuple[Server, Server]]:
+    with (
+        on_uvicorn("peer", "benchmarks.peers.naive_app:app", "/docs") as peer,
+        sealflow_server(workdir) as ours,
+    ):
+        yield peer, ours
 
 
 @contextmanager
@@ -231,16 +245,21 @@ def table(title: str, columns: str, rows: list[str]) -> None:
 def small_requests(report: Report, peer: Server, ours: Server, work: Path, script: Path) -> None:
     body = work / "1k"
     body.write_bytes(os.urandom(1024))
-    peer_runs, our_runs = [], []
-    for _ in range(ROUNDS):
-        peer_runs.append(wrk(peer.url + "/encrypt", body, "", 16, script))
-        url = ours.url + "/v1/keys/default/encrypt?mode=single"
-        our_runs.append(wrk(url, body, ours.token, 16, script))
-    p, o = best(peer_runs), best(our_runs)
-    rows = [f"| {n} | {r.rps:,.0f} | {r.p99_ms:.2f} |" for n, r in (("peer", p), ("sealflow", o))]
+    peer_runs, our_runs, echo_runs = [], [], []
+    with echo_server() as echo:
+        for _ in range(ROUNDS):
+            peer_runs.append(wrk(peer.url + "/encrypt", body, "", 16, script))
+            url = ours.url + "/v1/keys/default/encrypt?mode=single"
+            our_runs.append(wrk(url, body, ours.token, 16, script))
+            echo_runs.append(wrk(echo.url + "/", body, "", 16, script))
+    p, o, e = best(peer_runs), best(our_runs), best(echo_runs)
+    named = (("peer", p), ("sealflow", o), ("floor: raw ASGI echo on uvicorn", e))
+    rows = [f"| {n} | {r.rps:,.0f} | {r.p99_ms:.2f} |" for n, r in named]
     table("1 KiB single-shot encrypt, 16 connections", "req/s | p99 ms", rows)
     report.check("5. 1 KiB encrypt req/s vs peer (issue 22: 3.0x)", o.rps / p.rps, 3.0)
     report.check("5. 1 KiB encrypt p99: peer / sealflow", p.p99_ms / o.p99_ms, 1.0)
+    # The echo does no work at all: echo / peer is the ceiling of the ratio above in this run.
+    report.check("5. 1 KiB: floor (raw ASGI echo) vs peer, the ceiling", e.rps / p.rps, 3.0)
 
 
 def records(report: Report, peer: Server, ours: Server, work: Path, script: Path) -> None:
