@@ -1,7 +1,8 @@
-"""Budgets across the requests of one process: memory for single-shot bodies, disk for spools.
+"""Budgets across the requests of one process: memory for buffered bodies, disk for spools.
 
 A single-shot request holds its whole body (and its result) in memory until it
-answers; ``max_single_bytes`` bounds one request, this bounds them together.
+answers, and so does a Transit request (its JSON body, what parsing it makes, its answer);
+``max_single_bytes`` and ``max_json_bytes`` bound one request, this bounds them together.
 A request that would take the process over the budget gets 503 at once,
 instead of the process running out of memory under a burst of large bodies.
 Used from the event loop only, so plain integers suffice.
@@ -38,6 +39,11 @@ class Hold:
             raise errors.overloaded()
         budget.used += n
         self.taken += n
+
+    def give_back(self, n: int) -> None:
+        """Return n of what was taken, for memory freed before the request ends."""
+        self._budget.used -= n
+        self.taken -= n
 
     def __enter__(self) -> Hold:
         return self

@@ -86,7 +86,8 @@ def parse_all(
     return versions, payloads
 
 
-def aads(work: list[Item], results: Results) -> dict[int, bytes]:
+def aads(work: list[Item], results: Results, offset: int = 0) -> dict[int, bytes]:
+    """Each pending item's associated_data decoded; offset: the request's index of work[0]."""
     pending = results.pending()
     if not any(item.aad for item in work):
         return dict.fromkeys(pending, b"")
@@ -95,7 +96,7 @@ def aads(work: list[Item], results: Results) -> dict[int, bytes]:
         try:
             decoded[i] = _ciphertext.b64decode(work[i].aad) if work[i].aad else b""
         except CiphertextError as exc:
-            results.fail(i, f"'[{i}].associated_data' {exc}")
+            results.fail(i, f"'[{offset + i}].associated_data' {exc}")
     return decoded
 
 

@@ -19,7 +19,9 @@ Two ways in:
 
 ``engine.Records.from_base64`` decodes the column in one native call, and
 ``engine.seal_many_text`` seals every item and writes each result straight into the answer's
-bytes, between the envelope's head and tail. Any other shape (another field type, mixed
+bytes. A large batch is a column per group of about ``GROUP_BYTES`` (``unparsed``; a parsed
+body's groups are ``_items``'), each one call of each: memory bounded by a group, not the
+batch (docs/TRANSIT.md, Limits). Any other shape (another field type, mixed
 versions, base64 that is not canonical) is None here, and ``_encrypt`` goes item by item,
 which reports every item's error as before: the answer is the same either way (the tests
 compare both paths).
@@ -36,15 +38,14 @@ import orjson
 from sealflow import engine
 from sealflow.engine import Algorithm, Records
 
-from . import _wire
 from ._ciphertext import PREFIX
+from ._groups import GROUP_BYTES
 from ._wire import Body
 
 _PLAINTEXT = itemgetter("plaintext")
 _SEP = "\n"  # never inside canonical base64: a text holding one makes the count differ
 _NEWLINE = _SEP.encode()
 _NONE = type(None)
-_RESULTS = b'"batch_results":[]'
 # The fixed bytes of a batch of plaintexts only, as the usual encoders write it: (before the
 # first text, between two texts, after the last one).
 _SERIALIZATIONS = (
@@ -75,6 +76,38 @@ def from_body(raw: bytes) -> Column | None:
     """The column of a body in one of the usual serializations of a batch of plaintexts only
     (trailing whitespace allowed: Go's encoder ends with a newline), or None. Whether the texts
     are all base64 is for the decoder to say (``engine.Records.from_base64``)."""
+    frame = _frame(raw)
+    if frame is None:
+        return None
+    start, end, between = frame
+    return Column(memoryview(raw)[start:end], None, between, 0, "", None)
+
+
+def unparsed(raw: bytes) -> list[Column] | None:
+    """``from_body``'s column in groups of about ``GROUP_BYTES``, each cut at a separator, if
+    every text of every group is canonical base64; else None (the body is then read item by
+    item, ``_items.read``, which reports what is wrong)."""
+    frame = _frame(raw)
+    if frame is None:
+        return None
+    start, end, between = frame
+    view, groups, p = memoryview(raw), [], start
+    while True:
+        cut = raw.find(between, p + GROUP_BYTES, end) if p + GROUP_BYTES < end else -1
+        texts = view[p : end if cut < 0 else cut]
+        try:  # checked and counted, then let go: decoded again when the group's turn comes
+            count = len(engine.Records.from_base64(texts, None, between))
+        except ValueError:
+            return None
+        groups.append(Column(texts, count, between, 0, "", None))
+        if cut < 0:
+            return groups
+        p = cut + len(between)
+
+
+def _frame(raw: bytes) -> tuple[int, int, bytes] | None:
+    """Where the texts of a batch in a usual serialization start and end, and what is between
+    two of them."""
     for head, between, tail in _SERIALIZATIONS:
         if not raw.startswith(head):
             continue
@@ -82,8 +115,15 @@ def from_body(raw: bytes) -> Column | None:
         last = raw[-_TRAILING:]
         end = len(raw) - len(last) + len(last.rstrip(_JSON_SPACE))
         if raw.endswith(tail, 0, end) and end >= len(head) + len(tail):
-            return Column(memoryview(raw)[len(head) : end - len(tail)], None, between, 0, "", None)
+            return len(head), end - len(tail), between
     return None
+
+
+def entries(column: Column) -> list[dict[str, str]]:
+    """A column's items as the parsed body would have them (an unparsed column whose group
+    goes item by item: ``_encrypt``)."""
+    texts = bytes(column.texts).decode("ascii").split(column.sep.decode())
+    return [{"plaintext": text} for text in texts]
 
 
 def column(body: Body) -> Column | None:
@@ -142,9 +182,8 @@ def _single(body: Body) -> Column | None:
 def seal(
     alg: Algorithm, key: bytes, aad: bytes, records: Records, version: int, column: Column
 ) -> bytes:
-    """The whole answer: Vault's envelope around ``batch_results``, each result what
-    ``_encrypt``'s item path writes (``ciphertext``, ``key_version``, ``reference``)."""
-    head, tail = _envelope()
+    """The column's entries of ``batch_results``, with commas between and no brackets, each
+    what ``_encrypt``'s item path writes (``ciphertext``, ``key_version``, ``reference``)."""
     before = b'{"ciphertext":"%s%d:' % (PREFIX.encode(), version)
     after: bytes | list[bytes]
     if column.references is None:
@@ -152,14 +191,4 @@ def seal(
     else:
         common = b'","key_version":%d,"reference":' % version
         after = [common + orjson.dumps(r) + b"}" for r in column.references]
-    return engine.seal_many_text(
-        alg, key, aad, records, before=before, after=after, sep=b",", head=head, tail=tail
-    )
-
-
-def _envelope() -> tuple[bytes, bytes]:
-    """A success envelope (a new request_id) with ``batch_results`` cut open: the bytes up to
-    and including its ``[``, and from its ``]`` on."""
-    whole = _wire.envelope({"batch_results": []})
-    cut = whole.index(_RESULTS) + len(_RESULTS) - 1
-    return whole[:cut], whole[cut:]
+    return engine.seal_many_text(alg, key, aad, records, before=before, after=after, sep=b",")

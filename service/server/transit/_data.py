@@ -1,27 +1,33 @@
 """decrypt, rewrap and datakey (encrypt is ``_encrypt``'s), with Transit's batch semantics.
 
-Every item is checked first (``_checks``: base64, version, prefix), with Transit's per-item
-messages; the items that pass are then opened or sealed in groups of one key version and one
-AAD (``_crypto``), after their sealings are leased (``_leases``: the one usage rule). Each
+A batch is read and checked whole (``_items.read``), then run group by group (``_run``). In a
+group every item is checked first (``_checks``: base64, version, prefix), with Transit's
+per-item messages; the items that pass are then opened or sealed in sets of one key version and
+one AAD (``_crypto``), after their sealings are leased (``_leases``: the one usage rule). Each
 answers as Transit does (``_batch``).
 """
 
 from __future__ import annotations
 
+import functools
 import os
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from sealflow.engine import Algorithm
 
+from .._budget import Hold
 from .._state import Services
-from . import _ciphertext, _wire
-from ._batch import Answer, Results, answer, b64, decrypted, encrypted
+from . import _ciphertext, _items, _run, _wire
+from ._batch import Answer, Part, Results, b64, decrypted, encrypted, part, single
 from ._checks import aads, key_of, materials, parse_all, wanted_versions
 from ._ciphertext import CiphertextError
 from ._crypto import open_, seal
-from ._items import Item, items
+from ._items import Item, Request, items
 from ._leases import lease_items
 from ._wire import Body
+
+_MISSING = "missing ciphertext to decrypt"
 
 # What Go's AEADs say when a tag does not verify (Transit passes it on as it is).
 _AUTH_FAILED = {
@@ -31,44 +37,101 @@ _AUTH_FAILED = {
 }
 
 
-async def decrypt(svc: Services, name: str, raw: bytes) -> Answer:
-    body = _wire.parse(raw)
-    work, batch = items(body, "ciphertext", "missing ciphertext to decrypt")
-    results = Results(len(work))
-    key = key_of(svc.store, name)
-    versions, payloads = parse_all(key, work, results)
-    aad = aads(work, results)
-    opening = materials(svc.store, key, versions, results)
-    opened = await svc.crypto.run(len(raw), open_, key.algorithm, opening, versions, aad, payloads)
-    for i, plain in opened.items():
-        if plain is None:
-            results.fail(i, _AUTH_FAILED[key.algorithm])
-        else:
-            results.values[i] = b64(plain)
-    return answer(body, work, results, batch, decrypted, partial=True)
+async def decrypt(svc: Services, name: str, raw: bytes, hold: Hold) -> Answer:
+    limit = svc.settings.max_batch_items
+    request = _items.read(raw, "ciphertext", hold, limit)
+    return await _run.run(svc, _Opening(svc, name, request, rewrap=False), hold, len(raw))
 
 
-async def rewrap(svc: Services, name: str, raw: bytes) -> Answer:
-    body = _wire.parse(raw)
-    work, batch = items(body, "ciphertext", "missing ciphertext to decrypt")
-    results = Results(len(work))
-    key = key_of(svc.store, name)
-    old, payloads = parse_all(key, work, results)
-    aad = aads(work, results)
-    opening = materials(svc.store, key, old, results)
-    opened = await svc.crypto.run(len(raw), open_, key.algorithm, opening, old, aad, payloads)
-    plaintexts: dict[int, bytes] = {}
-    for i, plain in opened.items():
-        if plain is None:
-            results.fail(i, _AUTH_FAILED[key.algorithm])
-        else:
-            plaintexts[i] = plain
-    wanted = wanted_versions(key, work, results)
-    new, sealing = lease_items(svc, key, wanted, plaintexts, results)
-    sealed = await svc.crypto.run(len(raw), seal, key.algorithm, sealing, new, aad, plaintexts)
-    for i, blob in sealed.items():
-        results.values[i] = (new[i], _ciphertext.encode(new[i], blob))
-    return answer(body, work, results, batch, encrypted, partial=False)
+async def rewrap(svc: Services, name: str, raw: bytes, hold: Hold) -> Answer:
+    limit = svc.settings.max_batch_items
+    request = _items.read(raw, "ciphertext", hold, limit)
+    return await _run.run(svc, _Opening(svc, name, request, rewrap=True), hold, len(raw))
+
+
+class _Opening:
+    """The plan (``_run.Plan``) of a decrypt, or a rewrap (which seals again what it opened),
+    group by group: each group's ciphertexts checked, then opened on the crypto pool; a
+    rewrap's then leased on the event loop and sealed on the pool."""
+
+    def __init__(self, svc: Services, name: str, request: Request, rewrap: bool) -> None:
+        self.svc = svc
+        self.request = request
+        self.fields, self.count = request.fields, request.count
+        self.batch = request.groups is not None
+        self.partial = not rewrap  # rewrap answers 200 whatever its items did, as Transit
+        self.rewrap = rewrap
+        single = None if self.batch else items(request.fields, "ciphertext", _MISSING)[0]
+        self.key = key_of(svc.store, name)
+        self._single = single
+
+    def steps(self) -> Iterator[tuple[int, Callable[[], Part | None]]]:
+        groups = self.request.groups
+        if groups is None:
+            assert self._single is not None
+            yield from self._group(self._single, 0)
+            return
+        for offset, entries in groups():
+            work = items({"batch_input": entries}, "ciphertext", _MISSING, offset)[0]
+            del entries
+            yield from self._group(work, offset)
+
+    def _group(
+        self, work: list[Item], offset: int
+    ) -> Iterator[tuple[int, Callable[[], Part | None]]]:
+        svc, key, results = self.svc, self.key, Results(len(work))
+        versions, payloads = parse_all(key, work, results)
+        aad = aads(work, results, offset)
+        opening = materials(svc.store, key, versions, results)
+        opened: dict[int, bytes | None] = {}
+        size = sum(map(len, payloads.values()))
+        alg = key.algorithm
+        yield size, functools.partial(_open, opened, alg, opening, versions, aad, payloads)
+        plaintexts: dict[int, bytes] = {}
+        for i, plain in opened.items():
+            if plain is None:
+                results.fail(i, _AUTH_FAILED[alg])
+            elif self.rewrap:
+                plaintexts[i] = plain
+            else:
+                results.values[i] = b64(plain)
+        if not self.rewrap:
+            yield 0, functools.partial(self._answer, work, results, decrypted)
+            return
+        wanted = wanted_versions(key, work, results)
+        new, sealing = lease_items(svc, key, wanted, plaintexts, results)
+        yield size, functools.partial(_reseal, alg, sealing, new, aad, plaintexts, results)
+        yield 0, functools.partial(self._answer, work, results, encrypted)
+
+    def _answer(
+        self, work: list[Item], results: Results, shape: Callable[..., dict[str, Any]]
+    ) -> Part:
+        if not self.batch:
+            return single(results, shape), 0
+        return part(work, results, shape)
+
+
+def _open(
+    into: dict[int, bytes | None],
+    alg: Algorithm,
+    opening: dict[int, bytes],
+    versions: dict[int, int],
+    aad: dict[int, bytes],
+    payloads: dict[int, bytes],
+) -> None:
+    into.update(open_(alg, opening, versions, aad, payloads))
+
+
+def _reseal(
+    alg: Algorithm,
+    sealing: dict[int, bytes],
+    versions: dict[int, int],
+    aad: dict[int, bytes],
+    plaintexts: dict[int, bytes],
+    results: Results,
+) -> None:
+    for i, blob in seal(alg, sealing, versions, aad, plaintexts).items():
+        results.values[i] = (versions[i], _ciphertext.encode(versions[i], blob))
 
 
 DATAKEY_KINDS = ("plaintext", "wrapped")

@@ -1,13 +1,14 @@
-"""Transit's ``encrypt``: one function, ``encryption``, for every way a request comes in.
+"""Transit's ``encrypt``: one plan, ``encryption``, for every way a request comes in.
 
 The route hands it the body's bytes (``encrypt``), and so does the protocol's fast answer
-(``encrypt_now``). It reads the request, checks it in Transit's order and leases its sealings
-(``_leases``: the one usage rule), and returns what is left, the sealing and the answer, as one
-call without side effects: the route runs it on the crypto pool (inline when small), the fast
-answer on the spot.
+(``encrypt_now``). It reads and checks the whole request (``_items.read``, or the unparsed
+column: ``_column.unparsed``), then gives its groups one at a time (``_run``): each checked in
+Transit's order and its sealings leased (``_leases``: the one usage rule) on the event loop,
+then sealed and encoded by one call without side effects, which the route runs on the crypto
+pool (inline when small) and the fast answer on the spot.
 
-A batch in the common shape (``_column``), or a single request of a plaintext, goes as a
-column: checked once for the whole batch, leased at once, sealed by one engine call that writes
+A group in the common shape (``_column``), or a single request of a plaintext, goes as a
+column: checked once for the whole group, leased at once, sealed by one engine call that writes
 the answer's bytes (a single request: one ``engine.seal`` and Vault's single answer). A column
 that any item would fail (bad base64, an unknown key or version, bad associated_data, a version
 used up) goes item by item instead, decided before anything is counted, so that every item gets
@@ -20,53 +21,111 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from sealflow import engine
 from sealflow.service.keystore import KeyNotFound, Lease, VersionUsedUp
 
+from .._budget import Hold
 from .._state import Services
-from . import _ciphertext, _column, _crypto, _wire
-from ._batch import Answer, Results, answer, encrypted
+from . import _batch, _ciphertext, _column, _crypto, _items, _run, _wire
+from ._batch import Answer, Part, Results, encrypted
 from ._checks import aads, decode_all, key_of, version_error, wanted_versions
-from ._items import items
+from ._items import Request, items
 from ._leases import lease_items
 from ._wire import Body
 
-Sealing = Callable[[], Answer]
+Sealing = Callable[[], Part]
+_MISSING = "missing plaintext to encrypt"
 
 
-async def encrypt(svc: Services, name: str, raw: bytes) -> Answer:
+async def encrypt(svc: Services, name: str, raw: bytes, hold: Hold) -> Answer:
     """``POST encrypt/:name`` with the body's bytes, sealed on the crypto pool."""
-    return await svc.crypto.run(len(raw), encryption(svc, name, raw))
+    return await _run.run(svc, encryption(svc, name, raw, hold), hold, len(raw))
 
 
 def encrypt_now(svc: Services, name: str, raw: bytes) -> Answer:
     """The same, sealed on the spot (the protocol's fast answer, for a small body)."""
-    return encryption(svc, name, raw)()
+    with svc.budget.hold() as hold:
+        return _run.run_now(encryption(svc, name, raw, hold), hold, len(raw))
 
 
-def encryption(svc: Services, name: str, body: bytes | Body) -> Sealing:
-    """An encrypt request read, checked and leased: the sealing and the answer left to run."""
+def encryption(
+    svc: Services, name: str, raw: bytes, hold: Hold, columns: bool = True
+) -> _Encryption:
+    """An encrypt request read and checked: the plan of its sealings. ``columns=False`` takes
+    every group item by item (the tests compare both ways)."""
+    limit = svc.settings.max_batch_items
     # The usual batch of plaintexts is read without parsing the body at all.
-    column = _column.from_body(body) if isinstance(body, bytes) else None
-    if column is None:
-        body = _wire.parse(body) if isinstance(body, bytes) else body
-        column = _column.column(body)
-    taken: dict[int, Lease] = {}
-    if column is not None:
-        sealing = _by_column(svc, name, column, taken)
-        if sealing is not None:
-            return sealing
-    return _Items(svc, name, _wire.parse(body) if isinstance(body, bytes) else body, taken)
+    unparsed = _column.unparsed(raw) if columns else None
+    if unparsed is None:
+        return _Encryption(svc, name, _items.read(raw, "plaintext", hold, limit), None, columns)
+    count = sum(group.count or 0 for group in unparsed)
+    if count > limit:
+        raise _items.too_many_items(limit)
+    return _Encryption(svc, name, Request({}, count, None), unparsed, columns)
+
+
+class _Encryption:
+    """The plan (``_run.Plan``): the request's groups, each checked and leased when its turn
+    comes, and the sealing that answers for it."""
+
+    partial = True
+
+    def __init__(
+        self,
+        svc: Services,
+        name: str,
+        request: Request,
+        unparsed: list[_column.Column] | None,
+        columns: bool,
+    ) -> None:
+        self.svc = svc
+        self.name = name
+        self.request = request
+        self.fields, self.count = request.fields, request.count
+        self.batch = request.groups is not None or unparsed is not None
+        self._unparsed = unparsed
+        self._columns = columns
+
+    def steps(self) -> Iterator[tuple[int, Sealing]]:
+        if self._unparsed is not None:
+            offset = 0
+            for group in self._unparsed:
+                yield self._step(group, offset)
+                offset += group.count or 0
+            return
+        if self.request.groups is None:
+            yield self._step(self.request.fields, 0)
+            return
+        for offset, entries in self.request.groups():
+            yield self._step({"batch_input": entries}, offset)
+
+    def _step(self, group: Body | _column.Column, offset: int) -> tuple[int, Sealing]:
+        """A group's checks and lease (the column's, else item by item), and its sealing."""
+        taken: dict[int, Lease] = {}
+        column = group if isinstance(group, _column.Column) else None
+        if column is None and self._columns:
+            assert isinstance(group, dict)
+            column = _column.column(group)
+        if column is not None:
+            found = _by_column(self.svc, self.name, column, taken)
+            if found is not None:
+                return found
+            if isinstance(group, _column.Column):
+                group = {"batch_input": _column.entries(group)}
+        assert isinstance(group, dict)
+        sealing = _Items(self.svc, self.name, group, taken, offset)
+        return sum(map(len, sealing.plaintexts.values())), sealing
 
 
 def _by_column(
     svc: Services, name: str, column: _column.Column, taken: dict[int, Lease]
-) -> Sealing | None:
+) -> tuple[int, Sealing] | None:
     """The column's checks, made once for all its items, its lease, and the sealing that
-    answers it; None if an item would fail, before anything is counted, or, with the lease it
-    took put in ``taken``, if that lease does not cover the whole batch under one version."""
+    answers it (with the bytes it seals); None if an item would fail, before anything is
+    counted, or, with the lease it took put in ``taken``, if that lease does not cover the
+    whole column under one version."""
     records: engine.Records | bytes  # a single request's one plaintext as it is
     try:
         if column.single:  # the item path's decode: the same errors, should it fail
@@ -89,46 +148,50 @@ def _by_column(
         return None
     if isinstance(records, bytes):
         svc.usage.add_bytes(lease, len(records))
-        return functools.partial(_sealed_one, lease, aad, records)
+        return len(records), functools.partial(_sealed_one, lease, aad, records)
     svc.usage.add_bytes(lease, len(records.data))
-    return functools.partial(_sealed_column, lease, aad, records, column)
+    return len(records.data), functools.partial(_sealed_column, lease, aad, records, column)
 
 
-def _sealed_one(lease: Lease, aad: bytes, plaintext: bytes) -> Answer:
+def _sealed_one(lease: Lease, aad: bytes, plaintext: bytes) -> Part:
     """A single request's answer: ``_Items`` would write the same."""
     nonce = os.urandom(_ciphertext.NONCE_LEN)
     sealed = nonce + engine.seal(lease.key.algorithm, lease.material, nonce, aad, plaintext)
     ciphertext = _ciphertext.encode(lease.version, sealed)
-    return 200, _wire.envelope({"ciphertext": ciphertext, "key_version": lease.version})
+    return _wire.envelope({"ciphertext": ciphertext, "key_version": lease.version}), 0
 
 
 def _sealed_column(
     lease: Lease, aad: bytes, records: engine.Records, column: _column.Column
-) -> Answer:
+) -> Part:
     alg, material = lease.key.algorithm, lease.material
-    return 200, _column.seal(alg, material, aad, records, lease.version, column)
+    return _column.seal(alg, material, aad, records, lease.version, column), 0
 
 
 class _Items:
-    """An encrypt request item by item: each checked in Transit's order and its sealing
-    leased; called, it seals and answers."""
+    """A group of an encrypt request item by item (or a single request): each checked in
+    Transit's order and its sealing leased; called, it seals and answers for the group.
+    ``offset``: the request's index of the group's first item."""
 
-    def __init__(self, svc: Services, name: str, body: Body, taken: dict[int, Lease]) -> None:
-        self.body = body
-        self.work, self.batch = items(body, "plaintext", "missing plaintext to encrypt")
+    def __init__(
+        self, svc: Services, name: str, body: Body, taken: dict[int, Lease], offset: int = 0
+    ) -> None:
+        self.work, self.batch = items(body, "plaintext", _MISSING, offset)
         self.results = results = Results(len(self.work))
         self.plaintexts = decode_all(self.work, results)
         key = key_of(svc.store, name)
         wanted = wanted_versions(key, self.work, results)
-        self.aads = aads(self.work, results)
+        self.aads = aads(self.work, results, offset)
         self.versions, self.materials = lease_items(
             svc, key, wanted, self.plaintexts, results, taken
         )
         self.algorithm = key.algorithm
 
-    def __call__(self) -> Answer:
+    def __call__(self) -> Part:
         versions, results = self.versions, self.results
         sealed = _crypto.seal(self.algorithm, self.materials, versions, self.aads, self.plaintexts)
         for i, blob in sealed.items():
             results.values[i] = (versions[i], _ciphertext.encode(versions[i], blob))
-        return answer(self.body, self.work, results, self.batch, encrypted, partial=True)
+        if not self.batch:
+            return _batch.single(results, encrypted), 0
+        return _batch.part(self.work, results, encrypted)

@@ -4,19 +4,32 @@ Transit treats a single request as a batch of one and answers it without the bat
 ``batch_input`` items are read like OpenBao's ``decodeBatchRequestItems`` (a field of the
 wrong type is an error naming it, ``null`` counts as absent). Malformed ``batch_input`` is a
 400 here, where OpenBao answers 500 (docs/TRANSIT.md).
+
+``read`` reads a request body in groups of items (``_groups`` cuts the bytes; a body it cannot
+cut is parsed whole, and its list read in groups) and checks the whole batch before anything is
+done with it: the JSON, then the number of items (``max_batch_items``), then every item's
+fields. The plans (``_run``) then take the groups one at a time; a group is parsed again when
+it comes, so that at most one group's objects exist at once. What parsing takes is paid from
+the request's memory budget.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
+from .._budget import Hold
 from ..errors import ApiError
-from . import _wire
+from . import _groups, _wire
 from ._wire import Body
 
 MISSING_BATCH = "missing batch input to process"
 _STRING = (str, type(None))
+GROUP_ITEMS = 8192  # the items of a group when the body was parsed whole
+Groups = Callable[[], Iterator[tuple[int, list[Any]]]]  # (index of the first item, items)
 
 
 @dataclass(slots=True)
@@ -27,15 +40,144 @@ class Item:
     reference: str
 
 
-def items(body: Body, field: str, missing: str) -> tuple[list[Item], bool]:
+@dataclass(slots=True)
+class Request:
+    """A request body read and checked: its top-level fields (a batch's without
+    ``batch_input``), how many items it has, and its ``batch_input`` group by group (None: a
+    single request, whose one item is in its fields)."""
+
+    fields: Body
+    count: int
+    groups: Groups | None
+
+
+def read(raw: bytes, field: str, hold: Hold, limit: int) -> Request:
+    """The body's fields and items, every item checked (``field``: ``plaintext`` or
+    ``ciphertext``), at most ``limit`` of them; Transit's error for the first problem."""
+    found = _groups.split(raw)
+    request = None if found is None else _read_split(raw, found, field, hold, limit)
+    if request is not None:
+        return request
+    body = _wire.parse(raw, hold)  # whole, its objects paid for until the request ends
+    batch = body.get("batch_input")
+    if batch is None:
+        return Request(body, 1, None)
+    if not isinstance(batch, list):
+        raise _parse_error([f"source data must be an array or slice, got {_go_type(batch)}"])
+    fields = {name: value for name, value in body.items() if name != "batch_input"}
+
+    def groups() -> Iterator[tuple[int, list[Any]]]:
+        for i in range(0, len(batch), GROUP_ITEMS):
+            yield i, batch[i : i + GROUP_ITEMS]
+
+    check = _Check(field, limit)
+    for offset, entries in groups():
+        check.group(offset, entries)
+    check.done()
+    return Request(fields, len(batch), groups)
+
+
+def too_many_items(limit: int) -> ApiError:
+    return _wire.user_error(f"failed to parse batch input: more than {limit} items in one request")
+
+
+class _Check:
+    """The whole batch's checks, group by group, raised once every group is read: the number of
+    items first, then the first item that is not an object, else every field problem."""
+
+    def __init__(self, field: str, limit: int) -> None:
+        self.field = field
+        self.limit = limit
+        self.count = 0
+        self.problems: list[str] = []
+        self.error: ApiError | None = None
+
+    def group(self, offset: int, entries: list[Any]) -> None:
+        self.count += len(entries)
+        if self.error is None and self.count <= self.limit:
+            try:
+                _batch(entries, self.field, offset, self.problems)
+            except ApiError as exc:  # an item that is not an object: the one error reported
+                self.error = exc
+
+    def done(self) -> None:
+        if self.count > self.limit:
+            raise too_many_items(self.limit)
+        if self.error is not None:
+            raise self.error
+        if self.problems:
+            raise _parse_error(self.problems)
+        if not self.count:
+            raise _wire.user_error(MISSING_BATCH)
+
+
+def _read_split(
+    raw: bytes, found: _groups.Split, field: str, hold: Hold, limit: int
+) -> Request | None:
+    """The request read through ``found``; None if a part does not parse (then the body is
+    parsed whole, which answers what is wrong, or reads what this did not expect)."""
+    fields = _parsed(found.outside, hold)
+    if not isinstance(fields, dict):
+        return None
+    fields.pop(_groups.PLACEHOLDER, None)
+    if "batch_input" in fields:  # the key again, spelled with an escape
+        return None
+    check = _Check(field, limit)
+    for start, end in found.spans:
+        entries, cost = _span(raw, start, end, hold)
+        if not isinstance(entries, list):
+            hold.give_back(cost)
+            return None
+        check.group(check.count, entries)
+        del entries
+        hold.give_back(cost)
+    check.done()
+
+    def groups() -> Iterator[tuple[int, list[Any]]]:
+        offset = 0
+        for start, end in found.spans:
+            entries, cost = _span(raw, start, end, hold)
+            assert isinstance(entries, list)  # it parsed when the request was read
+            yield offset, entries
+            offset += len(entries)
+            del entries  # this group's objects go before the next group's come
+            hold.give_back(cost)
+
+    return Request(fields, check.count, groups)
+
+
+def _parsed(data: bytes | bytearray, hold: Hold) -> Any:
+    """data parsed, its cost taken for good; None if it is not JSON."""
+    hold.take(_wire.parse_cost(data))
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+
+
+def _span(raw: bytes, start: int, end: int, hold: Hold) -> tuple[Any, int]:
+    """The items of a span, parsed as a JSON array (None if they are not one), and the cost
+    taken for them, for the caller to give back once it is done with them."""
+    data = bytearray(end - start + 2)  # one copy: ``[`` + span + ``]``
+    data[0], data[-1] = 0x5B, 0x5D
+    data[1:-1] = memoryview(raw)[start:end]
+    cost = _wire.parse_cost(data)
+    hold.take(cost)
+    try:
+        return orjson.loads(data), cost
+    except orjson.JSONDecodeError:
+        return None, cost
+
+
+def items(body: Body, field: str, missing: str, offset: int = 0) -> tuple[list[Item], bool]:
     """The request's items and whether they came from ``batch_input``.
 
     ``field`` is ``plaintext`` or ``ciphertext``; ``missing`` is Transit's message when the
-    single request lacks it.
+    single request lacks it; ``offset`` numbers the items of a group (``read``) in messages.
     """
     batch = body.get("batch_input")
     if batch is not None:
-        parsed = _batch(batch, field)
+        parsed = _batch(batch, field, offset)
         if not parsed:
             raise _wire.user_error(MISSING_BATCH)
         return parsed, True
@@ -46,12 +188,16 @@ def items(body: Body, field: str, missing: str) -> tuple[list[Item], bool]:
     return [Item(text, version, _wire.as_str(body, "associated_data"), "")], False
 
 
-def _batch(raw: object, field: str) -> list[Item]:
+def _batch(
+    raw: object, field: str, offset: int = 0, problems: list[str] | None = None
+) -> list[Item]:
+    """The items; their problems go to ``problems`` if given, else raise here."""
     if not isinstance(raw, list):
         raise _parse_error([f"source data must be an array or slice, got {_go_type(raw)}"])
     found: list[Item] = []
-    problems: list[str] = []
-    for i, entry in enumerate(raw):
+    own = problems is None
+    problems = [] if problems is None else problems
+    for i, entry in enumerate(raw, offset):
         if not isinstance(entry, dict):
             raise _parse_error([f"[{i}] expected a map, got '{_go_type(entry)}'"])
         # Inline type checks: this loop runs once per item of batches of thousands.
@@ -76,7 +222,7 @@ def _batch(raw: object, field: str) -> list[Item]:
                 )
                 version = 0
         found.append(Item(text or "", version or 0, aad or "", reference or ""))
-    if problems:
+    if own and problems:
         raise _parse_error(problems)
     return found
 

@@ -21,12 +21,14 @@ from starlette.types import Receive, Scope, Send
 from sealflow.service.keystore import KeyStore, TokenInfo
 
 from .. import _auth, _metrics, errors
+from .._budget import Hold
 from .._logging import AccessRecord
 from .._state import Services
 from ..errors import ApiError
 from ..http import LIST_METHOD as LIST
 from ..http import Head
 from . import _data, _encrypt, _keys, _sys, _wire
+from ._wire import Reply
 
 # The largest encrypt body the protocol answers itself (``Transit.answer``), at once on the event
 # loop, as the ASGI path's ``_encrypt.encrypt`` runs it (inline below the pool's threshold).
@@ -107,12 +109,17 @@ class Transit:
                 # Vault routes a LIST to the path with a slash appended: only a listing matches.
                 unknown = not route.methods or method == LIST
                 raise _unsupported_path() if unknown else _unsupported_operation()
-            limit = svc.settings.max_json_bytes
-            status, answer = await self._answer(svc, route, token, scope, receive, limit, log)
         except Exception as exc:  # every error leaves in Vault's shape, unexpected ones as 500
             await _wire.refuse(errors.api_error(exc), scope, send, log)
             return
-        await _wire.respond(send, status, answer, log, head=False)
+        # The body, what parsing it makes and the answer are held until the answer is sent.
+        with svc.budget.hold() as hold:
+            try:
+                status, answer = await self._answer(svc, route, token, scope, receive, hold, log)
+            except Exception as exc:  # as above
+                await _wire.refuse(errors.api_error(exc), scope, send, log)
+                return
+            await _wire.respond(send, status, answer, log, head=False)
 
     def whole(self, route: Route, head: Head) -> int:
         """The largest body of this request the protocol may answer itself (``answer``)."""
@@ -137,7 +144,8 @@ class Transit:
             log.status, log.error = error.status, error.code
             return error.whole(close=head.has_body, vault=True)  # as ``_wire.refuse`` does
         log.status = status
-        return errors.Whole(status, _wire.HEADER_LINES % len(answer), (answer,))
+        pieces = (answer,) if isinstance(answer, bytes) else answer
+        return errors.Whole(status, _wire.HEADER_LINES % sum(map(len, pieces)), pieces)
 
     async def _answer(
         self,
@@ -146,10 +154,11 @@ class Transit:
         token: TokenInfo,
         scope: Scope,
         receive: Receive,
-        limit: int,
+        hold: Hold,
         log: AccessRecord,
-    ) -> tuple[int, bytes]:
+    ) -> tuple[int, Reply]:
         store, kind, method = svc.store, route.kind, scope["method"]
+        limit = svc.settings.max_json_bytes
         if kind == "lookup-self":
             return 200, _sys.lookup_self(token, _secret(scope) or "")
         if kind == "keys":
@@ -163,12 +172,12 @@ class Transit:
         if kind == "datakey":
             if not _auth.allows(token, "encrypt", name):
                 raise _denied()
-            body = await _read(receive, limit)
-            return await _data.datakey(svc, parts[1], name, _wire.parse(body))
+            body = await _read(receive, limit, hold)
+            return await _data.datakey(svc, parts[1], name, _wire.parse(body, hold))
         operation = _DATA.get(kind)
         if operation is not None:
             _allow(kind, token, name)
-            return await operation(svc, name, await _read(receive, limit))
+            return await operation(svc, name, await _read(receive, limit, hold), hold)
         if kind == "key" and method == "GET":
             if not _auth.is_admin(token) and not (
                 _auth.allows(token, "encrypt", name) or _auth.allows(token, "decrypt", name)
@@ -178,19 +187,19 @@ class Transit:
         _admin(token)
         if kind == "export":
             return 200, _keys.export(store, parts[1], name, parts[3] if len(parts) == 4 else None)
-        body = await _read(receive, limit) if method in _WRITE else b""
+        body = await _read(receive, limit, hold) if method in _WRITE else b""
         if kind == "rotate":
             return 200, await _keys.rotate(store, name)
         if kind == "config":
-            return 200, await _keys.config(store, name, _wire.parse(body))
+            return 200, await _keys.config(store, name, _wire.parse(body, hold))
         if method == "DELETE":
             await _keys.delete(store, name)
             svc.usage.forget(name)  # sealings this process holds for it are not a new key's
             return 204, b""
-        return 200, await _keys.create(store, name, _wire.parse(body))
+        return 200, await _keys.create(store, name, _wire.parse(body, hold))
 
 
-_DATA: dict[str, Callable[[Services, str, bytes], Awaitable[tuple[int, bytes]]]] = {
+_DATA: dict[str, Callable[[Services, str, bytes, Hold], Awaitable[tuple[int, Reply]]]] = {
     "encrypt": _encrypt.encrypt,
     "decrypt": _data.decrypt,
     "rewrap": _data.rewrap,
@@ -263,8 +272,10 @@ def _secret(scope: Scope) -> str | None:
     return None
 
 
-async def _read(receive: Receive, limit: int) -> bytes:
-    """The whole body, refused with 413 as soon as it exceeds ``limit``."""
+async def _read(receive: Receive, limit: int, hold: Hold) -> bytes:
+    """The whole body, refused with 413 as soon as it exceeds ``limit``, and with 503 as soon as
+    the memory budget cannot hold it (paid as it arrives, as the data routes pay: a declared
+    length buys nothing before its bytes come)."""
     pieces: list[bytes] = []
     size = 0
     while True:
@@ -275,9 +286,16 @@ async def _read(receive: Receive, limit: int) -> bytes:
         size += len(piece)
         if size > limit:
             raise errors.too_large(limit)
+        hold.take(len(piece))
         pieces.append(piece)
         if not message.get("more_body", False):
-            return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+            if len(pieces) == 1:
+                return pieces[0]
+            hold.take(size)  # the joined copy, while the pieces still exist
+            whole = b"".join(pieces)
+            pieces.clear()
+            hold.give_back(size)
+            return whole
 
 
 def _admin(token: TokenInfo) -> None:

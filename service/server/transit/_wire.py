@@ -15,10 +15,12 @@ import orjson
 from starlette.types import Scope, Send
 
 from .._body import has_body
+from .._budget import Hold
 from .._logging import AccessRecord
 from ..errors import ApiError
 
 Body = dict[str, Any]
+Reply = bytes | list[bytes]  # an answer's body, whole or in pieces (a large batch's)
 
 _JSON = (b"content-type", b"application/json")
 # An answer's header lines, as ``respond`` sends them (the fast answer writes them itself).
@@ -43,10 +45,25 @@ def permission_denied() -> ApiError:
     return ApiError(403, "forbidden", "permission denied")
 
 
-def parse(body: bytes) -> Body:
-    """A request's JSON object; an empty body or ``null`` is ``{}``."""
+# What parsing JSON may make besides its bytes, per ``,`` or ``:``: each separates two values,
+# and the largest value three bytes can make is an empty object in an array (``{},``: a 64-byte
+# dict and an 8-byte slot of the list). Strings take their own bytes besides.
+_PER_VALUE = 80
+
+
+def parse_cost(data: bytes | bytearray) -> int:
+    """At most what ``orjson.loads(data)`` holds in memory: counted before parsing, by C loops
+    over the bytes (a body of 10^6 items parses into 4.5 times its size, one of ``{},`` into 24
+    times: docs/TRANSIT.md, Limits)."""
+    return len(data) + _PER_VALUE * (data.count(b",") + data.count(b":") + 1)
+
+
+def parse(body: bytes | bytearray, hold: Hold) -> Body:
+    """A request's JSON object; an empty body or ``null`` is ``{}``. What parsing makes is taken
+    from the memory budget (503 beyond) and stays taken until the request ends."""
     if not body.strip():
         return {}
+    hold.take(parse_cost(body))
     try:
         value = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
@@ -135,11 +152,19 @@ def envelope(data: Any, warnings: list[str] | None = None) -> bytes:
     )
 
 
-async def respond(send: Send, status: int, body: bytes, log: AccessRecord, head: bool) -> None:
+async def respond(send: Send, status: int, body: Reply, log: AccessRecord, head: bool) -> None:
+    """The answer; a batch's in its pieces, one message each (never joined into a copy)."""
     log.status = status
-    headers = [_JSON, _NO_STORE, (b"content-length", b"%d" % len(body))]
+    pieces = [body] if isinstance(body, bytes) else body
+    length = sum(map(len, pieces))
+    headers = [_JSON, _NO_STORE, (b"content-length", b"%d" % length)]
     await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": b"" if head else body})
+    if head:
+        await send({"type": "http.response.body", "body": b""})
+        return
+    last = len(pieces) - 1
+    for i, piece in enumerate(pieces):
+        await send({"type": "http.response.body", "body": piece, "more_body": i < last})
 
 
 async def refuse(error: ApiError, scope: Scope, send: Send, log: AccessRecord) -> None:

@@ -34,7 +34,7 @@ from sealflow.service.keystore import Lease, UsageMeter, prepare
 from sealflow.service.server._startup import start_services
 from sealflow.service.server._state import Services
 from sealflow.service.server.errors import ApiError
-from sealflow.service.server.transit import _column, _data, _encrypt
+from sealflow.service.server.transit import _column, _data, _encrypt, _run
 
 KEYS = {
     "k": Algorithm.AES_256_GCM,
@@ -84,9 +84,28 @@ def svc(
         engine.set_provider(None)
 
 
+def joined(answer: tuple[int, Any]) -> tuple[int, bytes]:
+    """An answer with its pieces (a batch's) joined, as the client reads it."""
+    status, reply = answer
+    return status, reply if isinstance(reply, bytes) else b"".join(reply)
+
+
 def general(svc: Services, name: str, body: dict[str, Any]) -> tuple[int, bytes]:
     """The general path alone: every item checked, grouped and sealed on its own."""
-    return _encrypt._Items(svc, name, body, {})()
+    raw = orjson.dumps(body)
+    with svc.budget.hold() as hold:
+        plan = _encrypt.encryption(svc, name, raw, hold, columns=False)
+        return joined(_run.run_now(plan, hold, len(raw)))
+
+
+def sealed_at_once(svc: Services, name: str, raw: bytes) -> tuple[Any, bytes]:
+    """The sealing of a request of one group, and the answer it makes."""
+    with svc.budget.hold() as hold:
+        plan = _encrypt.encryption(svc, name, raw, hold)
+        steps = list(plan.steps())
+        assert len(steps) == 1
+        sealing = steps[0][1]
+        return sealing, sealing()[0]
 
 
 def answer(how: Any, svc: Services, name: str, body: dict[str, Any]) -> tuple[Any, Counter[Any]]:
@@ -104,7 +123,8 @@ def opened_both_ways(svc: Services, name: str, ciphertext: str, aad: str) -> byt
     body = {"ciphertext": ciphertext}
     if aad:
         body["associated_data"] = aad
-    status, raw = asyncio.run(_data.decrypt(svc, name, orjson.dumps(body)))
+    with svc.budget.hold() as hold:
+        status, raw = joined(asyncio.run(_data.decrypt(svc, name, orjson.dumps(body), hold)))
     assert status == 200
     via_transit = base64.b64decode(orjson.loads(raw)["data"]["plaintext"])
     version = int(ciphertext.split(":")[1][1:])
@@ -141,7 +161,8 @@ SERIALIZATIONS: list[dict[str, Any]] = [{}, COMPACT, {"indent": 1}, {"separators
 
 def production(svc: Services, name: str, raw: bytes) -> tuple[int, bytes]:
     """What the encrypt route does with a body."""
-    return asyncio.run(_encrypt.encrypt(svc, name, raw))
+    with svc.budget.hold() as hold:
+        return joined(asyncio.run(_encrypt.encrypt(svc, name, raw, hold)))
 
 
 def check_same(svc: Services, name: str, body: dict[str, Any], raw: bytes | None = None) -> Any:
@@ -175,9 +196,9 @@ def test_the_common_batch_takes_the_column(svc: Services) -> None:
         assert _column.from_body(raw) is not None
         tally = Tally(svc.usage)
         counted = dataclasses.replace(svc, usage=tally)  # type: ignore[arg-type]
-        sealing = _encrypt.encryption(counted, "k", raw)  # read as a column, never parsed
+        sealing, rows = sealed_at_once(counted, "k", raw)  # read as a column, never parsed
         assert not isinstance(sealing, _encrypt._Items)
-        assert sealing()[0] == 200
+        assert len(orjson.loads(b"[" + rows + b"]")) == 1000
         assert tally.seen == {("k", 3, "sealings"): 1000, ("k", 3, "bytes"): 100_000}
         check_same(svc, "k", body, raw)
     assert column.references is None
@@ -338,7 +359,8 @@ def test_single_requests_answer_alike(
     column = _column.column(body)
     event("column of one" if column is not None else "not a column")
     if column is not None:
-        assert column.single and column.count == 1
+        assert column.single
+        assert column.count == 1
         counted = dataclasses.replace(svc, usage=Tally(svc.usage))  # type: ignore[arg-type]
         seal = _encrypt._by_column(counted, name, column, {})
         event("sealed by the column" if seal is not None else "declined")
@@ -346,13 +368,11 @@ def test_single_requests_answer_alike(
 
 
 def test_a_single_plaintext_is_sealed_as_a_column_of_one(svc: Services) -> None:
-    body = {"plaintext": b64(1024), "associated_data": "YWFk", "key_version": 2}
+    body: dict[str, Any] = {"plaintext": b64(1024), "associated_data": "YWFk", "key_version": 2}
     tally = Tally(svc.usage)
     counted = dataclasses.replace(svc, usage=tally)  # type: ignore[arg-type]
-    sealing = _encrypt.encryption(counted, "k", json.dumps(body).encode())
+    sealing, raw = sealed_at_once(counted, "k", json.dumps(body).encode())
     assert not isinstance(sealing, _encrypt._Items)
-    status, raw = sealing()
-    assert status == 200
     assert tally.seen == {("k", 2, "sealings"): 1, ("k", 2, "bytes"): 1024}
     data = orjson.loads(raw)["data"]
     assert list(data) == ["ciphertext", "key_version"]

@@ -1,0 +1,73 @@
+"""A Transit data request (encrypt, decrypt, rewrap) run group by group, in bounded memory.
+
+A plan reads and checks the whole request first (``_items.read``: the JSON, the number of
+items, every item's fields), so that a request refused is refused before any key is used. Then
+the memory its answer may take is taken from the budget at once (``answer_bound``): a batch
+that starts is never refused half done, with sealings counted for results never sent. Then the
+groups come one at a time: each checked and leased on the event loop, sealed or opened on the
+crypto pool (inline when small), and encoded; between two groups the event loop serves other
+requests. What a batch holds at once is its body, its answer so far and one group
+(docs/TRANSIT.md, Limits).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from typing import Protocol
+
+from .._budget import Hold
+from .._state import Services
+from ._batch import Answer, Part, answer
+from ._wire import Body
+
+# What one item's result may add to the answer beyond its entry in the request: a result's
+# fixed fields and a ciphertext's 40 bytes of nonce and tag in base64 (an encrypt), or the
+# longest of Transit's per-item errors, against the 16 bytes of the smallest entry.
+ROW_BYTES = 160
+_ENVELOPE = 4096  # the envelope around the results, warnings included
+
+
+class Plan(Protocol):
+    fields: Body  # the request's top-level fields (a batch's without batch_input)
+    count: int  # its items
+    batch: bool  # from batch_input (else a single request, answered without the wrapping)
+    partial: bool  # whether a failed item makes the batch's status 400
+
+    def steps(self) -> Iterator[tuple[int, Callable[[], Part | None]]]:
+        """Each group's work in order: the bytes a step seals or opens (the crypto pool's
+        measure) and the call that does it; a group's last step returns its part of the
+        answer (the others None). The next step is asked for once the last one is done."""
+        ...
+
+
+def answer_bound(size: int, count: int) -> int:
+    """The most a request of ``size`` bytes and ``count`` items may answer."""
+    return size + ROW_BYTES * count + _ENVELOPE
+
+
+async def run(svc: Services, plan: Plan, hold: Hold, size: int) -> Answer:
+    hold.take(answer_bound(size, plan.count))
+    parts: list[Part] = []
+    ended = 0  # groups ended when the last step began
+    for n, step in plan.steps():
+        if len(parts) > ended:
+            ended = len(parts)
+            await asyncio.sleep(0)  # another request's turn between two groups
+        done = await svc.crypto.run(n, step)
+        if done is not None:
+            parts.append(done)
+    return _finish(plan, parts)
+
+
+def run_now(plan: Plan, hold: Hold, size: int) -> Answer:
+    """``run`` on the spot, every group on the event loop (a small request: one group)."""
+    hold.take(answer_bound(size, plan.count))
+    done = (step() for _, step in plan.steps())
+    return _finish(plan, [part for part in done if part is not None])
+
+
+def _finish(plan: Plan, parts: list[Part]) -> Answer:
+    if not plan.batch:
+        return 200, parts[0][0]
+    return answer(plan.fields, parts, plan.count, plan.partial)
