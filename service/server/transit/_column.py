@@ -29,6 +29,7 @@ compare both paths).
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
@@ -38,8 +39,8 @@ import orjson
 from sealflow import engine
 from sealflow.engine import Algorithm, Records
 
+from . import _groups
 from ._ciphertext import PREFIX
-from ._groups import GROUP_BYTES
 from ._wire import Body
 
 _PLAINTEXT = itemgetter("plaintext")
@@ -83,17 +84,22 @@ def from_body(raw: bytes) -> Column | None:
     return Column(memoryview(raw)[start:end], None, between, 0, "", None)
 
 
-def unparsed(raw: bytes) -> list[Column] | None:
+def unparsed(raw: bytes) -> Generator[None, None, list[Column] | None]:
     """``from_body``'s column in groups of about ``GROUP_BYTES``, each cut at a separator, if
     every text of every group is canonical base64; else None (the body is then read item by
-    item, ``_items.read``, which reports what is wrong)."""
+    item, ``_items.read``, which reports what is wrong). Pauses between two groups, as
+    ``_items.read`` does."""
     frame = _frame(raw)
     if frame is None:
         return None
     start, end, between = frame
-    view, groups, p = memoryview(raw), [], start
+    view, p = memoryview(raw), start
+    groups: list[Column] = []
     while True:
-        cut = raw.find(between, p + GROUP_BYTES, end) if p + GROUP_BYTES < end else -1
+        if groups:
+            yield
+        mark = p + _groups.GROUP_BYTES
+        cut = raw.find(between, mark, end) if mark < end else -1
         texts = view[p : end if cut < 0 else cut]
         try:  # checked and counted, then let go: decoded again when the group's turn comes
             count = len(engine.Records.from_base64(texts, None, between))

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from sealflow.engine import Algorithm
+from sealflow.service.keystore import KeyInfo
 
 from .._budget import Hold
 from .._state import Services
@@ -23,7 +24,7 @@ from ._batch import Answer, Part, Results, b64, decrypted, encrypted, part, sing
 from ._checks import aads, key_of, materials, parse_all, wanted_versions
 from ._ciphertext import CiphertextError
 from ._crypto import open_, seal
-from ._items import Item, Request, items
+from ._items import Item, Reading, Request, items
 from ._leases import lease_items
 from ._wire import Body
 
@@ -38,15 +39,16 @@ _AUTH_FAILED = {
 
 
 async def decrypt(svc: Services, name: str, raw: bytes, hold: Hold) -> Answer:
-    limit = svc.settings.max_batch_items
-    request = _items.read(raw, "ciphertext", hold, limit)
-    return await _run.run(svc, _Opening(svc, name, request, rewrap=False), hold, len(raw))
+    return await _run.run(svc, _opening(svc, name, raw, hold, rewrap=False), hold, len(raw))
 
 
 async def rewrap(svc: Services, name: str, raw: bytes, hold: Hold) -> Answer:
-    limit = svc.settings.max_batch_items
-    request = _items.read(raw, "ciphertext", hold, limit)
-    return await _run.run(svc, _Opening(svc, name, request, rewrap=True), hold, len(raw))
+    return await _run.run(svc, _opening(svc, name, raw, hold, rewrap=True), hold, len(raw))
+
+
+def _opening(svc: Services, name: str, raw: bytes, hold: Hold, rewrap: bool) -> Reading[_Opening]:
+    request = yield from _items.read(raw, "ciphertext", hold, svc.settings.max_batch_items)
+    return _Opening(svc, name, request, rewrap)
 
 
 class _Opening:
@@ -61,9 +63,9 @@ class _Opening:
         self.batch = request.groups is not None
         self.partial = not rewrap  # rewrap answers 200 whatever its items did, as Transit
         self.rewrap = rewrap
-        single = None if self.batch else items(request.fields, "ciphertext", _MISSING)[0]
-        self.key = key_of(svc.store, name)
-        self._single = single
+        self.name = name
+        self._single = None if self.batch else items(request.fields, "ciphertext", _MISSING)[0]
+        self._key: KeyInfo | None = None
 
     def steps(self) -> Iterator[tuple[int, Callable[[], Part | None]]]:
         groups = self.request.groups
@@ -79,7 +81,10 @@ class _Opening:
     def _group(
         self, work: list[Item], offset: int
     ) -> Iterator[tuple[int, Callable[[], Part | None]]]:
-        svc, key, results = self.svc, self.key, Results(len(work))
+        svc, results = self.svc, Results(len(work))
+        # Looked up once the first group's items are read: a batch of one group says what is
+        # wrong with its items before whether its key exists, as Transit does.
+        key = self._key = self._key or key_of(svc.store, self.name)
         versions, payloads = parse_all(key, work, results)
         aad = aads(work, results, offset)
         opening = materials(svc.store, key, versions, results)

@@ -31,7 +31,7 @@ from .._state import Services
 from . import _batch, _ciphertext, _column, _crypto, _items, _run, _wire
 from ._batch import Answer, Part, Results, encrypted
 from ._checks import aads, decode_all, key_of, version_error, wanted_versions
-from ._items import Request, items
+from ._items import Reading, Request, items
 from ._leases import lease_items
 from ._wire import Body
 
@@ -52,14 +52,15 @@ def encrypt_now(svc: Services, name: str, raw: bytes) -> Answer:
 
 def encryption(
     svc: Services, name: str, raw: bytes, hold: Hold, columns: bool = True
-) -> _Encryption:
-    """An encrypt request read and checked: the plan of its sealings. ``columns=False`` takes
-    every group item by item (the tests compare both ways)."""
+) -> Reading[_Encryption]:
+    """An encrypt request read and checked (pausing between groups): the plan of its
+    sealings. ``columns=False`` takes every group item by item (the tests compare both)."""
     limit = svc.settings.max_batch_items
     # The usual batch of plaintexts is read without parsing the body at all.
-    unparsed = _column.unparsed(raw) if columns else None
+    unparsed = (yield from _column.unparsed(raw)) if columns else None
     if unparsed is None:
-        return _Encryption(svc, name, _items.read(raw, "plaintext", hold, limit), None, columns)
+        request = yield from _items.read(raw, "plaintext", hold, limit)
+        return _Encryption(svc, name, request, None, columns)
     count = sum(group.count or 0 for group in unparsed)
     if count > limit:
         raise _items.too_many_items(limit)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-GROUP_BYTES = 1 << 20  # the JSON of a group (one bounded piece of work: docs/TRANSIT.md, Limits)
+GROUP_BYTES = 256 << 10  # the JSON of a group (one bounded piece of work: docs/TRANSIT.md, Limits)
 _KEY = b'"batch_input"'
 # Where the array was, in ``outside``: a key of no meaning to Transit, taken out again.
 PLACEHOLDER = ""

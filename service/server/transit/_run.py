@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterator
-from typing import Protocol
+from typing import Protocol, TypeVar, cast
 
 from .._budget import Hold
 from .._state import Services
 from ._batch import Answer, Part, answer
+from ._items import Reading
 from ._wire import Body
 
 # What one item's result may add to the answer beyond its entry in the request: a result's
@@ -26,6 +27,7 @@ from ._wire import Body
 # longest of Transit's per-item errors, against the 16 bytes of the smallest entry.
 ROW_BYTES = 160
 _ENVELOPE = 4096  # the envelope around the results, warnings included
+P = TypeVar("P", bound="Plan")
 
 
 class Plan(Protocol):
@@ -46,25 +48,47 @@ def answer_bound(size: int, count: int) -> int:
     return size + ROW_BYTES * count + _ENVELOPE
 
 
-async def run(svc: Services, plan: Plan, hold: Hold, size: int) -> Answer:
+async def run(svc: Services, reading: Reading[Plan], hold: Hold, size: int) -> Answer:
+    """The request read (``reading``: the plan's making, in steps), then run group by group,
+    another request's turn between two steps of reading and between two groups."""
+    plan = await _read(reading)
     hold.take(answer_bound(size, plan.count))
     parts: list[Part] = []
     ended = 0  # groups ended when the last step began
     for n, step in plan.steps():
         if len(parts) > ended:
             ended = len(parts)
-            await asyncio.sleep(0)  # another request's turn between two groups
+            await asyncio.sleep(0)
         done = await svc.crypto.run(n, step)
         if done is not None:
             parts.append(done)
     return _finish(plan, parts)
 
 
-def run_now(plan: Plan, hold: Hold, size: int) -> Answer:
-    """``run`` on the spot, every group on the event loop (a small request: one group)."""
+def run_now(reading: Reading[Plan], hold: Hold, size: int) -> Answer:
+    """``run`` on the spot, every step on the event loop (a small request: one group)."""
+    plan = planned(reading)
     hold.take(answer_bound(size, plan.count))
     done = (step() for _, step in plan.steps())
     return _finish(plan, [part for part in done if part is not None])
+
+
+def planned(reading: Reading[P]) -> P:
+    """What ``reading`` reads, read on the spot."""
+    while True:
+        try:
+            next(reading)
+        except StopIteration as done:
+            return cast(P, done.value)
+
+
+async def _read(reading: Reading[P]) -> P:
+    while True:
+        try:
+            next(reading)
+        except StopIteration as done:
+            return cast(P, done.value)
+        await asyncio.sleep(0)
 
 
 def _finish(plan: Plan, parts: list[Part]) -> Answer:

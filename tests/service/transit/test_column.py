@@ -101,7 +101,7 @@ def general(svc: Services, name: str, body: dict[str, Any]) -> tuple[int, bytes]
 def sealed_at_once(svc: Services, name: str, raw: bytes) -> tuple[Any, bytes]:
     """The sealing of a request of one group, and the answer it makes."""
     with svc.budget.hold() as hold:
-        plan = _encrypt.encryption(svc, name, raw, hold)
+        plan = _run.planned(_encrypt.encryption(svc, name, raw, hold))
         steps = list(plan.steps())
         assert len(steps) == 1
         sealing = steps[0][1]
