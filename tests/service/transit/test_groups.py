@@ -1,0 +1,264 @@
+"""A batch read and answered group by group (``transit._groups``, ``_items.read``, ``_run``)
+answers exactly as the same batch in one group, and refuses what it refuses before any sealing.
+
+Groups are made small here (``GROUP_BYTES``, ``GROUP_ITEMS``) so that a batch of a few items is
+many groups; the tests on a real server (test_batch_memory.py) send batches of real size.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import dataclasses
+import json
+import os
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from sealflow.engine import Algorithm
+from sealflow.service.config import Settings
+from sealflow.service.keystore import Lease, UsageMeter, prepare
+from sealflow.service.server._startup import start_services
+from sealflow.service.server._state import Services
+from sealflow.service.server.errors import ApiError
+from sealflow.service.server.transit import _data, _encrypt, _groups, _items
+
+TINY = 64  # bytes of JSON per group: a few items each
+
+
+class Tally:
+    """The real meter, with the sealings and bytes counted through it kept per version."""
+
+    def __init__(self, meter: UsageMeter) -> None:
+        self.meter = meter
+        self.seen: Counter[tuple[int, str]] = Counter()
+
+    def lease(self, name: str, version: int | None = None, n: int = 1) -> Lease:
+        lease = self.meter.lease(name, version, n)
+        self.seen[lease.version, "sealings"] += lease.sealings
+        return lease
+
+    def add_bytes(self, lease: Lease, nbytes: int) -> None:
+        self.seen[lease.version, "bytes"] += nbytes
+        self.meter.add_bytes(lease, nbytes)
+
+
+@pytest.fixture(scope="module")
+def svc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
+    data: Path = tmp_path_factory.mktemp("groups")
+    config = Settings(data_dir=data, crypto_threads=1, max_batch_items=300)
+    prepare(config)
+    services = start_services(config)
+    services.store.create_key("k", Algorithm.AES_256_GCM, False, None, None)
+    services.store.rotate_key("k")  # versions 1 and 2
+    try:
+        yield services
+    finally:
+        services.usage.close()
+        services.crypto.close()
+        services.store.close()
+
+
+def call(svc: Services, kind: str, raw: bytes, grouped: bool) -> tuple[Any, Counter[Any]]:
+    """The route's operation on a body, in groups of ``TINY`` bytes or in one group: its
+    status and parsed answer (or its refusal), and what it counted."""
+    operation = {"encrypt": _encrypt.encrypt, "decrypt": _data.decrypt, "rewrap": _data.rewrap}
+    tally = Tally(svc.usage)
+    counted = dataclasses.replace(svc, usage=tally)  # type: ignore[arg-type]
+    size = TINY if grouped else 1 << 30
+    saved = _groups.GROUP_BYTES, _items.GROUP_ITEMS
+    _groups.GROUP_BYTES, _items.GROUP_ITEMS = size, 3 if grouped else 1 << 30
+    try:
+        with svc.budget.hold() as hold:
+            status, reply = asyncio.run(operation[kind](counted, "k", raw, hold))
+    except ApiError as exc:
+        return ("error", exc.status, exc.message), tally.seen
+    finally:
+        _groups.GROUP_BYTES, _items.GROUP_ITEMS = saved
+    pieces = [reply] if isinstance(reply, bytes) else reply
+    assert len(pieces) > 3 or not grouped or status != 200 or len(raw) < 4 * TINY
+    return (status, orjson.loads(b"".join(pieces))), tally.seen
+
+
+def opened(svc: Services, result: dict[str, Any], aad: str) -> dict[str, Any]:
+    """An encrypt's result with its ciphertext replaced by the plaintext it opens to."""
+    if "ciphertext" not in result:
+        return result
+    body = {"ciphertext": result["ciphertext"], "associated_data": aad}
+    status, answer = call(svc, "decrypt", orjson.dumps(body), grouped=False)[0]
+    assert status == 200
+    return {**result, "ciphertext": answer["data"]["plaintext"]}
+
+
+def same(svc: Services, kind: str, body: dict[str, Any], how: dict[str, Any]) -> Any:
+    """The answer of the batch in many groups and in one: equal but for the random parts."""
+    raw = json.dumps(body, **how).encode()
+    many, counted_many = call(svc, kind, raw, grouped=True)
+    one, counted_one = call(svc, kind, raw, grouped=False)
+    assert counted_many == counted_one
+    if many[0] == "error":
+        assert many == one
+        return many
+    status, answer = many
+    assert status == one[0]
+    for found in (answer, one[1]):
+        found.pop("request_id")
+        results = found["data"].get("batch_results")
+        if kind != "decrypt" and results is not None:
+            items = body["batch_input"]
+            aads = [i.get("associated_data") or "" if isinstance(i, dict) else "" for i in items]
+            found["data"]["batch_results"] = [
+                opened(svc, r, a) for r, a in zip(results, aads, strict=True)
+            ]
+    assert answer == one[1]
+    return status, answer
+
+
+def b64(n: int) -> str:
+    return base64.b64encode(os.urandom(n)).decode()
+
+
+TEXTS = st.one_of(
+    st.binary(max_size=30).map(lambda b: base64.b64encode(b).decode()),
+    st.sampled_from(["", "!!", "YQ", "YR==", None, 5]),
+)
+# References that hold what a cut looks for, and the key's name.
+REFERENCES = st.sampled_from(["", "r", "},{", '"},{"', "}]", "batch_input", '}, "x": [', 7])
+AADS = st.sampled_from([None, "", "YWFk", "YmJi", "!"])
+VERSIONS = st.sampled_from([None, 0, 1, 2, 3, "1", True])
+
+
+@st.composite
+def batches(draw: st.DrawFn, field: str) -> dict[str, Any]:
+    n = draw(st.integers(1, 40))
+    items: list[Any] = []
+    for _ in range(n):
+        item: dict[str, Any] = {field: draw(TEXTS)}
+        for name, values in (
+            ("reference", REFERENCES),
+            ("associated_data", AADS),
+            ("key_version", VERSIONS),
+        ):
+            if draw(st.integers(0, 2)) == 0:
+                item[name] = draw(values)
+        items.append(item)
+    if draw(st.integers(0, 9)) == 0:
+        items[draw(st.integers(0, n - 1))] = draw(st.sampled_from(["x", [1], None]))
+    body: dict[str, Any] = {"batch_input": items}
+    if draw(st.booleans()):
+        body["partial_failure_response_code"] = draw(st.sampled_from([207, 0, "299"]))
+    if draw(st.booleans()):
+        body = dict(reversed(body.items()))  # the array last, or first
+    return body
+
+
+SERIALIZATIONS: list[dict[str, Any]] = [{}, {"separators": (",", ":")}, {"indent": 2}]
+
+
+@given(body=batches("plaintext"), how=st.sampled_from(SERIALIZATIONS))
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+def test_an_encrypt_in_groups_answers_as_in_one(
+    svc: Services, body: dict[str, Any], how: dict[str, Any]
+) -> None:
+    found = _groups.split(json.dumps(body, **how).encode())
+    event("cut" if found is not None else "parsed whole")
+    same(svc, "encrypt", body, how)
+
+
+def sealed(svc: Services, texts: list[str], aad: str = "") -> list[str]:
+    items = [{"plaintext": t, "associated_data": aad} for t in texts]
+    status, answer = call(svc, "encrypt", orjson.dumps({"batch_input": items}), False)[0]
+    assert status == 200
+    return [r["ciphertext"] for r in answer["data"]["batch_results"]]
+
+
+@given(body=batches("ciphertext"), how=st.sampled_from(SERIALIZATIONS))
+@settings(
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+def test_a_decrypt_and_a_rewrap_in_groups_answer_as_in_one(
+    svc: Services, body: dict[str, Any], how: dict[str, Any]
+) -> None:
+    # Real ciphertexts for most items (under the item's AAD where it is valid base64).
+    for entry in body["batch_input"]:
+        if isinstance(entry, dict) and isinstance(entry.get("ciphertext"), str):
+            aad = entry.get("associated_data")
+            good = isinstance(aad, str) and aad != "!"
+            entry["ciphertext"] = sealed(svc, [b64(5)], aad if good else "")[0]
+    same(svc, "decrypt", body, how)
+    same(svc, "rewrap", body, how)
+
+
+def test_a_problem_in_the_last_group_refuses_the_whole_batch_before_any_sealing(
+    svc: Services,
+) -> None:
+    items: list[Any] = [{"plaintext": b64(10)} for _ in range(50)]
+    items[47] = {"plaintext": 5}
+    raw = orjson.dumps({"batch_input": items})
+    assert _groups.split(raw) is not None
+    refused, counted = call(svc, "encrypt", raw, grouped=True)
+    assert refused == (
+        "error",
+        400,
+        "failed to parse batch input: '[47].plaintext' expected type 'string', got "
+        "unconvertible type 'json.Number'",
+    )
+    assert not counted
+    items[47] = "x"
+    refused, counted = call(svc, "encrypt", orjson.dumps({"batch_input": items}), grouped=True)
+    assert refused == ("error", 400, "failed to parse batch input: [47] expected a map, got 'string'")
+    assert not counted
+
+
+def test_bad_json_at_the_end_is_refused_as_a_whole_parse_refuses_it(svc: Services) -> None:
+    raw = orjson.dumps({"batch_input": [{"plaintext": b64(10)} for _ in range(50)]})[:-3]
+    try:
+        orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        expected = f"failed to parse JSON input: {exc.msg}"
+    refused, counted = call(svc, "encrypt", raw, grouped=True)
+    assert refused == ("error", 400, expected)
+    assert not counted
+
+
+def test_item_numbers_in_messages_count_from_the_first_group(svc: Services) -> None:
+    items = [{"plaintext": b64(10), "associated_data": "YWFk"} for _ in range(40)]
+    items[33]["associated_data"] = "!"
+    status, answer = call(svc, "encrypt", orjson.dumps({"batch_input": items}), True)[0]
+    assert status == 400
+    results = answer["data"]["batch_results"]
+    assert results[33] == {
+        "error": "'[33].associated_data' illegal base64 data at input byte 0",
+        "reference": "",
+    }
+    assert sum("error" in r for r in results) == 1
+
+
+@pytest.mark.parametrize("kind", ["encrypt", "decrypt", "rewrap"])
+@pytest.mark.parametrize("grouped", [True, False])
+def test_more_items_than_max_batch_items_are_refused_before_any_sealing(
+    svc: Services, kind: str, grouped: bool
+) -> None:
+    field = "plaintext" if kind == "encrypt" else "ciphertext"
+    text = b64(4) if kind == "encrypt" else sealed(svc, [b64(4)])[0]
+    for n, refused in ((300, False), (301, True)):
+        for raw in (
+            orjson.dumps({"batch_input": [{field: text}] * n}),  # Go's compact serialization
+            json.dumps({"batch_input": [{field: text, "reference": "r"}] * n}).encode(),
+        ):
+            answer, counted = call(svc, kind, raw, grouped)
+            if refused:
+                message = "failed to parse batch input: more than 300 items in one request"
+                assert answer == ("error", 400, message)
+                assert not counted
+            else:
+                assert answer[0] == 200
