@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 from collections.abc import AsyncIterator
 from typing import Any
@@ -77,6 +78,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             planner=app.front,
             fast=settings.small_lane,
         )
+        # What start-up made lives as long as the process: out of the collector's way, so that a
+        # full collection walks only what requests make. Under a Transit batch of 100,000 items
+        # (hundreds of thousands of objects made and freed) each one walked the loaded modules'
+        # 70,000 objects too, 50-90 ms on the event loop; 5-15 ms once they are frozen.
+        gc.freeze()
         try:
             yield {http.OPTIONS: options}
         finally:

@@ -92,11 +92,17 @@ def aads(work: list[Item], results: Results, offset: int = 0) -> dict[int, bytes
     if not any(item.aad for item in work):
         return dict.fromkeys(pending, b"")
     decoded = {}
+    known = {"": b""}  # each value decoded once: a batch usually repeats a few
     for i in pending:
-        try:
-            decoded[i] = _ciphertext.b64decode(work[i].aad) if work[i].aad else b""
-        except CiphertextError as exc:
-            results.fail(i, f"'[{offset + i}].associated_data' {exc}")
+        text = work[i].aad
+        value = known.get(text)
+        if value is None:
+            try:
+                value = known[text] = _ciphertext.b64decode(text)
+            except CiphertextError as exc:
+                results.fail(i, f"'[{offset + i}].associated_data' {exc}")
+                continue
+        decoded[i] = value
     return decoded
 
 

@@ -19,7 +19,7 @@ Two ways in:
 
 ``engine.Records.from_base64`` decodes the column in one native call, and
 ``engine.seal_many_text`` seals every item and writes each result straight into the answer's
-bytes. A large batch is a column per group of about ``GROUP_BYTES`` (``unparsed``; a parsed
+bytes. A large batch is a column per group of about ``COLUMN_BYTES`` (``unparsed``; a parsed
 body's groups are ``_items``'), each one call of each: memory bounded by a group, not the
 batch (docs/TRANSIT.md, Limits). Any other shape (another field type, mixed
 versions, base64 that is not canonical) is None here, and ``_encrypt`` goes item by item,
@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Generator
 from dataclasses import dataclass
-from operator import itemgetter
+from operator import itemgetter, methodcaller
 from typing import Any
 
 import orjson
@@ -54,8 +54,11 @@ _SERIALIZATIONS = (
     (b'{"batch_input": [{"plaintext": "', b'"}, {"plaintext": "', b'"}]}'),  # json.dumps
 )
 _SINGLE_FIELDS = {"plaintext", "key_version", "associated_data"}
-_VERSION = (int, _NONE)  # exact types: True is not a version
-_AAD = (str, _NONE)
+_VERSION = {int, _NONE}  # exact types: True is not a version
+_AAD = {str, _NONE}
+_GET_AAD = methodcaller("get", "associated_data")
+_GET_VERSION = methodcaller("get", "key_version")
+_GET_REFERENCE = methodcaller("get", "reference")
 _JSON_SPACE = b" \t\r\n"
 _TRAILING = 8
 
@@ -85,7 +88,7 @@ def from_body(raw: bytes) -> Column | None:
 
 
 def unparsed(raw: bytes) -> Generator[None, None, list[Column] | None]:
-    """``from_body``'s column in groups of about ``GROUP_BYTES``, each cut at a separator, if
+    """``from_body``'s column in groups of about ``COLUMN_BYTES``, each cut at a separator, if
     every text of every group is canonical base64; else None (the body is then read item by
     item, ``_items.read``, which reports what is wrong). Pauses between two groups, as
     ``_items.read`` does."""
@@ -98,7 +101,7 @@ def unparsed(raw: bytes) -> Generator[None, None, list[Column] | None]:
     while True:
         if groups:
             yield
-        mark = p + _groups.GROUP_BYTES
+        mark = p + _groups.COLUMN_BYTES
         cut = raw.find(between, mark, end) if mark < end else -1
         texts = view[p : end if cut < 0 else cut]
         try:  # checked and counted, then let go: decoded again when the group's turn comes
@@ -149,15 +152,16 @@ def column(body: Body) -> Column | None:
 
 def _shared(batch: list[dict[str, Any]], joined: bytes) -> Column | None:
     """Items with a reference each, or one key_version and associated_data for all."""
-    versions = [entry.get("key_version") for entry in batch]
-    aads = [entry.get("associated_data") for entry in batch]
-    references = [entry.get("reference") for entry in batch]
-    # Exact types (True is not a version), and one value each: else the general path.
-    if not {*map(type, versions)} <= {int, _NONE} or not {*map(type, aads)} <= {str, _NONE}:
+    # C loops, cheapest refusal first: a batch of several associated_data values (the general
+    # path's usual reason) leaves after one pass. Exact types: True is not a version.
+    aads = list(map(_GET_AAD, batch))
+    if not {*map(type, aads)} <= _AAD or len(set(aads)) != 1:
         return None
-    if not {*map(type, references)} <= {str, _NONE}:
+    versions = list(map(_GET_VERSION, batch))
+    if not {*map(type, versions)} <= _VERSION or len(set(versions)) != 1:
         return None
-    if len(set(versions)) != 1 or len(set(aads)) != 1:
+    references = list(map(_GET_REFERENCE, batch))
+    if not {*map(type, references)} <= _AAD:
         return None
     return Column(
         joined,

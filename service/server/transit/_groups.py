@@ -20,7 +20,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-GROUP_BYTES = 256 << 10  # the JSON of a group (one bounded piece of work: docs/TRANSIT.md, Limits)
+# The JSON of a group: a few milliseconds of work item by item (about 700 items), on the event
+# loop between two turns of other requests (docs/TRANSIT.md, Limits).
+GROUP_BYTES = 64 << 10
+# The texts of a group of the unparsed column (``_column.unparsed``): as many milliseconds of work,
+# each item no Python step.
+COLUMN_BYTES = 1 << 20
 _KEY = b'"batch_input"'
 # Where the array was, in ``outside``: a key of no meaning to Transit, taken out again.
 PLACEHOLDER = ""
