@@ -79,9 +79,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             fast=settings.small_lane,
         )
         # What start-up made lives as long as the process: out of the collector's way, so that a
-        # full collection walks only what requests make. Under a Transit batch of 100,000 items
-        # (hundreds of thousands of objects made and freed) each one walked the loaded modules'
-        # 70,000 objects too, 50-90 ms on the event loop; 5-15 ms once they are frozen.
+        # full collection walks only what requests make, not every loaded module's objects too
+        # (a pause on the event loop each time a large Transit batch sets one off:
+        # docs/TRANSIT.md, Limits).
         gc.freeze()
         try:
             yield {http.OPTIONS: options}
