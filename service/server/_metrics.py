@@ -56,6 +56,10 @@ SPOOL_DAMAGED = Counter(
     "Spool files that did not give back what was written to them (changed on disk, or a disk"
     " fault): the request ended there, a reply already begun cut off",
 )
+SPOOL_DISK_FULL = Counter(
+    "sealflow_spool_disk_full",
+    "Requests refused with 507 insufficient_storage because the spool's disk was full",
+)
 SPOOL_BYTES_IN_USE = Gauge(
     "sealflow_spool_bytes_in_use",
     "Disk bytes held by spool files now",
