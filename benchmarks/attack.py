@@ -11,7 +11,11 @@ failed, and the server's RSS growth:
 - header flood: 32 connections at a time, each sending endless 100-byte header lines;
 - slow heads: 256 connections, each sending one byte of a head every half second;
 - unauthenticated slots: 256 connections sending an admin request's head and one byte of its
-  body, then nothing (the issue's slot-exhaustion attack).
+  body, then nothing (the issue's slot-exhaustion attack);
+- idle sockets: against a server limited to 1,024 descriptors (``prlimit``), 1,100 connections
+  that send nothing, each one the server closes opened again (issue 24, item 4); the
+  legitimate client keeps its connection, or (new connection) opens one per request, as a
+  client without a keep-alive pool does.
 
 The issue asks for p99 under 100 ms and RSS growth under 64 MiB under the first and last;
 the tests check the behaviour (every legitimate request succeeds, memory bounded), this
@@ -24,6 +28,7 @@ import contextlib
 import http.client
 import multiprocessing
 import os
+import resource
 import socket
 import statistics
 import subprocess
@@ -111,7 +116,39 @@ def unauthenticated_slots(port: int, stop: multiprocessing.synchronize.Event) ->
                 s.close()
 
 
-def legitimate(port: int, token: str, seconds: float, out: multiprocessing.Queue[object]) -> None:
+IDLE_SOCKETS = 1100
+SERVER_DESCRIPTORS = 1024
+
+
+def idle_sockets(port: int, stop: multiprocessing.synchronize.Event) -> None:
+    pin(LOAD_CORE)
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # room for the sockets
+    socks: list[socket.socket] = []
+    while not stop.is_set():
+        while len(socks) < IDLE_SOCKETS:
+            try:
+                socks.append(socket.create_connection(("127.0.0.1", port), timeout=2))
+            except OSError:
+                break
+        time.sleep(0.2)
+        # The ones the server closed to make room: opened again.
+        for s in list(socks):
+            s.setblocking(False)
+            try:
+                if s.recv(1) != b"":
+                    continue
+            except BlockingIOError:
+                continue
+            except OSError:
+                pass
+            socks.remove(s)
+            s.close()
+
+
+def legitimate(
+    port: int, token: str, seconds: float, out: multiprocessing.Queue[object], fresh: bool
+) -> None:
     pin(LOAD_CORE)
     body = os.urandom(1024)
     headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/octet-stream"}
@@ -130,6 +167,8 @@ def legitimate(port: int, token: str, seconds: float, out: multiprocessing.Queue
             ok = False
             conn.close()
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        if fresh:  # a new connection for the next request
+            conn.close()
         latencies.append(time.perf_counter() - start)
         failures += not ok
     out.put((latencies, failures))
@@ -143,11 +182,15 @@ def rss(pid: int) -> int:
 
 
 @contextlib.contextmanager
-def server(workdir: Path) -> Iterator[tuple[int, str, subprocess.Popen[bytes]]]:
+def server(
+    workdir: Path, nofile: int | None = None
+) -> Iterator[tuple[int, str, subprocess.Popen[bytes]]]:
     port = free_port()
     out = workdir / "sealflow.out"
+    limit = [] if nofile is None else ["prlimit", f"--nofile={nofile}:{nofile}", "--"]
     cmd = [
-        "taskset", "-c", SERVER_CORE, str(Path(sys.executable).with_name("sealflow")), "serve",
+        *limit, "taskset", "-c", SERVER_CORE,
+        str(Path(sys.executable).with_name("sealflow")), "serve",
         "--port", str(port), "--data-dir", str(workdir / "data"), "--log-level", "warning",
     ]  # fmt: skip
     with out.open("wb") as stdout:
@@ -164,8 +207,10 @@ def server(workdir: Path) -> Iterator[tuple[int, str, subprocess.Popen[bytes]]]:
 Attack = Callable[[int, "multiprocessing.synchronize.Event"], None]
 
 
-def scenario(name: str, attack: Attack | None) -> tuple[str, float, float, int, int, float]:
-    with tempfile.TemporaryDirectory() as tmp, server(Path(tmp)) as (port, token, proc):
+def scenario(
+    name: str, attack: Attack | None, nofile: int | None = None, fresh: bool = False
+) -> tuple[str, float, float, int, int, float]:
+    with tempfile.TemporaryDirectory() as tmp, server(Path(tmp), nofile) as (port, token, proc):
         before = rss(proc.pid)
         stop = multiprocessing.Event()
         attacker = None
@@ -174,7 +219,9 @@ def scenario(name: str, attack: Attack | None) -> tuple[str, float, float, int, 
             attacker.start()
             time.sleep(1)  # let the attack build up
         results: multiprocessing.Queue[object] = multiprocessing.Queue()
-        client = multiprocessing.Process(target=legitimate, args=(port, token, SECONDS, results))
+        client = multiprocessing.Process(
+            target=legitimate, args=(port, token, SECONDS, results, fresh)
+        )
         client.start()
         got = results.get()
         assert isinstance(got, tuple)
@@ -197,10 +244,18 @@ def main() -> None:
         scenario("header flood", header_flood),
         scenario("slow heads", slow_heads),
         scenario("unauthenticated slots", unauthenticated_slots),
+        scenario("idle sockets (1,100; 1,024 descriptors)", idle_sockets, SERVER_DESCRIPTORS),
+        scenario(
+            "idle sockets, a new connection per request",
+            idle_sockets,
+            SERVER_DESCRIPTORS,
+            fresh=True,
+        ),
     ]
     print("# sealflow under attack\n")
     print(f"server on core {SERVER_CORE}, client and attacker on core {LOAD_CORE}, ", end="")
-    print(f"{SECONDS:g} s per scenario; 1 KiB single-shot encrypts, one connection\n")
+    print(f"{SECONDS:g} s per scenario; 1 KiB single-shot encrypts, one connection", end="")
+    print(" (but where a new connection per request is said)\n")
     print("| attack | p50 ms | p99 ms | requests | failed | server RSS growth MiB |")
     print("|---|---:|---:|---:|---:|---:|")
     for name, p50, p99, n, failed, growth in rows:

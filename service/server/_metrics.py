@@ -45,7 +45,9 @@ AUTH_FAILURES = Counter(
 CONNECTIONS_REFUSED = Counter(
     "sealflow_connections_refused",
     "Connections closed by the server before a request reached the app, by reason",
-    ["reason"],  # headers_too_large, uri_too_long, request_timeout (head), idle
+    # headers_too_large, uri_too_long, request_timeout (head), idle; shed_unauthenticated,
+    # shed_idle, connection_limit (http._gate: made room under the connection cap)
+    ["reason"],
 )
 SPOOLED_REQUESTS = Counter(
     "sealflow_spooled_requests", "Request-then-response requests whose spool overflowed to a file"

@@ -109,7 +109,10 @@ class Server:
 
 
 def start_server(data_dir: Path, **settings: object) -> Server:
-    """Start ``sealflow serve`` with SEALFLOW_* settings; wait until /readyz says ready."""
+    """Start ``sealflow serve`` with SEALFLOW_* settings; wait until /readyz says ready.
+    ``nofile``, not a setting: the server's descriptor limit (RLIMIT_NOFILE, soft and hard),
+    set by ``prlimit``."""
+    nofile = settings.pop("nofile", None)
     port = free_port()
     env = {f"SEALFLOW_{k.upper()}": str(v) for k, v in settings.items()}
     env["SEALFLOW_DATA_DIR"] = str(data_dir)
@@ -117,9 +120,10 @@ def start_server(data_dir: Path, **settings: object) -> Server:
     data_dir.parent.mkdir(parents=True, exist_ok=True)
     out = data_dir.with_name(data_dir.name + ".stdout")
     log = data_dir.with_name(data_dir.name + ".log")
+    limit = [] if nofile is None else ["prlimit", f"--nofile={nofile}:{nofile}", "--"]
     with out.open("wb") as stdout, log.open("ab") as stderr:
         proc = subprocess.Popen(  # noqa: S603
-            [SEALFLOW, "serve", "--port", str(port)],
+            [*limit, SEALFLOW, "serve", "--port", str(port)],
             env={**os.environ, **env},
             stdout=stdout,
             stderr=stderr,
