@@ -338,7 +338,8 @@ def test_single_requests_answer_alike(
     column = _column.column(body)
     event("column of one" if column is not None else "not a column")
     if column is not None:
-        assert column.single and column.count == 1
+        assert column.single
+        assert column.count == 1
         counted = dataclasses.replace(svc, usage=Tally(svc.usage))  # type: ignore[arg-type]
         seal = _encrypt._by_column(counted, name, column, {})
         event("sealed by the column" if seal is not None else "declined")
@@ -346,7 +347,8 @@ def test_single_requests_answer_alike(
 
 
 def test_a_single_plaintext_is_sealed_as_a_column_of_one(svc: Services) -> None:
-    body = {"plaintext": b64(1024), "associated_data": "YWFk", "key_version": 2}
+    plaintext = b64(1024)
+    body = {"plaintext": plaintext, "associated_data": "YWFk", "key_version": 2}
     tally = Tally(svc.usage)
     counted = dataclasses.replace(svc, usage=tally)  # type: ignore[arg-type]
     sealing = _encrypt.encryption(counted, "k", json.dumps(body).encode())
@@ -357,9 +359,7 @@ def test_a_single_plaintext_is_sealed_as_a_column_of_one(svc: Services) -> None:
     data = orjson.loads(raw)["data"]
     assert list(data) == ["ciphertext", "key_version"]
     assert data["key_version"] == 2
-    assert opened_both_ways(svc, "k", data["ciphertext"], "YWFk") == base64.b64decode(
-        body["plaintext"]
-    )
+    assert opened_both_ways(svc, "k", data["ciphertext"], "YWFk") == base64.b64decode(plaintext)
     # Anything beyond plaintext, key_version and associated_data goes the general way.
     assert _column.column({**body, "reference": "r"}) is None
     assert _column.column({**body, "key_version": True}) is None
