@@ -174,9 +174,9 @@ class Connection(asyncio.Protocol):
         transport is paused as well (it pauses at 0 or more), and resumes once they are out.
         """
         transport = self.transport
-        if self._closed is None and transport is not None and not self._writable.is_set():
-            if transport.get_write_buffer_size() > WRITE_HIGH:
-                await self._writable.wait()
+        held = 0 if transport is None or self._closed else transport.get_write_buffer_size()
+        if held > WRITE_HIGH and not self._writable.is_set():
+            await self._writable.wait()
         if self._closed is not None:
             raise ConnectionError("the connection was closed")
 
