@@ -31,6 +31,7 @@ from sealflow.service.keystore import (
     valid_key_name,
 )
 
+from ..errors import ApiError
 from . import _wire
 from ._wire import Body
 
@@ -237,6 +238,15 @@ async def config(store: KeyStore, name: str, body: Body) -> bytes:
     if period is not None and period != key.auto_rotate_period:
         key = await asyncio.to_thread(store.set_limits, name, None, period)
     return _wire.envelope(policy(key), warnings)
+
+
+def asks_export(body: Body) -> bool:
+    """Whether a create or ``config`` asks for ``exportable`` (the export scope's business). A
+    value Vault would not read as a bool is not asking: the route refuses it in its turn."""
+    try:
+        return _wire.as_bool(body, "exportable")
+    except ApiError:
+        return False
 
 
 def _given(body: Body, field: str) -> bool:
