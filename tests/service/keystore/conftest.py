@@ -40,7 +40,9 @@ def store_url(backend: str, request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def open_store(backend: str, store_url: str, db_path: Path) -> Iterator[Callable[[bytes], KeyStore]]:
+def open_store(
+    backend: str, store_url: str, db_path: Path
+) -> Iterator[Callable[[bytes], KeyStore]]:
     """Open (another instance of) one keystore of the test's backend; all closed after.
 
     Instances share the store: a second one is another process's view of it.

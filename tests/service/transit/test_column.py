@@ -249,7 +249,8 @@ ODD = st.sampled_from(
 PLAINTEXTS = st.one_of(GOOD, ODD)
 MISSING = object()
 VERSIONS = st.sampled_from([MISSING, None, 0, 1, 3, 4, -1, "2", True, 1.0])
-AADS = st.sampled_from([MISSING, None, "", "YWFk", "!!", 7])
+RESERVED = base64.b64encode(b"SFL1\x02\x02").decode()  # a native envelope's AAD: refused
+AADS = st.sampled_from([MISSING, None, "", "YWFk", "!!", 7, RESERVED])
 REFERENCES = st.sampled_from([MISSING, None, "", "a", 'q"\\', 3])
 
 
@@ -272,7 +273,7 @@ def batches(draw: st.DrawFn) -> dict[str, Any]:
     if draw(st.booleans()):
         odd = draw(st.integers(0, 2)) == 0  # some odd values, else plausible ones
         version = draw(VERSIONS if odd else st.sampled_from([MISSING, None, 0, 1, 3, 4, -1]))
-        aad = draw(AADS if odd else st.sampled_from([MISSING, None, "", "YWFk", "!!"]))
+        aad = draw(AADS if odd else st.sampled_from([MISSING, None, "", "YWFk", "!!", RESERVED]))
         texts, references = (
             (PLAINTEXTS, REFERENCES) if odd else (GOOD, REFERENCES.filter(lambda r: r != 3))
         )
@@ -316,7 +317,7 @@ def singles(draw: st.DrawFn) -> dict[str, Any]:
     body: dict[str, Any] = item(
         draw(PLAINTEXTS if odd else GOOD),
         draw(VERSIONS),
-        draw(AADS if odd else st.sampled_from([MISSING, None, "", "YWFk"])),
+        draw(AADS if odd else st.sampled_from([MISSING, None, "", "YWFk", RESERVED])),
         draw(REFERENCES) if draw(st.integers(0, 4)) == 0 else MISSING,
     )
     if draw(st.integers(0, 4)) == 0:
