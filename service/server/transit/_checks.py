@@ -1,7 +1,7 @@
 """The checks Transit makes of a request before any sealing or opening, in its order and with
 its messages: the key, each item's base64, the version an encrypt asks for or a ciphertext
-names, ``associated_data`` (base64, and outside the native envelope's AAD space). An item that fails one is failed in the request's ``Results`` and
-left out of every later step."""
+names, ``associated_data`` (base64, and outside the native envelope's AAD space). An item that
+fails one is failed in the request's ``Results`` and left out of every later step."""
 
 from __future__ import annotations
 

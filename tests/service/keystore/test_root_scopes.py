@@ -58,8 +58,8 @@ def test_an_old_root_token_gains_export_once(
     first = open_store(master_key)
     old = " ".join(OLD_ROOT_SCOPES).split()
     root, root_secret = first.create_token(old, label="root")
-    ops, ops_secret = first.create_token(old, label="ops")  # the same scopes, not the root
-    narrow, narrow_secret = first.create_token(["admin"], label="root")
+    _ops, ops_secret = first.create_token(old, label="ops")  # the same scopes, not the root
+    _narrow, narrow_secret = first.create_token(["admin"], label="root")
     gone, _ = first.create_token(old, label="root")
     first.revoke_token(gone.id)
     first.close()
@@ -68,27 +68,31 @@ def test_an_old_root_token_gains_export_once(
     with caplog.at_level(logging.WARNING, logger="sealflow.keystore"):
         store = open_store(master_key)
     found = store.find_token(root_secret)
-    assert found is not None and found.scopes == ROOT
+    assert found is not None
+    assert found.scopes == ROOT
     assert [r.getMessage() for r in caplog.records] == [
         f"root token {root.id} given export:* (admin no longer implies export; the root token"
         " has every scope)"
     ]
     for secret, scopes in ((ops_secret, OLD_ROOT_SCOPES), (narrow_secret, ("admin",))):
         other = store.find_token(secret)
-        assert other is not None and other.scopes == scopes
+        assert other is not None
+        assert other.scopes == scopes
     assert {t.id: t.scopes for t in store.list_tokens()}[gone.id] == OLD_ROOT_SCOPES
 
     # Once: a token made since with the old scopes and label keeps what it was made with.
-    later, later_secret = store.create_token(old, label="root")
+    _later, later_secret = store.create_token(old, label="root")
     store.close()
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="sealflow.keystore"):
         again = open_store(master_key)
     assert caplog.records == []
     kept = again.find_token(later_secret)
-    assert kept is not None and kept.scopes == OLD_ROOT_SCOPES
+    assert kept is not None
+    assert kept.scopes == OLD_ROOT_SCOPES
     still = again.find_token(root_secret)
-    assert still is not None and still.scopes == ROOT
+    assert still is not None
+    assert still.scopes == ROOT
 
 
 def test_a_root_row_that_fails_its_check_is_not_re_signed(
@@ -109,9 +113,11 @@ def test_a_schema_1_keystore_root_token_gains_export(db_path: Path, master_key: 
     made = build_v1(db_path, master_key)
     with closing(SQLiteKeyStore(db_path, master_key)) as store:
         root = store.find_token(made.secrets["root"])
-        assert root is not None and root.scopes == ROOT
+        assert root is not None
+        assert root.scopes == ROOT
         app = store.find_token(made.secrets["app"])
-        assert app is not None and app.scopes == ("encrypt:orders", "decrypt:orders")
+        assert app is not None
+        assert app.scopes == ("encrypt:orders", "decrypt:orders")
 
 
 def test_a_new_keystore_root_token_has_every_scope_and_no_grant_runs(

@@ -76,7 +76,8 @@ def test_an_admin_token_cannot_get_key_material(server: Server) -> None:
             _vault_refused(t.get(path))
         # The same admin changes the rest of a key's config as before.
         r = t.post(f"/keys/{transit}/config", json={"deletion_allowed": True, "exportable": False})
-        assert r.status_code == 200 and r.json()["data"]["deletion_allowed"] is True
+        assert r.status_code == 200
+        assert r.json()["data"]["deletion_allowed"] is True
 
     # Nothing the admin could reach opens the envelope: only the holder of export gets the key.
     with server.client() as root:
@@ -93,7 +94,8 @@ def test_export_scope_is_a_glob_and_adds_to_admin(server: Server) -> None:
     mine, theirs = unique("exp"), unique("other")
     with server.client(both) as c:
         r = c.post("/v1/keys", json={"name": mine, "exportable": True})
-        assert r.status_code == 201 and r.json()["exportable"] is True
+        assert r.status_code == 201
+        assert r.json()["exportable"] is True
         assert len(base64.b64decode(c.get(f"/v1/keys/{mine}/export").json()["key"])) == 32
         c.post("/v1/keys", json={"name": theirs}).raise_for_status()
         _refused(c.patch(f"/v1/keys/{theirs}", json={"exportable": True}), f"export:{theirs}")
@@ -108,7 +110,8 @@ def test_export_scope_is_a_glob_and_adds_to_admin(server: Server) -> None:
     with httpx.Client(base_url=server.url + "/v1/transit", headers=vault) as t:
         transit = unique("exp")
         r = t.post(f"/keys/{transit}", json={"exportable": True})
-        assert r.status_code == 200 and r.json()["data"]["exportable"] is True
+        assert r.status_code == 200
+        assert r.json()["data"]["exportable"] is True
         keys = t.get(f"/export/encryption-key/{transit}").json()["data"]["keys"]
         assert list(keys) == ["1"]
         config = unique("exp")
@@ -164,7 +167,8 @@ def test_the_root_token_of_an_existing_data_dir_keeps_export(tmp_path: Path) -> 
         server.token = root
         with server.client() as c:
             r = c.get("/v1/keys/kept/export")
-            assert r.status_code == 200 and len(base64.b64decode(r.json()["key"])) == 32
+            assert r.status_code == 200
+            assert len(base64.b64decode(r.json()["key"])) == 32
             assert c.post("/v1/keys/default/encrypt", content=b"x").status_code == 200
         with server.client(admin) as c:  # an admin token of that release: no export now
             _refused(c.get("/v1/keys/kept/export"), "export:kept")
