@@ -29,12 +29,12 @@ def run_sql(backend: str, where: Path | str, sql: str, *args: object) -> None:
     """A statement straight on the store's database, as whoever holds its file could; ``{meta}``
     and ``{tokens}`` name the tables in either store."""
     if backend == "sqlite":
-        with closing(sqlite3.connect(where)) as db, db:
-            db.execute(sql.format(meta="meta", tokens="tokens"), args)
+        with closing(sqlite3.connect(where)) as lite, lite:
+            lite.execute(sql.format(meta="meta", tokens="tokens"), args)
     else:
-        with psycopg.connect(str(where), autocommit=True) as db:
+        with psycopg.connect(str(where), autocommit=True) as pg:
             statement = sql.format(meta="sealflow_meta", tokens="sealflow_tokens")
-            db.execute(statement.replace("?", "%s"), args)
+            pg.execute(statement.replace("?", "%s"), args)
 
 
 @pytest.fixture
