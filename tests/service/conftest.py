@@ -46,6 +46,12 @@ class Server:
     token: str
     log: Path
     env: dict[str, str] = field(default_factory=dict)
+    cert: Path | None = None  # a TLS server's self-signed certificate
+
+    @property
+    def https_url(self) -> str:
+        """The URL of a TLS server, by the name its certificate holds."""
+        return f"https://localhost:{self.port}"
 
     @property
     def url(self) -> str:
@@ -160,6 +166,21 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
             for alg, name in KEYS.items():
                 body = {"name": name, "algorithm": alg.value, "exportable": True}
                 client.post("/v1/keys", json=body).raise_for_status()
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture(scope="session")
+def tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A server on HTTPS with a self-signed certificate for localhost (``Server.cert``)."""
+    from tests.service.server.test_operations import self_signed  # it imports this module
+
+    folder = tmp_path_factory.mktemp("tls-server")
+    cert, key = self_signed(folder)
+    srv = start_server(folder / "data", tls_cert=cert, tls_key=key)
+    srv.cert = cert
+    try:
         yield srv
     finally:
         srv.stop()
