@@ -12,6 +12,10 @@ failed, and the server's RSS growth:
 - slow heads: 256 connections, each sending one byte of a head every half second;
 - unauthenticated slots: 256 connections sending an admin request's head and one byte of its
   body, then nothing (the issue's slot-exhaustion attack);
+- idle sockets: against a server limited to 1,024 descriptors (``prlimit``), 1,100 connections
+  that send nothing, each one the server closes opened again (issue 24, item 4); the
+  legitimate client keeps its connection, or (new connection) opens one per request, as a
+  client without a keep-alive pool does;
 - Transit batches (issue 24, item 3), with a token: 3 connections each sending Transit batch
   encrypts back to back, every item with a reference and one of two associated_data values (the
   general path, item by item): 100,000-item batches (8.6 MB) at the default settings, then the
@@ -33,6 +37,7 @@ import http.client
 import json
 import multiprocessing
 import os
+import resource
 import socket
 import statistics
 import subprocess
@@ -121,6 +126,36 @@ def unauthenticated_slots(port: int, stop: multiprocessing.synchronize.Event) ->
                 s.close()
 
 
+IDLE_SOCKETS = 1100
+SERVER_DESCRIPTORS = 1024
+
+
+def idle_sockets(port: int, stop: multiprocessing.synchronize.Event) -> None:
+    pin(LOAD_CORE)
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # room for the sockets
+    socks: list[socket.socket] = []
+    while not stop.is_set():
+        while len(socks) < IDLE_SOCKETS:
+            try:
+                socks.append(socket.create_connection(("127.0.0.1", port), timeout=2))
+            except OSError:
+                break
+        time.sleep(0.2)
+        # The ones the server closed to make room: opened again.
+        for s in list(socks):
+            s.setblocking(False)
+            try:
+                if s.recv(1) != b"":
+                    continue
+            except BlockingIOError:
+                continue
+            except OSError:
+                pass
+            socks.remove(s)
+            s.close()
+
+
 def transit_batches(
     items: int, port: int, stop: multiprocessing.synchronize.Event, token: str
 ) -> None:
@@ -152,7 +187,9 @@ def transit_batches(
     stop.wait()
 
 
-def legitimate(port: int, token: str, seconds: float, out: multiprocessing.Queue[object]) -> None:
+def legitimate(
+    port: int, token: str, seconds: float, out: multiprocessing.Queue[object], fresh: bool
+) -> None:
     pin(LOAD_CORE)
     body = os.urandom(1024)
     headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/octet-stream"}
@@ -171,6 +208,8 @@ def legitimate(port: int, token: str, seconds: float, out: multiprocessing.Queue
             ok = False
             conn.close()
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        if fresh:  # a new connection for the next request
+            conn.close()
         latencies.append(time.perf_counter() - start)
         failures += not ok
     out.put((latencies, failures))
@@ -185,12 +224,14 @@ def rss(pid: int) -> int:
 
 @contextlib.contextmanager
 def server(
-    workdir: Path, flags: tuple[str, ...] = ()
+    workdir: Path, nofile: int | None = None, flags: tuple[str, ...] = ()
 ) -> Iterator[tuple[int, str, subprocess.Popen[bytes]]]:
     port = free_port()
     out = workdir / "sealflow.out"
+    limit = [] if nofile is None else ["prlimit", f"--nofile={nofile}:{nofile}", "--"]
     cmd = [
-        "taskset", "-c", SERVER_CORE, str(Path(sys.executable).with_name("sealflow")), "serve",
+        *limit, "taskset", "-c", SERVER_CORE,
+        str(Path(sys.executable).with_name("sealflow")), "serve",
         "--port", str(port), "--data-dir", str(workdir / "data"), "--log-level", "warning",
         *flags,
     ]  # fmt: skip
@@ -209,9 +250,17 @@ Attack = Callable[..., None]  # (port, stop) and, for an attack with a token, th
 
 
 def scenario(
-    name: str, attack: Attack | None, flags: tuple[str, ...] = (), authenticated: bool = False
+    name: str,
+    attack: Attack | None,
+    nofile: int | None = None,
+    fresh: bool = False,
+    flags: tuple[str, ...] = (),
+    authenticated: bool = False,
 ) -> tuple[str, float, float, int, int, float]:
-    with tempfile.TemporaryDirectory() as tmp, server(Path(tmp), flags) as (port, token, proc):
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        server(Path(tmp), nofile, flags) as (port, token, proc),
+    ):
         before = rss(proc.pid)
         stop = multiprocessing.Event()
         attacker = None
@@ -221,7 +270,9 @@ def scenario(
             attacker.start()
             time.sleep(1)  # let the attack build up
         results: multiprocessing.Queue[object] = multiprocessing.Queue()
-        client = multiprocessing.Process(target=legitimate, args=(port, token, SECONDS, results))
+        client = multiprocessing.Process(
+            target=legitimate, args=(port, token, SECONDS, results, fresh)
+        )
         client.start()
         got = results.get()
         assert isinstance(got, tuple)
@@ -244,6 +295,13 @@ def main() -> None:
         scenario("header flood", header_flood),
         scenario("slow heads", slow_heads),
         scenario("unauthenticated slots", unauthenticated_slots),
+        scenario("idle sockets (1,100; 1,024 descriptors)", idle_sockets, SERVER_DESCRIPTORS),
+        scenario(
+            "idle sockets, a new connection per request",
+            idle_sockets,
+            SERVER_DESCRIPTORS,
+            fresh=True,
+        ),
         scenario(
             "Transit batches, 3 x 8.6 MB",
             functools.partial(transit_batches, 100_000),
@@ -252,13 +310,14 @@ def main() -> None:
         scenario(
             "Transit batches, 3 x 33 MB, budget 32 MiB",
             functools.partial(transit_batches, 390_000),
-            ("--max-buffered-bytes", str(32 * MiB)),
+            flags=("--max-buffered-bytes", str(32 * MiB)),
             authenticated=True,
         ),
     ]
     print("# sealflow under attack\n")
     print(f"server on core {SERVER_CORE}, client and attacker on core {LOAD_CORE}, ", end="")
-    print(f"{SECONDS:g} s per scenario; 1 KiB single-shot encrypts, one connection\n")
+    print(f"{SECONDS:g} s per scenario; 1 KiB single-shot encrypts, one connection", end="")
+    print(" (but where a new connection per request is said)\n")
     print("| attack | p50 ms | p99 ms | requests | failed | server RSS growth MiB |")
     print("|---|---:|---:|---:|---:|---:|")
     for name, p50, p99, n, failed, growth in rows:

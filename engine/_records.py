@@ -129,6 +129,13 @@ class Records:
         data = as_bytes_view(data, "records")
         return cls(data, _binding.frame_lengths(data), True)
 
+    @staticmethod
+    def complete_frames(data: BytesLike, max_len: int) -> tuple[int, int]:
+        """How many framed records are complete at the start of data, and the bytes they take,
+        in one native pass and no copy; ValueError as soon as a record declares more than
+        max_len bytes (its last, incomplete one too, once its length field is there)."""
+        return _binding.complete_frames(as_bytes_view(data, "records"), max_len)
+
     @classmethod
     def from_stream(cls, data: BytesLike, max_len: int) -> tuple[Records, int]:
         """The framed records complete at the start of data (a stream's batch, whose last

@@ -106,6 +106,13 @@ class Settings(BaseSettings):
         description="requests one token may have in flight (429 beyond); 0: half of "
         "--max-concurrent-requests",
     )
+    max_connections: int = Field(
+        0,
+        ge=0,
+        description="connections a process keeps open; beyond, an idle one that never"
+        " authenticated is closed first (0: from the descriptor limit, ulimit -n, leaving room"
+        " for files, the keystore and spools)",
+    )
     max_header_bytes: int = Field(
         16 * 1024,
         ge=1024,

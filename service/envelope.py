@@ -36,6 +36,7 @@ _ALG_CODES = {
     Algorithm.CHACHA20_POLY1305: 3,
 }
 _CODE_ALGS = {code: alg for alg, code in _ALG_CODES.items()}
+_MODES = frozenset(Mode)
 
 
 class MalformedEnvelope(ValueError):
@@ -104,6 +105,17 @@ def parse(data: bytes | bytearray | memoryview) -> Prefix:
 
 def valid_name(name: str) -> bool:
     return NAME_RE.fullmatch(name) is not None
+
+
+def in_native_domain(aad: bytes | bytearray | memoryview) -> bool:
+    """Whether an AAD begins as every native AAD does (``bound_data``): the magic, then a mode.
+
+    The single-shot body is Transit's ciphertext layout, under the same key material, so the one
+    thing that keeps the two formats apart is the AAD: other AEAD users of these keys (Transit's
+    ``associated_data``) are refused an AAD for which this is true, and then no input of theirs
+    equals a native envelope's (docs/API.md, Domain separation).
+    """
+    return len(aad) > len(MAGIC) and aad[: len(MAGIC)] == MAGIC and aad[len(MAGIC)] in _MODES
 
 
 def bound_data(prefix: bytes, user_aad: bytes) -> bytes:

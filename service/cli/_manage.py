@@ -221,7 +221,8 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
         "--scope",
         action="append",
         required=True,
-        help="admin, encrypt:<glob> or decrypt:<glob> over key names; repeatable",
+        help="admin, encrypt:<glob>, decrypt:<glob> or export:<glob> over key names (admin"
+        " implies neither data access nor export); repeatable",
     )
     tcreate.add_argument("--label", default="")
     tokens.add_parser("list", parents=[common], help="list tokens (never their secrets)")

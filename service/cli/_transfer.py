@@ -9,120 +9,28 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import errno
-import fcntl
 import os
 import re
 import stat
 import sys
-import threading
 import types
 from typing import IO, Any
 
 from sealflow.service.client import Client, SealflowError
 
+from ._errors import ClientError
+from ._output import Output
+
 _BAR_DELAY = 0.5  # short transfers get no bar
 _DEFAULT_URL = "http://127.0.0.1:8080"
-_SYNC_EVERY = 16 << 20  # 8 to 64 MiB measured alike; docs/BENCHMARKS.md, "Client"
 
 # Even a disabled tqdm starts tqdm's monitor thread: without a terminal, use no tqdm at all.
 _NO_BAR = types.SimpleNamespace(update=lambda n: None, close=lambda: None, n=0)
 
 
-class ClientError(Exception):
-    """A failure already worded for the user; ``code`` is the exit status to use."""
-
-    def __init__(self, message: str, code: int = 1) -> None:
-        super().__init__(message)
-        self.code = code
-
-
 def _one_line(text: str) -> str:
     """The server's text goes to a terminal: one line, no control characters."""
     return "".join(c if c.isprintable() else " " for c in text)[:500]
-
-
-class _Output:
-    """stdout, or a temporary file beside --output that replaces it only on success.
-
-    The temporary file is fsynced before the rename. So that this does not add the flush of
-    the whole file to the command's time (80 ms for 200 MiB here), a daemon thread
-    ``fdatasync``s it after every _SYNC_EVERY bytes while the transfer runs, leaving the
-    final fsync the tail (docs/BENCHMARKS.md, "Client").
-    """
-
-    def __init__(self, path: str | None) -> None:
-        self.path, self.tmp, self.rewind = path, "", -1
-        self._unsynced = 0
-        self._syncer: threading.Thread | None = None
-        self._sync_error: OSError | None = None
-        if path is None or path == "-":
-            self.f: IO[bytes] = sys.stdout.buffer
-            with contextlib.suppress(OSError, ValueError):  # ValueError: no fd (tests)
-                fd = self.f.fileno()
-                st = os.fstat(fd)
-                if stat.S_ISREG(st.st_mode):
-                    # On failure truncate back to where our output starts: `>>` appends.
-                    append = fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_APPEND
-                    self.rewind = st.st_size if append else self.f.tell()
-            return
-        if os.path.isdir(path):
-            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
-        import tempfile  # with what it loads, 3 ms of every start: only for --output
-
-        folder, name = os.path.split(os.path.abspath(path))
-        fd, self.tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".part", dir=folder)
-        self.f = os.fdopen(fd, "wb")
-
-    def write(self, data: bytes | memoryview) -> int:
-        try:
-            n = self.f.write(data)
-        except OSError as e:
-            raise ClientError(f"cannot write the output: {e}") from None
-        self._unsynced += n
-        if self.tmp and self._unsynced >= _SYNC_EVERY and not self._syncing():
-            self._unsynced = 0
-            self._syncer = threading.Thread(target=self._sync, daemon=True)
-            self._syncer.start()
-        return n
-
-    def _syncing(self) -> bool:
-        return self._syncer is not None and self._syncer.is_alive()
-
-    def _sync(self) -> None:
-        try:
-            os.fdatasync(self.f.fileno())
-        except OSError as e:  # Linux reports a writeback error once: keep it for commit
-            self._sync_error = e
-
-    def _join_syncer(self) -> None:
-        if self._syncer is not None:
-            self._syncer.join()
-            self._syncer = None
-
-    def commit(self) -> None:
-        try:
-            self.f.flush()
-            if self.path and self.tmp:
-                self._join_syncer()
-                if self._sync_error is not None:
-                    raise self._sync_error
-                os.fsync(self.f.fileno())
-                self.f.close()
-                os.replace(self.tmp, self.path)
-        except OSError as e:
-            raise ClientError(f"cannot write the output: {e}") from None
-
-    def discard(self) -> None:
-        self._join_syncer()
-        with contextlib.suppress(OSError, ValueError):
-            if self.tmp:
-                self.f.close()
-                os.unlink(self.tmp)
-            elif self.rewind >= 0:
-                self.f.flush()
-                self.f.seek(self.rewind)
-                self.f.truncate()
 
 
 def _client(args: argparse.Namespace) -> Client:
@@ -160,7 +68,7 @@ def _run(args: argparse.Namespace, command: str) -> int:
             try:
                 if args.input not in (None, "-"):
                     src = open(args.input, "rb")  # noqa: SIM115 (closed in the finally below)
-                out = _Output(args.output)
+                out = Output(args.output, binary=command == "encrypt")
             except OSError as e:
                 raise ClientError(f"cannot open {e.filename!r}: {e.strerror}", 2) from None
             bar = _bar(src)
@@ -225,5 +133,12 @@ def add_client_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
         p.add_argument("--aad", metavar="TEXT", help="additional authenticated data (UTF-8)")
         p.add_argument("--url", help=f"service URL (default: $SEALFLOW_URL or {_DEFAULT_URL})")
         p.add_argument("-i", "--input", metavar="FILE", help="read FILE instead of stdin")
-        p.add_argument("-o", "--output", metavar="FILE", help="write FILE, only on success")
+        p.add_argument(
+            "-o",
+            "--output",
+            metavar="FILE",
+            help="write FILE: a regular file is replaced only on success, a FIFO or character "
+            "device is written in place, a symbolic link is refused; '-' is stdout"
+            + (", even a terminal" if name == "encrypt" else ""),
+        )
         p.set_defaults(func=func)

@@ -162,8 +162,20 @@ class Connection(asyncio.Protocol):
         return sent
 
     async def drain(self) -> None:
-        """Wait while the transport holds more than WRITE_HIGH unsent bytes."""
-        if not self._writable.is_set():
+        """Wait while the transport holds more than WRITE_HIGH unsent bytes.
+
+        The bytes the transport holds decide, not only the last pause_writing: asyncio's TLS
+        transport (and uvloop's, a port of it) pauses when its buffer is at or above the
+        high-water mark, so with a mark of 0 it pauses after a write that went out whole,
+        and only looks again at its next event: another write, bytes from the server, or the
+        socket below draining. An upload that then waited for resume_writing waited for the
+        server, which was waiting for the rest of the body (a pipe's small chunks in full
+        duplex, every body over 64 KiB request-then-response). When bytes are held, that
+        transport is paused as well (it pauses at 0 or more), and resumes once they are out.
+        """
+        transport = self.transport
+        held = 0 if transport is None or self._closed else transport.get_write_buffer_size()
+        if held > WRITE_HIGH and not self._writable.is_set():
             await self._writable.wait()
         if self._closed is not None:
             raise ConnectionError("the connection was closed")

@@ -68,7 +68,8 @@ class TooLarge(SealflowError):
 
 
 class ServiceUnavailable(SealflowError):
-    """503 (or 429): the service is overloaded or cannot reach its keystore; try again later."""
+    """503 (or 429, or 507): the service is overloaded, cannot reach its keystore, or has no
+    spool space now; try again later."""
 
 
 ERRORS: dict[str, type[SealflowError]] = {
@@ -83,6 +84,7 @@ ERRORS: dict[str, type[SealflowError]] = {
     "too_many_requests": ServiceUnavailable,
     "keystore_unavailable": ServiceUnavailable,
     "spool_full": ServiceUnavailable,
+    "insufficient_storage": ServiceUnavailable,
 }
 
 

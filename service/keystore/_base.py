@@ -107,7 +107,7 @@ class KeyStoreHealth:
     fallbacks: int  # times notifications were lost and polling took over
 
 
-SCOPE_RE = re.compile(r"admin|(?:encrypt|decrypt):[A-Za-z0-9._*?\[\]!-]{1,64}")
+SCOPE_RE = re.compile(r"admin|(?:encrypt|decrypt|export):[A-Za-z0-9._*?\[\]!-]{1,64}")
 
 # Key names: the native rule (``envelope.NAME_RE``, what an envelope can carry), or Vault's rule
 # ``\w(([\w-.]+)?\w)?`` with ASCII ``\w`` as Go reads it, for keys made through Transit (usable
@@ -129,7 +129,8 @@ def valid_secret(secret: str) -> bool:
 
 
 def valid_scope(scope: str) -> bool:
-    """``admin``, or ``encrypt:<glob>`` / ``decrypt:<glob>`` over key names (fnmatch syntax)."""
+    """``admin``, or ``encrypt:<glob>`` / ``decrypt:<glob>`` / ``export:<glob>`` over key names
+    (fnmatch syntax)."""
     return SCOPE_RE.fullmatch(scope) is not None
 
 

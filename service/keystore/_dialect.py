@@ -36,6 +36,7 @@ class TableNames(NamedTuple):
     limits: str
     policy: str
     usage: str
+    meta: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +144,10 @@ class Sql:
             " VALUES (?, ?, ?, ?, ?, ?, ?)"
         )
         self.revoke_token = sql("UPDATE {tokens} SET revoked_at = ?, mac = ? WHERE id = ?")
+        self.write_scopes = sql("UPDATE {tokens} SET scopes = ?, mac = ? WHERE id = ?")
+        # Once-only changes of the rows themselves (``_root_scopes``), each noted by a key here.
+        self.meta_value = sql("SELECT value FROM {meta} WHERE key = ?")
+        self.note_meta = sql("INSERT INTO {meta} VALUES (?, ?) ON CONFLICT (key) DO NOTHING")
         # Usage (``_usage_rows``).
         self.same_key = sql(_SAME_KEY + "{for_share}")
         self.usage_row = sql("INSERT INTO {usage} VALUES (?, ?, 0, 0) ON CONFLICT DO NOTHING")

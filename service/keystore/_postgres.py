@@ -61,6 +61,7 @@ _SQL = Sql(
             "sealflow_key_limits",
             "sealflow_key_policy",
             "sealflow_usage",
+            "sealflow_meta",
         ),
         for_update=" FOR UPDATE",
         for_share=" FOR SHARE",
@@ -138,6 +139,7 @@ class PostgresKeyStore(Writes[Db]):
                         provision(self)
                     finally:
                         self._ambient = None
+            self._grant_root_export()
             self._sync(force=True)
         except BaseException:
             self._pool.close()

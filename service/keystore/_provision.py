@@ -16,12 +16,11 @@ from sealflow.service.config import Settings
 from ._base import KeyStore
 from ._masterkey import create_master_key_file, load_master_key, read_secret
 from ._postgres import PostgresKeyStore, redact
+from ._root_scopes import ROOT_SCOPES
 from ._sqlite import SQLiteKeyStore
 from .errors import KeyStoreUnavailable
 
 log = logging.getLogger("sealflow.keystore")
-
-ROOT_SCOPES = ["admin", "encrypt:*", "decrypt:*"]
 
 
 def open_store(settings: Settings, max_staleness: float = 0.0, watch: bool = True) -> KeyStore:

@@ -33,7 +33,9 @@ from .errors import DriverErrors, KeyNotFound
 _SQL = Sql(
     Dialect(
         "?",
-        TableNames("keys", "key_versions", "tokens", "key_limits", "key_policy", "key_usage"),
+        TableNames(
+            "keys", "key_versions", "tokens", "key_limits", "key_policy", "key_usage", "meta"
+        ),
         for_update="",
         for_share="",
         creation_order="rowid",
@@ -90,6 +92,7 @@ class SQLiteKeyStore(Writes[sqlite3.Connection]):
         try:
             with self._connection() as db:
                 _sqlite_file.open_file(db, path, self._integrity, KeyWrapper(master_key))
+            self._grant_root_export()
         except BaseException:
             self._conn.close()
             raise

@@ -136,8 +136,24 @@ class Tables:
 
     def revoke_token(self, db: Connection, token_id: str) -> TokenRow:
         """The token's row, revoked now unless it was already (then unchanged). TokenNotFound;
-        KeyStoreCorrupt for a row that fails its check: re-signing it would make whatever was
-        written into it genuine."""
+        KeyStoreCorrupt for a row that fails its check (``_checked_token``)."""
+        row = self._checked_token(db, token_id)
+        if row[5] is None:
+            row = (*row[:5], time.time())
+            mac = self._integrity.mac(TOKEN_ROW, row)
+            db.execute(self.sql.revoke_token, (row[5], mac, token_id))
+        return row
+
+    def write_scopes(self, db: Connection, token_id: str, scopes: str) -> None:
+        """The token's row with other scopes, MAC'd again (``_root_scopes``, the one caller).
+        TokenNotFound; KeyStoreCorrupt for a row that fails its check."""
+        row = self._checked_token(db, token_id)
+        row = (row[0], row[1], scopes, *row[3:])
+        db.execute(self.sql.write_scopes, (scopes, self._integrity.mac(TOKEN_ROW, row), token_id))
+
+    def _checked_token(self, db: Connection, token_id: str) -> TokenRow:
+        """The token's row as stored, checked: a row that fails is never re-signed, which
+        would make whatever was written into it genuine."""
         stored = db.execute(self.sql.token, (token_id,)).fetchone()
         if stored is None:
             raise TokenNotFound(f"token {token_id!r} not found")
@@ -148,8 +164,4 @@ class Tables:
                 f"token {token_id!r} fails its integrity check: it is refused already,"
                 " and is left as it is"
             )
-        if row[5] is None:
-            row = (*row[:5], time.time())
-            mac = self._integrity.mac(TOKEN_ROW, row)
-            db.execute(self.sql.revoke_token, (row[5], mac, token_id))
         return row

@@ -14,7 +14,7 @@ from typing import Generic, TypeVar
 
 from sealflow.engine import Algorithm
 
-from . import _usage_rows
+from . import _root_scopes, _usage_rows
 from ._base import KeyInfo, Slot, TokenInfo, VersionUsage, valid_key_name, valid_scope, valid_secret
 from ._dialect import Connection
 from ._rows import MAX_VERSION, digest, limits_row, policy_row, token_info
@@ -180,6 +180,22 @@ class Writes(ABC, Generic[Db]):
         with self._transaction() as db:
             row = self._tables.revoke_token(db, token_id)
         return token_info(row)
+
+    def _grant_root_export(self) -> None:
+        """At open: ``export:*`` to the root token of a keystore made before that scope, once
+        (``_root_scopes``). A read when done already, which is every open but one."""
+        with self._connection() as db:
+            if _root_scopes.granted(db, self._tables):
+                return
+        with self._transaction() as db:
+            changed = _root_scopes.grant_export(db, self._tables)
+        for token_id in changed:
+            log.warning(
+                "root token %s given export:* (admin no longer implies export; the root token"
+                " has every scope)",
+                token_id,
+                extra={"fields": {"token": token_id}},
+            )
 
     # -- usage (``_usage_rows``): no change to what the caches hold
 

@@ -2,9 +2,11 @@
 
 A token's secret is looked up by its SHA-256 digest and confirmed with a
 constant-time comparison (in the keystore). Scopes are ``admin``,
-``encrypt:<glob>`` and ``decrypt:<glob>``, globs matching key names
+``encrypt:<glob>``, ``decrypt:<glob>`` and ``export:<glob>``, globs matching key names
 (``decrypt:orders*``). ``admin`` manages keys and tokens only: it does not
-grant encryption or decryption, so an operator token cannot read data.
+grant encryption or decryption, so an operator token cannot read data, nor
+``export``: a key's material leaves (or is made able to leave) only for a token
+that has ``admin`` and ``export`` on that key (docs/API.md, Authentication).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from sealflow.service.keystore import KeyStore, TokenInfo
 
 from . import _metrics, errors
 
-Action = Literal["encrypt", "decrypt"]
+Action = Literal["encrypt", "decrypt", "export"]
 
 
 def authenticate(store: KeyStore, authorization: str | None) -> TokenInfo:

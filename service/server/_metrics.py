@@ -45,7 +45,9 @@ AUTH_FAILURES = Counter(
 CONNECTIONS_REFUSED = Counter(
     "sealflow_connections_refused",
     "Connections closed by the server before a request reached the app, by reason",
-    ["reason"],  # headers_too_large, uri_too_long, request_timeout (head), idle
+    # headers_too_large, uri_too_long, request_timeout (head), idle; shed_unauthenticated,
+    # shed_idle, connection_limit (http._gate: made room under the connection cap)
+    ["reason"],
 )
 SPOOLED_REQUESTS = Counter(
     "sealflow_spooled_requests", "Request-then-response requests whose spool overflowed to a file"
@@ -55,6 +57,10 @@ SPOOL_DAMAGED = Counter(
     "sealflow_spool_damaged",
     "Spool files that did not give back what was written to them (changed on disk, or a disk"
     " fault): the request ended there, a reply already begun cut off",
+)
+SPOOL_DISK_FULL = Counter(
+    "sealflow_spool_disk_full",
+    "Requests refused with 507 insufficient_storage because the spool's disk was full",
 )
 SPOOL_BYTES_IN_USE = Gauge(
     "sealflow_spool_bytes_in_use",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import logging
 import os
 from collections.abc import AsyncIterator
 from typing import Any
@@ -19,6 +20,8 @@ from sealflow.service.config import Settings
 from . import _drain, _logging, _metrics, _trim, admin, data, errors, http, transit
 from ._front import MAX_OTHER_BODY, Front
 from ._startup import start_services
+
+log = logging.getLogger("sealflow")
 
 
 class SealflowApp(FastAPI):
@@ -70,6 +73,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.services = app.front.svc = svc
         _drain.install(settings.drain_seconds)
         sync = asyncio.create_task(_sync_metrics(app))
+        capacity = http.capacity(settings)
+        _log_capacity(capacity)
         # For each connection uvicorn makes (it hands the lifespan state to the protocol).
         options = http.Options(
             head_limit=settings.max_header_bytes,
@@ -77,6 +82,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             receive_timeout=settings.receive_timeout,
             planner=app.front,
             fast=settings.small_lane,
+            gate=http.Gate(capacity.connections),
         )
         # What start-up made lives as long as the process: out of the collector's way, so that a
         # full collection walks only what requests make, not every loaded module's objects too
@@ -114,6 +120,23 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     admin.install_docs(app)
     errors.install(app)
     return app
+
+
+def _log_capacity(capacity: http.Capacity) -> None:
+    fields = {"max_connections": capacity.connections, "descriptors": capacity.descriptors}
+    log.info("connections", extra={"fields": fields})
+    if capacity.unsafe:
+        # The operator's value wins, but say what it risks: descriptors running out fail
+        # spool files, the keystore and new connections alike.
+        log.warning(
+            "%d connections (SEALFLOW_MAX_CONNECTIONS) leave too few of the %d descriptors"
+            " (RLIMIT_NOFILE) for spool files and the keystore, %d would;"
+            " raise the limit (ulimit -n, systemd LimitNOFILE=, docker --ulimit nofile=), or"
+            " lower SEALFLOW_MAX_CONNECTIONS or SEALFLOW_MAX_CONCURRENT_REQUESTS",
+            capacity.connections,
+            capacity.descriptors,
+            max(0, capacity.safe),
+        )
 
 
 async def _sync_metrics(app: FastAPI) -> None:

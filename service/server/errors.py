@@ -176,6 +176,17 @@ def spool_full() -> ApiError:
     )
 
 
+def insufficient_storage() -> ApiError:
+    # The disk under the spool is full (ENOSPC, or a quota): this request's spool is freed
+    # before this answer goes out, so a retry may fit; a smaller body, or full duplex, will.
+    return ApiError(
+        507,
+        "insufficient_storage",
+        "the server's spool disk is full; retry later, or send Sealflow-Duplex: 1 to stream "
+        "the response",
+    )
+
+
 def spool_damaged() -> ApiError:
     # The spool file gave back other bytes than were written (changed on disk, or a disk
     # fault): the server's fault, not the client's; the operator's log says more.

@@ -46,6 +46,12 @@ class Server:
     token: str
     log: Path
     env: dict[str, str] = field(default_factory=dict)
+    cert: Path | None = None  # a TLS server's self-signed certificate
+
+    @property
+    def https_url(self) -> str:
+        """The URL of a TLS server, by the name its certificate holds."""
+        return f"https://localhost:{self.port}"
 
     @property
     def url(self) -> str:
@@ -109,7 +115,10 @@ class Server:
 
 
 def start_server(data_dir: Path, **settings: object) -> Server:
-    """Start ``sealflow serve`` with SEALFLOW_* settings; wait until /readyz says ready."""
+    """Start ``sealflow serve`` with SEALFLOW_* settings; wait until /readyz says ready.
+    ``nofile``, not a setting: the server's descriptor limit (RLIMIT_NOFILE, soft and hard),
+    set by ``prlimit``."""
+    nofile = settings.pop("nofile", None)
     port = free_port()
     env = {f"SEALFLOW_{k.upper()}": str(v) for k, v in settings.items()}
     env["SEALFLOW_DATA_DIR"] = str(data_dir)
@@ -117,9 +126,10 @@ def start_server(data_dir: Path, **settings: object) -> Server:
     data_dir.parent.mkdir(parents=True, exist_ok=True)
     out = data_dir.with_name(data_dir.name + ".stdout")
     log = data_dir.with_name(data_dir.name + ".log")
+    limit = [] if nofile is None else ["prlimit", f"--nofile={nofile}:{nofile}", "--"]
     with out.open("wb") as stdout, log.open("ab") as stderr:
         proc = subprocess.Popen(  # noqa: S603
-            [SEALFLOW, "serve", "--port", str(port)],
+            [*limit, SEALFLOW, "serve", "--port", str(port)],
             env={**os.environ, **env},
             stdout=stdout,
             stderr=stderr,
@@ -156,6 +166,21 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
             for alg, name in KEYS.items():
                 body = {"name": name, "algorithm": alg.value, "exportable": True}
                 client.post("/v1/keys", json=body).raise_for_status()
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture(scope="session")
+def tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A server on HTTPS with a self-signed certificate for localhost (``Server.cert``)."""
+    from tests.service.server.test_operations import self_signed  # it imports this module
+
+    folder = tmp_path_factory.mktemp("tls-server")
+    cert, key = self_signed(folder)
+    srv = start_server(folder / "data", tls_cert=cert, tls_key=key)
+    srv.cert = cert
+    try:
         yield srv
     finally:
         srv.stop()

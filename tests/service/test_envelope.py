@@ -10,6 +10,8 @@ from sealflow.service.envelope import (
     MalformedEnvelope,
     Mode,
     Prefix,
+    bound_data,
+    in_native_domain,
     parse,
     prefix_length,
 )
@@ -68,3 +70,23 @@ def test_prefix_length_needs_more_bytes_until_the_fixed_part_is_in() -> None:
 def test_malformed_prefixes_are_refused(raw: bytes, why: str) -> None:
     with pytest.raises(MalformedEnvelope):
         parse(raw)
+
+
+@pytest.mark.parametrize("alg", list(Algorithm))
+@pytest.mark.parametrize("mode", list(Mode))
+@pytest.mark.parametrize("user_aad", [b"", b"x", b"SFL1\x02"])
+def test_every_native_aad_is_in_the_native_domain(
+    alg: Algorithm, mode: Mode, user_aad: bytes
+) -> None:
+    """What Transit refuses as associated_data covers every AAD a native envelope is sealed
+    under, in every kind of buffer."""
+    aad = bound_data(Prefix(mode, alg, 1, "k").encode(), user_aad)
+    for view in (aad, bytearray(aad), memoryview(aad)):
+        assert in_native_domain(view)
+
+
+@pytest.mark.parametrize(
+    "aad", [b"", b"SFL", b"SFL1", b"SFL1\x00", b"SFL1\x03", b"sfl1\x02", b"xSFL1\x02", b"SFL2\x02"]
+)
+def test_other_aads_are_not(aad: bytes) -> None:
+    assert not in_native_domain(aad)

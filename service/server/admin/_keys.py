@@ -1,5 +1,9 @@
 """Admin routes: create, list, show, rotate, patch, delete and export keys (scope ``admin``).
 
+What lets material leave, exporting it or making a key exportable (created so, or by ``PATCH``),
+needs ``export`` on the key besides: ``admin`` does not imply it (``_auth``), and the scope is
+checked before anything is written.
+
 Plain ``def`` routes: FastAPI runs them on its thread pool, so a keystore write
 (one SQLite transaction, fsynced) never blocks the event loop.
 """
@@ -30,7 +34,7 @@ from sealflow.service.keystore import (
     next_rotation,
 )
 
-from .. import errors
+from .. import _auth, errors
 from ._deps import AdminDep, LogDep, ServicesDep
 
 
@@ -51,7 +55,10 @@ def _error(what: str) -> dict[str, object]:
 _ERRORS: dict[int | str, dict[str, object]] = {
     400: _error("bad_request: the body or a parameter is invalid, or a lowering not asked for"),
     401: _error("unauthorized: no valid bearer token"),
-    403: _error("forbidden (the token lacks admin), not_exportable or version_retired"),
+    403: _error(
+        "forbidden (the token lacks admin, or export on the key to export it or make it"
+        " exportable), not_exportable or version_retired"
+    ),
     404: _error("key_not_found"),
     409: _error("key_exists, or deletion_not_allowed (set deletion_allowed first)"),
     413: _error("too_large: the body exceeds 64 KiB"),
@@ -85,7 +92,7 @@ class KeyCreate(BaseModel):
 
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$", max_length=64)
     algorithm: Algorithm = Algorithm.AES_256_GCM
-    exportable: bool = False
+    exportable: bool = Field(False, description="true needs the export scope on the name too")
     max_encryptions: StrictInt | None = _MAX_ENCRYPTIONS
     auto_rotate_period: StrictInt | StrictFloat | None = _PERIOD
 
@@ -112,7 +119,7 @@ class KeyPatch(BaseModel):
     exportable: StrictBool | None = Field(
         None,
         description="true makes the key exportable, every version (never undone: false on an"
-        " exportable key is a 400)",
+        " exportable key is a 400); true needs the export scope on the key too",
     )
 
 
@@ -193,8 +200,10 @@ class KeyExport(BaseModel):
 
 
 @router.post("", status_code=201, summary="Create a key (version 1)")
-def create_key(body: KeyCreate, svc: ServicesDep, _: AdminDep, log: LogDep) -> KeyOut:
+def create_key(body: KeyCreate, svc: ServicesDep, token: AdminDep, log: LogDep) -> KeyOut:
     log.key = body.name
+    if body.exportable:
+        _auth.require(token, "export", body.name)
     key = svc.store.create_key(
         body.name, body.algorithm, body.exportable, body.max_encryptions, body.auto_rotate_period
     )
@@ -223,8 +232,12 @@ def rotate_key(name: KeyName, svc: ServicesDep, _: AdminDep, log: LogDep) -> Key
     "/{name}",
     summary="Retire old versions; change usage limits; allow deletion; make exportable",
 )
-def patch_key(name: KeyName, body: KeyPatch, svc: ServicesDep, _: AdminDep, log: LogDep) -> KeyOut:
+def patch_key(
+    name: KeyName, body: KeyPatch, svc: ServicesDep, token: AdminDep, log: LogDep
+) -> KeyOut:
     log.key = name
+    if body.exportable:
+        _auth.require(token, "export", name)
     limits = body.max_encryptions, body.auto_rotate_period
     rules = body.min_decryption_version, body.min_encryption_version, body.deletion_allowed
     if rules == (None, None, None) and body.exportable is None and limits == (None, None):
@@ -256,16 +269,18 @@ def delete_key(name: KeyName, svc: ServicesDep, _: AdminDep, log: LogDep) -> Res
 
 @router.get(
     "/{name}/export",
-    summary="Export key material (exportable keys, versions not below min_decryption_version)",
+    summary="Export key material (scopes admin and export on the key; exportable keys, versions"
+    " not below min_decryption_version)",
 )
 def export_key(
     name: KeyName,
     svc: ServicesDep,
-    _: AdminDep,
+    token: AdminDep,
     log: LogDep,
     version: Annotated[int | None, Query(ge=1)] = None,
 ) -> KeyExport:
     log.key, log.version = name, version  # as asked, should the export be refused
+    _auth.require(token, "export", name)
     key, version, material = export_material(svc.store, name, version)
     log.version = version
     return KeyExport(

@@ -267,7 +267,11 @@ _RESPONSES = {
     "405": {"description": "method_not_allowed: only POST", **_ERROR},
     "429": {"description": "too_many_requests: this token's share of the slots", **_ERROR},
     "503": {"description": "overloaded, or keystore_unavailable", **_ERROR},
-    "507": {"description": "spool_full: no spool space for a request-then-response", **_ERROR},
+    "507": {
+        "description": "spool_full or insufficient_storage: no spool space for a"
+        " request-then-response (the budget, or the disk)",
+        **_ERROR,
+    },
 }
 _NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
 _AAD = {

@@ -23,17 +23,22 @@ in a file kept as it is are for its caller to catch: an encrypt's envelope fails
 decryption, a decrypt's envelope fails its second open (``_reopen``).
 
 A process-wide ``SpoolBudget`` (``_budget``) bounds the disk all spools may use at once (507
-``spool_full`` beyond it), and a per-request limit bounds one (413). Everything is released
-by ``close()``, on every path out of a request.
+``spool_full`` beyond it), and a per-request limit bounds one (413). A disk that fills up before
+either (other files on it, a small tmpfs as TMPDIR) is 507 ``insufficient_storage``: every disk
+write (the file's creation, each piece, a sealed spool's last chunk) happens before the answer's
+first byte, so the refusal is always a clean answer, and the caller's ``close()`` frees the file
+before it goes out. Everything is released by ``close()``, on every path out of a request.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import io
 import logging
 import os
 import tempfile
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 from sealflow import engine
@@ -50,6 +55,9 @@ _SEALED_PIECE = READ_PIECE + READ_PIECE // engine.CHUNK_LEN * engine.TAG_LEN
 _ALG = engine.Algorithm.AES_256_GCM
 _CONTEXT = b"sealflow output spool"
 
+# A full disk, or the user's quota on it: the request cannot be spooled now; another may be.
+_DISK_FULL = frozenset((errno.ENOSPC, errno.EDQUOT))
+
 Piece = bytes | bytearray
 # What the output is passed through on its way back out, piece by piece (or None: as it is).
 Through = Callable[[Piece], Piece] | None
@@ -60,6 +68,20 @@ def damaged(why: str) -> errors.ApiError:
     log.error("spool: %s; the request is ended without passing it on", why)
     _metrics.SPOOL_DAMAGED.inc()
     return errors.spool_damaged()
+
+
+@contextlib.contextmanager
+def _disk() -> Iterator[None]:
+    """Writes to the spool's disk: a full one is 507 ``insufficient_storage``, other errors
+    stay what they are (a failing disk is the server's 500)."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno not in _DISK_FULL:
+            raise
+        log.warning("spool: the disk is full (%s); the request is refused with 507", exc.strerror)
+        _metrics.SPOOL_DISK_FULL.inc()
+        raise errors.insufficient_storage() from None
 
 
 class Spool:
@@ -103,17 +125,24 @@ class Spool:
         if self._on_disk + len(data) > self._request_limit:
             raise errors.too_large(self._request_limit)
         if self._file is None:
-            self._open()
+            with _disk():
+                self._open()
         grows = len(data) if self._sealer is None else self._sealer.update_size(len(data))
         self._budget.take(grows)
         self._taken += grows
         self._on_disk += len(data)
-        await self._pool.run(len(data), self._put, data)
+        with _disk():
+            await self._pool.run(len(data), self._put, data)
 
     async def chunks(self, through: Through = None) -> AsyncIterator[Piece]:
         """The output, in order: what is in memory, then the file, read piece by piece; each
-        piece passed through ``through`` if given (in the same job as its read)."""
+        piece passed through ``through`` if given (in the same job as its read).
+
+        A sealed file's last chunk is written before the first piece comes out: its disk may
+        be full, and that must be a clean error, not a reply cut off."""
         pool = self._pool
+        if self._sealer is not None:
+            await self._seal_tail()
         for piece in self._memory:
             yield piece if through is None else await pool.run(len(piece), through, piece)
         self._memory.clear()
@@ -127,10 +156,6 @@ class Spool:
                 yield await pool.run(n, self._get, n, through)
                 left -= n
             return
-        tail = self._sealer.finalize()
-        self._budget.take(len(tail))
-        self._taken += len(tail)
-        await pool.run(len(tail), _write_all, self._file, memoryview(tail))
         self._file.seek(0)
         opener = engine.ChunkedDecryptor(_ALG, self._key, _CONTEXT)
         while True:
@@ -139,6 +164,15 @@ class Spool:
                 yield piece
             if done:
                 return
+
+    async def _seal_tail(self) -> None:
+        assert self._sealer is not None
+        assert self._file is not None
+        tail = self._sealer.finalize()
+        self._budget.take(len(tail))
+        self._taken += len(tail)
+        with _disk():
+            await self._pool.run(len(tail), _write_all, self._file, memoryview(tail))
 
     def close(self) -> None:
         """Forget everything: the memory part, the file (it has no name) and the key."""

@@ -75,6 +75,8 @@ class BatchCodec(Protocol):
 
 
 Codec = Chunked | BatchCodec
+# Sees each piece of a body as it arrives; raises ApiError to refuse the request there.
+Watch = Callable[[bytes], None]
 
 
 def _run_batch(codec: Codec, head: bytes, pieces: list[bytes], size: int, final: bool) -> Output:
@@ -211,16 +213,17 @@ class Transfer:
         head: bytes,
         pieces: list[bytes],
         length: int | None,
+        watch: Watch | None = None,
     ) -> None:
         """Run the body through a stream codec: answered as it goes when the client asked for
         full duplex, otherwise once the body has ended, from a spool (``_spool``)."""
         if self.duplex:
             reply.duplex, reply.length = True, length
-            await self.pipeline(body, reply, codec, head, pieces)
+            await self.pipeline(body, reply, codec, head, pieces, watch)
             return
         spool = self.spool(self.spools_plaintext)
         try:
-            await self.pipeline(body, spool, codec, head, pieces)
+            await self.pipeline(body, spool, codec, head, pieces, watch)
             # Every byte is produced (and, for decryption, authenticated): now the answer.
             await self.from_spool(reply, spool, spool.size)
         finally:
@@ -254,8 +257,10 @@ class Transfer:
         codec: Codec,
         head: bytes,
         pieces: list[bytes],
+        watch: Watch | None = None,
     ) -> None:
-        """Batches through the codec, overlapping receive, crypto and send."""
+        """Batches through the codec, overlapping receive, crypto and send; ``watch`` sees
+        each piece as it arrives (and may refuse the request before its batch runs)."""
         crypto = self.svc.crypto
         size = sum(map(len, pieces))
         pending: Output | asyncio.Task[Output] | None = None
@@ -263,6 +268,8 @@ class Transfer:
             while True:
                 piece = await body.read()
                 if piece is not None:
+                    if watch is not None:
+                        watch(piece)
                     pieces.append(piece)
                     size += len(piece)
                     if size < BATCH:

@@ -86,7 +86,9 @@ class Head:
     def complete(self) -> Head:
         """The head is whole: what its headers say of the body, read once."""
         value = self.content_length
-        self.length = None if value is None or self.chunked else int(value)
+        # The parser took digits only, of a value that fits 64 bits, but any number of leading
+        # zeros: int() refuses more than 4,300 digits.
+        self.length = None if value is None or self.chunked else int(value.lstrip(b"0") or b"0")
         return self
 
     @property

@@ -28,7 +28,9 @@ Rules this enforces for every request on a connection, the first or a pipelined 
 - the keep-alive timer runs only while the connection has nothing pending: no request being
   read, answered or waiting, and no head begun;
 - per-request state, Vault's ``LIST`` method included, lives in the request's ``Head`` and
-  ``Cycle`` and ends with them.
+  ``Cycle`` and ends with them;
+- the process keeps at most so many connections open (``Options.gate``, ``_gate``): a new one
+  beyond makes room by closing an idle one, one that never authenticated first.
 
 Small answers (fast answers, and an ASGI response whose first body write is at most
 ``HOLD_MAX`` bytes, together with its head) are held until the end of the event loop's turn and
@@ -51,6 +53,7 @@ from typing import Any, Protocol, cast
 import httptools
 
 from ._cycle import STATUS_LINES, Cycle, status_line
+from ._gate import Gate
 from ._head import Head
 
 log = logging.getLogger("sealflow")
@@ -76,6 +79,10 @@ class Answer(Protocol):
 class Plan(Protocol):
     refused: bool  # answered from the head (``Planner.answer(plan, None)``)
     whole: int  # the largest body this protocol may gather and have answered; 0: never
+
+    @property
+    def token(self) -> object | None:
+        """The request's valid token, if it had one: its connection has authenticated."""
 
 
 class Planner(Protocol):
@@ -105,6 +112,7 @@ class Options:
     receive_timeout: float = 30.0  # a whole body gathered here must come within this
     planner: Planner | None = None
     fast: bool = True  # answer whole-body plans here (off: every request through the app)
+    gate: Gate | None = None  # the process's open connections, capped (None: not counted)
 
 
 _REFUSALS = {
@@ -203,6 +211,7 @@ class HttpProtocol(asyncio.Protocol):
         self._reading = True
         self._writable = asyncio.Event()
         self._writable.set()
+        self._authenticated = False  # a request on it carried a valid token (``_gate``)
 
     # -- asyncio.Protocol ---------------------------------------------------------------------
 
@@ -215,9 +224,13 @@ class HttpProtocol(asyncio.Protocol):
             self.scheme = "https"
         # A connection that never sends a request is closed like one that never finishes it.
         self._arm_head_timer()
+        if self.options.gate is not None:
+            self.options.gate.admit(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.server_state.connections.discard(self)
+        if self.options.gate is not None:
+            self.options.gate.gone(self)
         self._phase = _CLOSED
         self._cancel_timers()
         self._held = []
@@ -390,6 +403,14 @@ class HttpProtocol(asyncio.Protocol):
         options = self.options
         planner = options.planner
         plan = None if planner is None else planner.plan(head)
+        if (
+            plan is not None
+            and not self._authenticated
+            and plan.token is not None
+            and options.gate is not None
+        ):
+            self._authenticated = True
+            options.gate.authenticated(self)
         if planner is not None and plan is not None and self._busy is None and not self._queue:
             if plan.refused:
                 self._reader = None
@@ -663,6 +684,19 @@ class HttpProtocol(asyncio.Protocol):
         if self._busy is cycle:
             self._busy = None
         self._close()
+
+    @property
+    def idle(self) -> bool:
+        """Nothing being served: no request read (beyond a head), answered, waiting or held."""
+        return self._busy is None and self._reader is None and not self._queue and not self._held
+
+    def shed(self, reason: str) -> None:
+        """Closed to make room for another connection (``_gate``): aborted, so that its
+        descriptor is free now; an idle connection has nothing queued to write anyway."""
+        _count_refused(self.options, reason)
+        self._phase = _CLOSED
+        self._cancel_timers()
+        self.transport.abort()
 
     def _close(self) -> None:
         self._phase = _CLOSED

@@ -1,10 +1,11 @@
 """The checks Transit makes of a request before any sealing or opening, in its order and with
 its messages: the key, each item's base64, the version an encrypt asks for or a ciphertext
-names, ``associated_data``. An item that fails one is failed in the request's ``Results`` and
-left out of every later step."""
+names, ``associated_data`` (base64, and outside the native envelope's AAD space). An item that
+fails one is failed in the request's ``Results`` and left out of every later step."""
 
 from __future__ import annotations
 
+from sealflow.service.envelope import in_native_domain
 from sealflow.service.keystore import KeyInfo, KeyNotFound, KeyStore
 
 from . import _ciphertext, _wire
@@ -13,6 +14,10 @@ from ._ciphertext import CiphertextError
 from ._items import Item
 
 KEY_NOT_FOUND = "encryption key not found"
+RESERVED_AAD = (
+    "may not begin with the sealflow envelope magic (SFL1 and a mode byte are reserved for"
+    " native envelopes)"
+)
 _VERSION_NEGATIVE = "requested version for encryption is negative"
 _VERSION_TOO_HIGH = "requested version for encryption is higher than the latest key version"
 _VERSION_TOO_LOW = (
@@ -87,7 +92,9 @@ def parse_all(
 
 
 def aads(work: list[Item], results: Results, offset: int = 0) -> dict[int, bytes]:
-    """Each pending item's associated_data decoded; offset: the request's index of work[0]."""
+    """Each pending item's ``associated_data``, decoded; an item whose AAD is not base64, or
+    begins as a native envelope's AAD does (``reserved_aad``), is failed. ``offset``: the
+    request's index of ``work[0]`` (a group's first item), for the messages."""
     pending = results.pending()
     if not any(item.aad for item in work):
         return dict.fromkeys(pending, b"")
@@ -95,15 +102,27 @@ def aads(work: list[Item], results: Results, offset: int = 0) -> dict[int, bytes
     known = {"": b""}  # each value decoded once: a batch usually repeats a few
     for i in pending:
         text = work[i].aad
-        value = known.get(text)
-        if value is None:
+        aad = known.get(text)
+        if aad is None:
             try:
-                value = known[text] = _ciphertext.b64decode(text)
+                aad = known[text] = _ciphertext.b64decode(text)
             except CiphertextError as exc:
                 results.fail(i, f"'[{offset + i}].associated_data' {exc}")
                 continue
-        decoded[i] = value
+        if reserved_aad(aad):
+            results.fail(i, f"'[{offset + i}].associated_data' {RESERVED_AAD}")
+        else:
+            decoded[i] = aad
     return decoded
+
+
+def reserved_aad(aad: bytes) -> bool:
+    """Whether Transit must refuse to seal or open under this AAD: one that begins as every
+    native envelope's AAD does (``SFL1`` and a mode byte). Transit's ciphertext is the native
+    single-shot body under the same material, so only the AAD keeps a native envelope from
+    opening here re-encoded, and a ciphertext made here from opening natively behind a prefix
+    (docs/API.md, Domain separation)."""
+    return in_native_domain(aad)
 
 
 def materials(

@@ -12,6 +12,8 @@ import binascii
 
 import pybase64
 
+from ._wire import atoi
+
 PREFIX = "vault:v"
 NONCE_LEN = 12
 
@@ -49,7 +51,7 @@ def split(value: str) -> tuple[int, str]:
     version, sep, payload = value[len(PREFIX) :].partition(":")
     if not sep:
         raise CiphertextError(WRONG_FIELDS)
-    number = _atoi(version)
+    number = atoi(version)
     if number is None:
         raise CiphertextError(BAD_VERSION)
     return 1 if number == 0 else number, payload
@@ -80,14 +82,6 @@ def b64decode(text: str | bytes) -> bytes:
     if offset >= 0:
         raise CiphertextError(f"illegal base64 data at input byte {offset}")
     return binascii.a2b_base64(raw.replace(b"\r", b"").replace(b"\n", b""))
-
-
-def _atoi(text: str) -> int | None:
-    """Go's ``strconv.Atoi``: an optional sign, then ASCII digits only."""
-    digits = text[1:] if text[:1] in ("+", "-") else text
-    if not digits or not digits.isascii() or not digits.isdigit():
-        return None
-    return int(text)
 
 
 def _go_error_offset(src: bytes) -> int:

@@ -10,11 +10,12 @@ pool (inline when small) and the fast answer on the spot.
 A group in the common shape (``_column``), or a single request of a plaintext, goes as a
 column: checked once for the whole group, leased at once, sealed by one engine call that writes
 the answer's bytes (a single request: one ``engine.seal`` and Vault's single answer). A column
-that any item would fail (bad base64, an unknown key or version, bad associated_data, a version
-used up) goes item by item instead, decided before anything is counted, so that every item gets
-its own error; so does a column whose lease does not cover it under one version (the latest
-used up on the way, or a version asked for running out), with the lease it took. The answer is
-the same either way (tests/service/transit/test_column.py compares them).
+that any item would fail (bad base64, an unknown key or version, bad or reserved
+associated_data, a version used up) goes item by item instead, decided before anything is
+counted, so that every item gets its own error; so does a column whose lease does not cover it
+under one version (the latest used up on the way, or a version asked for running out), with the
+lease it took. The answer is the same either way (tests/service/transit/test_column.py compares
+them).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from .._budget import Hold
 from .._state import Services
 from . import _batch, _ciphertext, _column, _crypto, _items, _run, _wire
 from ._batch import Answer, Part, Results, encrypted
-from ._checks import aads, decode_all, key_of, version_error, wanted_versions
+from ._checks import aads, decode_all, key_of, reserved_aad, version_error, wanted_versions
 from ._items import Reading, Request, items
 from ._leases import lease_items
 from ._wire import Body
@@ -136,6 +137,8 @@ def _by_column(
         key = svc.store.get_key(name)
         aad = _ciphertext.b64decode(column.aad) if column.aad else b""
     except (ValueError, KeyNotFound):  # CiphertextError is a ValueError
+        return None
+    if reserved_aad(aad):  # every item fails: the item path says so, item by item
         return None
     if version_error(key, column.version) is not None:
         return None

@@ -9,7 +9,9 @@ then checks the scope the route needs against the key it names, reads the JSON b
 
 Scopes: ``encrypt:<glob>`` covers encrypt and datakey, ``decrypt:<glob>`` decrypt, rewrap
 needs both; reading a key's metadata needs either (clients read ``latest_version``) or
-``admin``; every other key route needs ``admin``.
+``admin``; every other key route needs ``admin``, and what lets material leave (``export/``,
+and ``exportable`` asked for on create or ``config``) needs ``export:<glob>`` besides, which
+``admin`` does not imply.
 """
 
 from __future__ import annotations
@@ -186,17 +188,21 @@ class Transit:
             return 200, await _keys.read(store, name)
         _admin(token)
         if kind == "export":
+            _allow("export", token, name)
             return 200, _keys.export(store, parts[1], name, parts[3] if len(parts) == 4 else None)
         body = await _read(receive, limit, hold) if method in _WRITE else b""
         if kind == "rotate":
             return 200, await _keys.rotate(store, name)
-        if kind == "config":
-            return 200, await _keys.config(store, name, _wire.parse(body, hold))
         if method == "DELETE":
             await _keys.delete(store, name)
             svc.usage.forget(name)  # sealings this process holds for it are not a new key's
             return 204, b""
-        return 200, await _keys.create(store, name, _wire.parse(body, hold))
+        fields = _wire.parse(body, hold)
+        if _keys.asks_export(fields):  # checked before a field is, so a refusal writes nothing
+            _allow("export", token, name)
+        if kind == "config":
+            return 200, await _keys.config(store, name, fields)
+        return 200, await _keys.create(store, name, fields)
 
 
 _DATA: dict[str, Callable[[Services, str, bytes, Hold], Awaitable[tuple[int, Reply]]]] = {
@@ -208,6 +214,7 @@ _SCOPES: dict[str, tuple[_auth.Action, ...]] = {
     "encrypt": ("encrypt",),
     "decrypt": ("decrypt",),
     "rewrap": ("decrypt", "encrypt"),
+    "export": ("export",),
 }
 
 

@@ -75,6 +75,10 @@ def parse(body: bytes | bytearray, hold: Hold) -> Body:
     return value
 
 
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+_INT64_DIGITS = len(str(_INT64_MAX))
+
+
 def _field_error(name: str, value: object, kind: str) -> ApiError:
     got = "nil" if value is None else type(value).__name__
     return user_error(
@@ -83,19 +87,36 @@ def _field_error(name: str, value: object, kind: str) -> ApiError:
     )
 
 
+def atoi(text: str) -> int | None:
+    """Go's ``strconv.Atoi`` on a 64-bit machine, as Transit reads numbers in text: an optional
+    sign, then ASCII digits only, the value within an int64 (leading zeros allowed, however
+    many: Python's ``int()`` refuses a string of more than 4,300 digits with a ValueError)."""
+    sign = text[:1] if text[:1] in ("+", "-") else ""
+    digits = text[len(sign) :]
+    if not digits or not digits.isascii() or not digits.isdigit():
+        return None
+    significant = digits.lstrip("0") or "0"
+    if len(significant) > _INT64_DIGITS:
+        return None
+    number = -int(significant) if sign == "-" else int(significant)
+    return number if _INT64_MIN <= number <= _INT64_MAX else None
+
+
 def as_int(body: Body, name: str, default: int = 0) -> int:
+    """An integer field as Vault's field parser takes it: a JSON number with no fraction, or
+    its text; within an int64 (a larger one would reach the keystore as an overflow)."""
     value = body.get(name)
     if value is None:
         return default
+    number: int | None = None
     if type(value) is int:
-        return value
-    if isinstance(value, str):
-        try:
-            return int(value.strip())
-        except ValueError:
-            pass
+        number = value
+    elif isinstance(value, str):
+        number = atoi(value.strip())
     elif isinstance(value, float) and value.is_integer():
-        return int(value)
+        number = int(value)
+    if number is not None and _INT64_MIN <= number <= _INT64_MAX:
+        return number
     raise _field_error(name, value, "int")
 
 

@@ -179,6 +179,7 @@ def test_other_codes_are_the_base_class(api: Client) -> None:
 
 def test_the_table_and_answers_that_are_not_the_services_json() -> None:
     assert set(ERRORS) >= {"unauthorized", "forbidden", "spool_full", "too_many_requests"}
+    assert ERRORS["insufficient_storage"] is ServiceUnavailable
     e = error_from_reply(429, b'{"error": {"code": "too_many_requests", "message": "slow"}}')
     assert (type(e), e.status, str(e)) == (ServiceUnavailable, 429, "429 too_many_requests: slow")
     for body in (b"<h1>Bad Gateway</h1>", b'{"error": "x"}', b"[1]", b"\xff", b""):

@@ -31,15 +31,24 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
+def store_url(backend: str, request: pytest.FixtureRequest) -> str:
+    """The PostgreSQL database of the test's keystore ("" for SQLite: ``db_path``)."""
+    if backend != "postgresql":
+        return ""
+    url: str = request.getfixturevalue("postgres").new_database()
+    return url
+
+
+@pytest.fixture
 def open_store(
-    backend: str, request: pytest.FixtureRequest, db_path: Path
+    backend: str, store_url: str, db_path: Path
 ) -> Iterator[Callable[[bytes], KeyStore]]:
     """Open (another instance of) one keystore of the test's backend; all closed after.
 
     Instances share the store: a second one is another process's view of it.
     """
     opened: list[KeyStore] = []
-    url = request.getfixturevalue("postgres").new_database() if backend == "postgresql" else ""
+    url = store_url
 
     def open_(master_key: bytes) -> KeyStore:
         store: KeyStore

@@ -51,7 +51,7 @@ def test_a_first_start_makes_a_whole_private_keystore(
         assert [k.name for k in store.list_keys()] == ["default"]
         root = store.find_token(token)
         assert root is not None
-        assert root.scopes == ("admin", "encrypt:*", "decrypt:*")
+        assert root.scopes == ("admin", "encrypt:*", "decrypt:*", "export:*")
     assert prepare(settings) is None  # later starts print nothing
 
 

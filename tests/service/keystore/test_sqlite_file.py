@@ -137,10 +137,12 @@ def test_a_schema_1_keystore_is_upgraded_keeping_every_version(
     with caplog.at_level(logging.WARNING, logger="sealflow.keystore"):
         store = SQLiteKeyStore(db_path, master_key)
     with closing(store):
-        (record,) = caplog.records
+        record, granted = caplog.records
         assert "upgraded from schema 1 to 2: 7 key versions rewrapped, 4 keys and 3 tokens" in (
             record.getMessage()
         )
+        # Then, as for any keystore made before export:<glob>, the root token gains it.
+        assert "given export:*" in granted.getMessage()
         for (name, version), material in made.materials.items():
             assert store.key_material(name, version) == material
         for name, algorithm, exportable, versions, min_version in KEYS:
@@ -149,7 +151,7 @@ def test_a_schema_1_keystore_is_upgraded_keeping_every_version(
             assert (info.latest, info.min_decryption_version) == (versions, min_version)
         root = store.find_token(made.secrets["root"])
         assert root is not None
-        assert root.scopes == ("admin", "encrypt:*", "decrypt:*")
+        assert root.scopes == ("admin", "encrypt:*", "decrypt:*", "export:*")
         assert store.find_token(made.secrets["gone"]) is None
         assert [t.revoked for t in store.list_tokens()] == [False, False, True]
 
@@ -160,11 +162,15 @@ def test_a_schema_1_keystore_is_upgraded_keeping_every_version(
         )
         assert new_blobs.keys() == old_blobs.keys()
         assert all(new_blobs[k] != old_blobs[k] for k in old_blobs)  # rewrapped, every one
-        # The rows themselves are unchanged; each gained its MAC.
+        # The rows themselves are unchanged (but the root token's export:*); each gained its MAC.
         keys = db.execute("SELECT * FROM keys ORDER BY name").fetchall()
         tokens = db.execute("SELECT * FROM tokens ORDER BY id").fetchall()
     assert [row[:-1] for row in keys] == old_keys
-    assert [row[:-1] for row in tokens] == old_tokens
+    widened = [
+        (*row[:2], row[2] + " export:*", *row[3:]) if row[3] == "root" else row
+        for row in old_tokens
+    ]
+    assert [row[:-1] for row in tokens] == widened
     assert all(isinstance(row[-1], bytes) and len(row[-1]) == 32 for row in keys + tokens)
 
     caplog.clear()

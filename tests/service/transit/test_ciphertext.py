@@ -34,6 +34,11 @@ def test_go_base64_accepts(text: str, data: bytes) -> None:
         ("vault:v1", _ciphertext.WRONG_FIELDS),
         ("vault:vx:AAAA", _ciphertext.BAD_VERSION),
         ("vault:v:AAAA", _ciphertext.BAD_VERSION),
+        # Go's strconv.Atoi refuses what does not fit an int64; Python's int() would raise
+        # ValueError past 4,300 digits (a 500 before issue 24).
+        ("vault:v9223372036854775808:AAAA", _ciphertext.BAD_VERSION),
+        ("vault:v-9223372036854775809:AAAA", _ciphertext.BAD_VERSION),
+        ("vault:v" + "9" * 5000 + ":AAAA", _ciphertext.BAD_VERSION),
     ],
 )
 def test_split_refuses_with_transits_messages(text: str, message: str) -> None:
@@ -44,6 +49,11 @@ def test_split_refuses_with_transits_messages(text: str, message: str) -> None:
 def test_split_reads_v0_as_version_1_and_keeps_the_payload() -> None:
     assert _ciphertext.split("vault:v0:AAAA") == (1, "AAAA")
     assert _ciphertext.split("vault:v12:a:b") == (12, "a:b")
+    # As Go reads them: leading zeros, however many, and a sign.
+    assert _ciphertext.split("vault:v" + "0" * 5000 + "7:AAAA") == (7, "AAAA")
+    assert _ciphertext.split("vault:v+2:AAAA") == (2, "AAAA")
+    assert _ciphertext.split("vault:v-3:AAAA") == (-3, "AAAA")
+    assert _ciphertext.split("vault:v9223372036854775807:A") == ((1 << 63) - 1, "A")
 
 
 def test_payload_needs_a_nonce() -> None:

@@ -270,7 +270,8 @@ ODD = st.sampled_from(
 PLAINTEXTS = st.one_of(GOOD, ODD)
 MISSING = object()
 VERSIONS = st.sampled_from([MISSING, None, 0, 1, 3, 4, -1, "2", True, 1.0])
-AADS = st.sampled_from([MISSING, None, "", "YWFk", "!!", 7])
+RESERVED = base64.b64encode(b"SFL1\x02\x02").decode()  # a native envelope's AAD: refused
+AADS = st.sampled_from([MISSING, None, "", "YWFk", "!!", 7, RESERVED])
 REFERENCES = st.sampled_from([MISSING, None, "", "a", 'q"\\', 3])
 
 
@@ -293,7 +294,7 @@ def batches(draw: st.DrawFn) -> dict[str, Any]:
     if draw(st.booleans()):
         odd = draw(st.integers(0, 2)) == 0  # some odd values, else plausible ones
         version = draw(VERSIONS if odd else st.sampled_from([MISSING, None, 0, 1, 3, 4, -1]))
-        aad = draw(AADS if odd else st.sampled_from([MISSING, None, "", "YWFk", "!!"]))
+        aad = draw(AADS if odd else st.sampled_from([MISSING, None, "", "YWFk", "!!", RESERVED]))
         texts, references = (
             (PLAINTEXTS, REFERENCES) if odd else (GOOD, REFERENCES.filter(lambda r: r != 3))
         )
@@ -337,7 +338,7 @@ def singles(draw: st.DrawFn) -> dict[str, Any]:
     body: dict[str, Any] = item(
         draw(PLAINTEXTS if odd else GOOD),
         draw(VERSIONS),
-        draw(AADS if odd else st.sampled_from([MISSING, None, "", "YWFk"])),
+        draw(AADS if odd else st.sampled_from([MISSING, None, "", "YWFk", RESERVED])),
         draw(REFERENCES) if draw(st.integers(0, 4)) == 0 else MISSING,
     )
     if draw(st.integers(0, 4)) == 0:
@@ -368,7 +369,8 @@ def test_single_requests_answer_alike(
 
 
 def test_a_single_plaintext_is_sealed_as_a_column_of_one(svc: Services) -> None:
-    body: dict[str, Any] = {"plaintext": b64(1024), "associated_data": "YWFk", "key_version": 2}
+    plaintext = b64(1024)
+    body = {"plaintext": plaintext, "associated_data": "YWFk", "key_version": 2}
     tally = Tally(svc.usage)
     counted = dataclasses.replace(svc, usage=tally)  # type: ignore[arg-type]
     sealing, raw = sealed_at_once(counted, "k", json.dumps(body).encode())
@@ -377,9 +379,7 @@ def test_a_single_plaintext_is_sealed_as_a_column_of_one(svc: Services) -> None:
     data = orjson.loads(raw)["data"]
     assert list(data) == ["ciphertext", "key_version"]
     assert data["key_version"] == 2
-    assert opened_both_ways(svc, "k", data["ciphertext"], "YWFk") == base64.b64decode(
-        body["plaintext"]
-    )
+    assert opened_both_ways(svc, "k", data["ciphertext"], "YWFk") == base64.b64decode(plaintext)
     # Anything beyond plaintext, key_version and associated_data goes the general way.
     assert _column.column({**body, "reference": "r"}) is None
     assert _column.column({**body, "key_version": True}) is None

@@ -158,12 +158,41 @@ def test_data_keys(both: Both) -> None:
         "vaul:v1:AAAA",
         "vault:vx:AAAA",
         "vault:v1",
+        # Versions outside what a key can have (issue 24, item 9): past Go's int64, past
+        # Python's 4,300-digit int() limit, past 2^31, negative, signed.
+        "vault:v9223372036854775808:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+        "vault:v" + "9" * 5000 + ":AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+        "vault:v2147483648:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+        "vault:v9223372036854775807:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+        "vault:v-5:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+        "vault:v+1:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+        "vault:v-9223372036854775809:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+        "vault:v" + "0" * 5000 + "1:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
     ],
 )
 def test_decrypt_errors(both: Both, ciphertext: str) -> None:
     name = unique("diff")
     both.same(lambda c: c.secrets.transit.create_key(name))
     both.same(lambda c: c.secrets.transit.decrypt_data(name, ciphertext))
+
+
+def test_numbers_beyond_an_int64_are_refused_as_openbao_refuses_them(both: Both) -> None:
+    """Issue 24, item 9: every number Transit reads from text, however long (a 500 before)."""
+    name = unique("diff")
+    both.same(lambda c: transit(c).create_key(name, exportable=True))
+    huge = "9" * 5000
+    export = f"/v1/transit/export/encryption-key/{name}/"
+
+    def exported(version: str) -> Callable[[hvac.Client], Any]:
+        return lambda c: c.adapter.get(export + version)
+
+    def rotating(period: str) -> Callable[[hvac.Client], Any]:
+        return lambda c: transit(c).update_key_configuration(name, auto_rotate_period=period)
+
+    for version in (huge, "99999999999999999999", "+-+1", "1" + "0" * 19, "0" * 5000 + "1"):
+        both.same(exported(version))
+    for period in (f"{huge}h", "99999999999999999999h"):
+        both.same(rotating(period))
 
 
 def test_encrypt_errors_and_batches(both: Both) -> None:

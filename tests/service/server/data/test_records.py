@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import os
+import socket
 import struct
 import uuid
 from collections.abc import Callable, Iterator
@@ -15,6 +16,8 @@ from collections.abc import Callable, Iterator
 import httpx
 import pytest
 
+from sealflow.service.server.data._records import FrameWatch
+from sealflow.service.server.errors import ApiError
 from tests.service.conftest import Server
 from tests.service.server.test_auth import new_token
 
@@ -154,6 +157,75 @@ def test_bad_framing_and_limits(make_server: MakeServer) -> None:
         assert (too_many.status_code, too_many.json()["error"]["code"]) == (413, "too_large")
         other_mode = c.post("/v1/keys/default/encrypt?mode=batch", content=b"x")
         assert other_mode.status_code == 400
+
+
+def answer_to_a_held_body(srv: Server, path: str, sent: list[bytes], duplex: bool) -> bytes:
+    """The answer to a records request that declares 64 MiB and sends only ``sent`` (each
+    piece a write of its own), the rest of the body held back: whatever the server says
+    while the client still has 64 MiB to send."""
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {srv.token}\r\n"
+        f"Content-Length: {64 * MiB}\r\n" + ("Sealflow-Duplex: 1\r\n" if duplex else "") + "\r\n"
+    ).encode()
+    with socket.create_connection(("127.0.0.1", srv.port), timeout=60) as conn:
+        conn.sendall(head)
+        for piece in sent:
+            conn.sendall(piece)
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            more = conn.recv(65536)
+            if not more:
+                break
+            answer += more
+        return answer
+
+
+@pytest.mark.parametrize("duplex", [False, True])
+def test_a_too_large_length_is_refused_as_its_four_bytes_arrive(
+    make_server: MakeServer, duplex: bool
+) -> None:
+    """Issue 24, item 10: a length field beyond the limit gets its 413 with nothing after it
+    sent (before, the server waited for 512 KiB more body), also when the field is split
+    across writes or follows good records."""
+    srv = make_server(max_record_bytes=1000)
+    good = framed([os.urandom(100) for _ in range(5)])
+    for path in ("/v1/keys/default/encrypt?mode=records", "/v1/keys/default/decrypt?mode=records"):
+        for sent in (
+            [b"\xff\xff\xff\xff"],
+            [b"\x00\x00", b"\x03\xe9"],  # 1001, in two writes
+            [good + struct.pack(">I", 1 << 20)] if "encrypt" in path else [b"\0\0\x10\0"],
+        ):
+            answer = answer_to_a_held_body(srv, path, sent, duplex)
+            assert answer.startswith(b"HTTP/1.1 413 "), (path, sent, answer[:200])
+
+
+def test_the_frame_watch_refuses_exactly_the_first_length_beyond_the_limit() -> None:
+    """``FrameWatch`` over every way of cutting a body into two or three pieces: it refuses
+    in the piece that completes the first too-large length field, never before."""
+    limit = 40
+    records = [os.urandom(n) for n in (0, 1, 39, 40, 7)]
+    good = framed(records)
+    body = good + struct.pack(">I", 41) + b"x" * 10
+    first_bad = len(good) + 4  # the byte after the too-large field
+    for cut in range(len(body) + 1):
+        for cut2 in (cut, min(len(body), cut + 3), min(len(body), cut + 45)):
+            watch = FrameWatch(limit)
+            fed = 0
+            refused_at = None
+            for piece in (body[:cut], body[cut:cut2], body[cut2:]):
+                fed += len(piece)
+                try:
+                    watch(piece)
+                except ApiError as exc:
+                    refused_at, status = fed, exc.status
+                    break
+            assert refused_at is not None
+            assert status == 413
+            assert refused_at >= first_bad
+            assert refused_at - len(piece) < first_bad  # the piece that completed the field
+    watch = FrameWatch(limit)
+    for i in range(len(good)):  # byte by byte, nothing refused
+        watch(good[i : i + 1])
 
 
 def test_scopes_apply(server: Server) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -15,6 +15,7 @@ from sealflow import engine
 from sealflow.service.server import errors
 from sealflow.service.server._budget import SpoolBudget
 from sealflow.service.server.data._spool import Piece, Spool, Through
+from tests import tmpfs
 
 KiB = 1024
 
@@ -214,6 +215,59 @@ def test_one_request_is_bounded_by_its_own_limit(tmp_path: Path) -> None:
             with pytest.raises(errors.ApiError) as refused:
                 await fill(spool, os.urandom(200 * KiB))
             assert refused.value.status == 413
+        finally:
+            spool.close()
+
+    asyncio.run(run())
+
+
+@pytest.fixture
+def tiny_disk(tmp_path: Path) -> Iterator[Path]:
+    """A real filesystem of 1 MiB that a spool can fill."""
+    with tmpfs.mounted(tmp_path / "tmpfs", 1 << 20) as where:
+        yield where
+
+
+def fill_up(where: Path) -> None:
+    """Take every byte left on the filesystem at ``where``."""
+    stat = os.statvfs(where)
+    with (where / "filler").open("wb") as filler:
+        os.posix_fallocate(filler.fileno(), 0, stat.f_bavail * stat.f_frsize)
+    assert os.statvfs(where).f_bavail == 0
+
+
+@sealing
+def test_a_full_disk_is_507_and_its_file_is_freed(tiny_disk: Path, sealed: bool) -> None:
+    budget = SpoolBudget(1 << 30)
+
+    async def run() -> None:
+        spool = make(tiny_disk, budget, memory=0, sealed=sealed)
+        try:
+            with pytest.raises(errors.ApiError) as refused:
+                await fill(spool, os.urandom(2 << 20))
+            assert (refused.value.status, refused.value.code) == (507, "insufficient_storage")
+        finally:
+            spool.close()
+        assert budget.used == 0
+        assert tmpfs.used(tiny_disk) == 0
+
+    asyncio.run(run())
+
+
+def test_a_sealed_spool_finishes_its_file_before_the_first_piece_comes_out(
+    tiny_disk: Path,
+) -> None:
+    # Its last chunk goes to the file when the answer is read out; were that after the memory
+    # part had been sent, a full disk would cut off an answer that had begun.
+    async def run() -> None:
+        spool = make(tiny_disk, SpoolBudget(1 << 30), memory=64 * KiB, sealed=True)
+        try:
+            await fill(spool, os.urandom(64 * KiB))  # the memory part
+            await fill(spool, os.urandom(100 * KiB + 1))  # the file, with a chunk unfinished
+            fill_up(tiny_disk)
+            with pytest.raises(errors.ApiError) as refused:
+                await anext(aiter(spool.chunks()))
+            assert (refused.value.status, refused.value.code) == (507, "insufficient_storage")
         finally:
             spool.close()
 

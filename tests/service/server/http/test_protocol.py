@@ -221,3 +221,19 @@ def test_a_whole_body_that_does_not_come_in_time_is_408(run: Run) -> None:
         assert conn.wire.eof or conn.wire.closed
 
     run(test)
+
+
+def test_a_content_length_with_thousands_of_leading_zeros_is_its_value(run: Run) -> None:
+    """The parser takes any number of leading zeros; the length is still the number (a 500
+    before: Python's int() refuses more than 4,300 digits)."""
+
+    async def test(svc: Service) -> None:
+        conn = svc.connect()
+        head = f"POST {ENCRYPT} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {svc.token}\r\n"
+        conn.send(f"{head}Content-Length: {'0' * 5000}4\r\n\r\nabcd".encode() + get("/healthz"))
+        assert await conn.answers(2) == [200, 200]
+        conn = svc.connect()
+        conn.send(f"{head}Content-Length: {'0' * 5000}\r\n\r\n".encode())
+        assert await conn.answers(1) == [200]
+
+    run(test)
