@@ -80,7 +80,7 @@ class Settings(BaseSettings):
         # any batch Vault's 32 MiB request limit lets through (docs/TRANSIT.md, Limits).
         1 << 20,
         ge=1,
-        description="most items in one Transit batch_input (400 beyond)",
+        description="most items in one Transit batch (400 beyond)",
     )
     transit_mount: str = Field(
         "/v1/transit",
