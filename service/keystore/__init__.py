@@ -36,6 +36,7 @@ from .errors import (
     TokenNotFound,
     VersionRetired,
     VersionUsedUp,
+    WouldWait,
 )
 
 __all__ = [
@@ -65,6 +66,7 @@ __all__ = [
     "VersionRetired",
     "VersionUsage",
     "VersionUsedUp",
+    "WouldWait",
     "create_master_key_file",
     "describe",
     "export_material",

@@ -3,11 +3,12 @@
 Reads never touch the database: keys (with their unwrapped material) and tokens are held in
 memory, reloaded whole when another process changed them (``_pg_watch``: LISTEN/NOTIFY, and
 polling when the notification connection is lost) and right after this process's own writes.
-Writes are one transaction each, on a connection from a ``psycopg_pool`` pool; every write
+Writes are one transaction each, on a connection of the store's own (``_pg_connections``: it
+fails at once while the database is down, and recovers within a second); every write
 locks the one ``sealflow_changes`` row, so writes from all replicas are serialised and the
 next version of a key is always latest + 1, never a duplicate or a gap.
 
-What this store does its own way: its pool, its dialect of the shared SQL, its cache reloaded
+What this store does its own way: its connections, its dialect of the shared SQL, its cache reloaded
 whole, and its change feed. Its writes are ``_writes``'s and its rows ``_tables``'s, as for
 every store; the schema is ``_pg_schema``'s; what the master key vouches for in each row is
 ``_integrity``'s, exactly as in the SQLite store.
@@ -24,20 +25,17 @@ from typing import Any
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
-from psycopg_pool import ConnectionPool
 
 from . import _pg_schema
 from ._base import KeyInfo, KeyStoreHealth, Slot, TokenInfo
 from ._dialect import Dialect, Sql, TableNames
 from ._integrity import Integrity
+from ._pg_connections import Connections
 from ._pg_watch import Watcher
 from ._rows import MAX_VERSION, forget_replaced, live_token, present
 from ._tables import Tables
 from ._writes import Writes
 from .errors import DriverErrors, KeyNotFound, KeyStoreCorrupt, KeyStoreUnavailable
-
-# Seconds a write waits for a connection before it is KeyStoreUnavailable (503).
-_WRITE_TIMEOUT = 5.0
 
 Db = psycopg.Connection[tuple[Any, ...]]
 
@@ -72,8 +70,8 @@ _SQL = Sql(
 
 
 def _errors(what: str) -> DriverErrors:
-    """psycopg's errors (its pool's too) as keystore errors: the one mapping, around every
-    call into PostgreSQL, the watcher's included."""
+    """psycopg's errors as keystore errors: the one mapping, around every call into
+    PostgreSQL, the watcher's included."""
     return DriverErrors(psycopg.Error, what)
 
 
@@ -119,18 +117,8 @@ class PostgresKeyStore(Writes[Db]):
         self._ambient: Db | None = None  # the open transaction of provision
         self._closed = False
         self.created = False
-        self._pool = ConnectionPool(
-            url,
-            min_size=1,
-            max_size=4,
-            open=False,
-            name="sealflow-keystore",
-            check=ConnectionPool.check_connection,
-            kwargs={"connect_timeout": 5, "application_name": "sealflow-keystore"},
-        )
+        self._connections = Connections(url, self._errors)
         try:
-            with _errors(f"cannot open keystore {self._where}"):
-                self._pool.open(wait=True, timeout=10)
             with self._transaction(changes=False) as db:
                 self.created = _pg_schema.migrate(db, self._integrity, self._where)
                 if self.created and provision is not None:
@@ -142,7 +130,7 @@ class PostgresKeyStore(Writes[Db]):
             self._grant_root_export()
             self._sync(force=True)
         except BaseException:
-            self._pool.close()
+            self._connections.close()
             raise
         self._watcher = Watcher(url, self._sync, poll_interval, self._errors) if watch else None
 
@@ -152,7 +140,7 @@ class PostgresKeyStore(Writes[Db]):
         self._closed = True
         if self._watcher is not None:
             self._watcher.close()
-        self._pool.close()
+        self._connections.close()
         self._material.clear()
         self._keys, self._tokens = {}, {}
 
@@ -247,8 +235,7 @@ class PostgresKeyStore(Writes[Db]):
         """Reload the cache if the keystore changed since the last load (or ``force``): keys,
         the material of their versions not cached yet, and tokens, from one snapshot."""
         with self._reload_lock:
-            connection = self._pool.connection(timeout=_WRITE_TIMEOUT)
-            with self._errors, connection as db, db.transaction():
+            with self._errors, self._connections.connection() as db, db.transaction():
                 db.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
                 row = db.execute("SELECT generation FROM sealflow_changes").fetchone()
                 generation = int(row[0]) if row else 0
@@ -290,7 +277,7 @@ class PostgresKeyStore(Writes[Db]):
 
     @contextmanager
     def _transaction(self, changes: bool = True) -> Iterator[Db]:
-        """One transaction on a connection of the pool; the cache is reloaded after it commits.
+        """One transaction on a connection of the store's; the cache is reloaded after it commits.
 
         ``changes``: count the change and NOTIFY the other processes (at commit).
         """
@@ -299,7 +286,7 @@ class PostgresKeyStore(Writes[Db]):
             return
         if self._closed:
             raise KeyStoreUnavailable(f"keystore {self._where} is closed")
-        with self._errors, self._pool.connection(timeout=_WRITE_TIMEOUT) as db, db.transaction():
+        with self._errors, self._connections.connection() as db, db.transaction():
             if changes:
                 db.execute("UPDATE sealflow_changes SET generation = generation + 1")
                 db.execute(f"NOTIFY {_pg_schema.CHANNEL}")

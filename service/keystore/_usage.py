@@ -22,6 +22,12 @@ the new version; a version asked for by number (Transit's ``key_version``) is re
 (``VersionUsedUp``). ``auto_rotate_period`` is checked every second by every process the same
 way.
 
+Nothing that waits on the store runs on the event loop: once ``bind_loop`` named the loop's
+thread, a lease asked for there that needs the store (a reservation, a rotation) raises
+``WouldWait`` before it counts anything, and the caller asks again from a thread (``ready``
+tells beforehand whether a lease would be served from what is held). Blocks are topped up in
+the background, so a warm key never needs the store on the loop.
+
 Plaintext bytes are added up in memory and written with the next reservation or every few
 seconds: a crash may lose the last few seconds of them (bytes bound nothing).
 """
@@ -35,7 +41,7 @@ from typing import NamedTuple
 
 from ._base import KeyInfo, KeyStore, Slot
 from ._rows import BLOCK
-from .errors import KeyNotFound, KeyStoreError, KeyStoreUnavailable, VersionUsedUp
+from .errors import KeyNotFound, KeyStoreError, KeyStoreUnavailable, VersionUsedUp, WouldWait
 
 log = logging.getLogger("sealflow.keystore")
 
@@ -79,10 +85,33 @@ class UsageMeter:
         self._rotate: set[Slot] = set()
         self._wake = threading.Event()
         self._stop = threading.Event()
+        self._loop: int | None = None  # the event loop's thread (``bind_loop``)
         self._thread = threading.Thread(target=self._run, name="sealflow-usage", daemon=True)
         self._thread.start()
 
     # -- the request path
+
+    def bind_loop(self) -> None:
+        """Name the calling thread as the event loop's: leases asked for on it never wait on
+        the store (``WouldWait`` instead)."""
+        self._loop = threading.get_ident()
+
+    def ready(self, name: str, n: int = 1) -> bool:
+        """Whether a lease of ``n`` sealings under the key's latest version would be served
+        from what this process holds, without the store (a hint: another lease may take them
+        first)."""
+        try:
+            key = self._store.get_key(name)
+        except KeyStoreError:
+            return False
+        slot = key.slot(key.latest)
+        with self._lock:
+            return self._held.get(slot, 0) >= n and slot not in self._scarce
+
+    def _may_wait(self, what: str) -> None:
+        """Refuse, before anything is counted, a call to the store from the event loop."""
+        if self._loop is not None and threading.get_ident() == self._loop:
+            raise WouldWait(f"{what} needs the keystore: asked again off the event loop")
 
     def lease(self, name: str, version: int | None = None, n: int = 1) -> Lease:
         """From 1 to ``n`` sealings under a version of the key, counted before they are made:
@@ -112,11 +141,13 @@ class UsageMeter:
                 return Lease(key, asked, got, material, slot)
             if version is not None:
                 if version == key.latest:
+                    self._may_wait("a rotation")
                     self._rotate_now(key, version)  # used up, whoever finds it so
                 raise VersionUsedUp(
                     f"key {name!r} version {version} has reached its max_encryptions"
                     f" ({key.max_encryptions}) and seals nothing more: use a later version"
                 )
+            self._may_wait("a rotation")
             key = self._rotate_now(key, asked)
             asked = key.latest
         raise KeyStoreUnavailable(f"key {name!r}: no version with sealings left")
@@ -150,6 +181,7 @@ class UsageMeter:
                     self._refill.add(slot)
                     self._wake.set()
                 return n
+            self._may_wait("a reservation")
             if key.max_encryptions <= SCARCE:
                 self._scarce.setdefault(slot, time.monotonic())
             # Blocks for the latest version only: one asked for by number is reserved as used.

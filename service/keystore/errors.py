@@ -47,6 +47,13 @@ class KeyStoreUnavailable(KeyStoreError):
     """The store is corrupt, unreadable, or the master key does not open it."""
 
 
+class WouldWait(KeyStoreUnavailable):
+    """A sealing asked for on the event loop that needs the store first (a reservation, a
+    rotation): nothing was counted, and the caller asks again off the loop. Nothing that waits
+    on the database runs on the event loop (``UsageMeter.bind_loop``); should one reach a
+    client, it is the 503 of an unavailable store, never a wait."""
+
+
 class KeyStoreCorrupt(KeyStoreUnavailable):
     """A row or file fails its check: changed without the master key, or damaged.
 

@@ -175,7 +175,8 @@ class Front:
     def begin(self, plan: Plan) -> None:
         self._take(plan)
 
-    def answer(self, plan: Plan, body: bytes | None) -> errors.Whole:
+    def answer(self, plan: Plan, body: bytes | None) -> errors.Whole | None:
+        deferred = False
         try:
             if plan.refused:
                 assert plan.error is not None
@@ -186,14 +187,21 @@ class Front:
             assert svc is not None
             assert token is not None
             if plan.route is not None:
-                return data.answer(svc, plan.route, token, plan.head, plan.log, body)
-            assert plan.vault is not None
-            return self.transit.answer(svc, token, plan.head, plan.log, body)
+                answer = data.answer(svc, plan.route, token, plan.head, plan.log, body)
+            else:
+                assert plan.vault is not None
+                answer = self.transit.answer(svc, token, plan.head, plan.log, body)
+            # None: its sealing needs the keystore first, which the event loop never waits
+            # for (``UsageMeter.bind_loop``): the protocol hands it to the ASGI path, which
+            # asks off the loop; the plan keeps its slot and is recorded there.
+            deferred = answer is None
+            return answer
         finally:
-            if not plan.refused:
-                _metrics.count_lane()
-            self._give(plan)
-            self.record(plan, plan.vault if plan.refused else plan.route or plan.vault)
+            if not deferred:
+                if not plan.refused:
+                    _metrics.count_lane()
+                self._give(plan)
+                self.record(plan, plan.vault if plan.refused else plan.route or plan.vault)
 
     def abandon(self, plan: Plan) -> None:
         plan.log.error = "client_disconnected"

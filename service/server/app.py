@@ -69,6 +69,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
         _trim.tune()  # process-wide, like the server: warm heap pages for large bodies
         svc = start_services(settings)
+        svc.usage.bind_loop()  # leases asked for on the event loop never wait on the keystore
         assert isinstance(app, SealflowApp)
         app.state.services = app.front.svc = svc
         _drain.install(settings.drain_seconds)

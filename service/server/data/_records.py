@@ -114,6 +114,9 @@ class _Framed:
         self._tail = b""
         self.records = 0
 
+    def inline(self, size: int) -> bool:
+        return True  # opening waits for nothing
+
     def _complete(self, pieces: list[bytes], final: bool) -> engine.Records:
         data = b"".join([self._tail, *pieces]) if self._tail or len(pieces) != 1 else pieces[0]
         try:
@@ -146,9 +149,15 @@ class RecordSealer(_Framed):
         max_record: int,
         max_records: int,
         add_bytes: Callable[[Lease, int], None],
+        ready: Callable[[int], bool],
     ) -> None:
         super().__init__(max_record, max_records)
         self._lease, self._aad, self._add_bytes = lease, aad, add_bytes
+        self._ready = ready
+
+    def inline(self, size: int) -> bool:
+        # At most one record per FRAME_LEN bytes (and one completed from the last batch).
+        return self._ready(min(size // FRAME_LEN + 1, self._max_records))
 
     def run(self, pieces: list[bytes], final: bool) -> bytearray:
         rest: engine.Records | None = self._complete(pieces, final)
@@ -292,7 +301,10 @@ class EncryptRecords(Transfer):
             log.version = leased.version  # the log names the last version sealed under
             return leased
 
-        self.codec = RecordSealer(lease, aad, *limits, svc.usage.add_bytes)
+        def ready(n: int) -> bool:
+            return svc.usage.ready(key.name, n)
+
+        self.codec = RecordSealer(lease, aad, *limits, svc.usage.add_bytes, ready)
         self.watch = FrameWatch(limits[0])
 
     async def transfer(self, body: Body, reply: Reply) -> None:

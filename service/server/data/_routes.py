@@ -13,6 +13,7 @@ then ``_transfer`` streams. Every decision about a request is made here, once: f
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import functools
@@ -30,6 +31,7 @@ from sealflow.service.keystore import (
     KeyStoreError,
     Lease,
     TokenInfo,
+    WouldWait,
 )
 
 from .. import _auth, _metrics, errors
@@ -96,18 +98,44 @@ def serve(
         if scope["method"] != "POST":
             raise errors.method_not_allowed("POST")
         app = _prepare(svc, route, token, head, log)
+    except WouldWait:
+        return _prepared_off_loop(svc, route, token, head, log, scope, receive, send)
     except (ApiError, KeyStoreError) as exc:
         return refuse(errors.api_error(exc), scope, send, log)
     return app(scope, receive, send)
 
 
+async def _prepared_off_loop(
+    svc: Services,
+    route: Route,
+    token: TokenInfo,
+    head: Head,
+    log: AccessRecord,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+) -> None:
+    """``serve`` for a request whose sealing must be leased from the keystore first (the
+    first under a key in this process, or one near its limit): prepared in a thread, so the
+    event loop never waits for the database (a database that is down answers 503 at once)."""
+    try:
+        app = await asyncio.to_thread(_prepare, svc, route, token, head, log)
+    except (ApiError, KeyStoreError) as exc:
+        await refuse(errors.api_error(exc), scope, send, log)
+        return
+    await app(scope, receive, send)
+
+
 def answer(
     svc: Services, route: Route, token: TokenInfo, head: Head, log: AccessRecord, body: bytes
-) -> errors.Whole:
+) -> errors.Whole | None:
     """The fast answer to a whole-body plan whose body has come (the protocol's): the same
-    preparation as ``serve``, then the transfer's own whole-body step (``Transfer.answer``)."""
+    preparation as ``serve``, then the transfer's own whole-body step (``Transfer.answer``).
+    None if its sealing must wait for the keystore: the ASGI path serves it (``serve``)."""
     try:
         transfer = _prepare(svc, route, token, head, log)
+    except WouldWait:
+        return None
     except (ApiError, KeyStoreError) as exc:
         return _refused(errors.api_error(exc), head, log)
     return transfer.answer(body)

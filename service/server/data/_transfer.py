@@ -73,6 +73,11 @@ class BatchCodec(Protocol):
 
     def run(self, pieces: list[bytes], final: bool) -> Output: ...
 
+    def inline(self, size: int) -> bool:
+        """Whether a batch of ``size`` bytes may run on the event loop: nothing in it waits
+        (a sealer whose lease would need the keystore runs on a worker instead)."""
+        ...
+
 
 Codec = Chunked | BatchCodec
 # Sees each piece of a body as it arrives; raises ApiError to refuse the request there.
@@ -278,7 +283,12 @@ class Transfer:
                 # The codec is stateful: batch k must be done before batch k+1 starts.
                 ready = None if pending is None else await _done(pending)
                 args = (codec, head, pieces, size, final)
-                if size < crypto.inline_below:
+                if not isinstance(codec, (ChunkedEncryptor, ChunkedDecryptor)) and not (
+                    codec.inline(size)
+                ):
+                    # Its lease may wait for the keystore: never on the event loop.
+                    pending = asyncio.ensure_future(asyncio.to_thread(_run_batch, *args))
+                elif size < crypto.inline_below:
                     pending = _run_batch(*args)
                 else:
                     pending = asyncio.ensure_future(crypto.run(size, _run_batch, *args))

@@ -11,7 +11,9 @@ app's front door), whose plan says what happens next:
 - refused from the head (401, 403, 413, 503, ...): the planner's answer is written at once,
   the body left unread (the connection closes after it when one was announced);
 - whole-body, with a declared length the plan allows: the body is gathered here and the
-  planner answers it in one synchronous call when it is complete (the *fast answer*);
+  planner answers it in one synchronous call when it is complete (the *fast answer*), or
+  passes it on (its sealing needs the keystore, which the event loop never waits for): then
+  it goes through the ASGI app with its body already read;
 - anything else (streams, full duplex, records, Transit batches, admin): the ASGI app, with
   the plan in the scope so nothing is decided twice.
 
@@ -94,9 +96,11 @@ class Planner(Protocol):
     def begin(self, plan: Any) -> None:
         """A whole-body plan the protocol takes: its body is on its way."""
 
-    def answer(self, plan: Any, body: bytes | None) -> Answer:
+    def answer(self, plan: Any, body: bytes | None) -> Answer | None:
         """The answer to a refused plan (body None), to a whole-body plan whose body came
-        (its bytes), or to one whose body did not come in time (None). Records the request."""
+        (its bytes), or to one whose body did not come in time (None). Records the request.
+        None for a body that came: not answered here after all; the protocol runs the request
+        through the app as any other, its body already read (the planner records it there)."""
 
     def abandon(self, plan: Any) -> None:
         """A whole-body plan whose connection went away before its answer."""
@@ -415,7 +419,9 @@ class HttpProtocol(asyncio.Protocol):
             if plan.refused:
                 self._reader = None
                 close = not keep_alive or head.has_body
-                self._write_answer(planner.answer(plan, None), head, close)
+                refusal = planner.answer(plan, None)
+                assert refusal is not None  # a refusal is always answered here
+                self._write_answer(refusal, head, close)
                 return
             length = head.length
             if options.fast and length is not None and length <= plan.whole and plan.whole:
@@ -465,9 +471,11 @@ class HttpProtocol(asyncio.Protocol):
             pieces = reader.pieces
             body = pieces[0] if len(pieces) == 1 else b"".join(pieces)
             self._busy = None
-            self._write_answer(
-                planner.answer(reader.plan, body), reader.head, not reader.keep_alive
-            )
+            answer = planner.answer(reader.plan, body)
+            if answer is None:
+                self._through_app(reader, body)
+            else:
+                self._write_answer(answer, reader.head, not reader.keep_alive)
 
     # -- answers ------------------------------------------------------------------------------
 
@@ -489,6 +497,14 @@ class HttpProtocol(asyncio.Protocol):
         else:
             self.hold(*lines)
 
+    def _through_app(self, whole: _Whole, body: bytes) -> None:
+        """A whole-body request the planner passed on: an ASGI cycle with its body read."""
+        cycle = Cycle(self, self._scope(whole.head, whole.plan), whole.head, whole.keep_alive)
+        cycle.waiting_continue = False  # asked for, and sent, while the body was gathered
+        cycle.feed(body)
+        cycle.ended()
+        self._start(cycle)
+
     def _whole_timed_out(self, whole: _Whole) -> None:
         whole.timer = None
         if self._reader is not whole:
@@ -496,7 +512,9 @@ class HttpProtocol(asyncio.Protocol):
         self._reader = self._busy = None
         planner = self.options.planner
         assert planner is not None
-        self._write_answer(planner.answer(whole.plan, None), whole.head, close=True)
+        refusal = planner.answer(whole.plan, None)
+        assert refusal is not None  # a refusal is always answered here
+        self._write_answer(refusal, whole.head, close=True)
 
     def _forget(self, whole: _Whole) -> None:
         if whole.timer is not None:

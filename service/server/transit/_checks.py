@@ -132,3 +132,10 @@ def materials(
     once per version; sealing takes its material from its lease instead)."""
     wanted = {versions[i] for i in results.pending() if i in versions}
     return {version: store.key_material(key.name, version) for version in wanted}
+
+
+def asks_version(raw: bytes) -> bool:
+    """Whether a request may ask for a key version by number (leased one sealing at a time
+    from the keystore, never from a block: ``UsageMeter``). A field name written with escapes
+    is missed: its lease then finds out, and the request is answered 503, never waited for."""
+    return b'"key_version"' in raw

@@ -9,19 +9,20 @@ answers as Transit does (``_batch``).
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from sealflow.engine import Algorithm
-from sealflow.service.keystore import KeyInfo
+from sealflow.service.keystore import KeyInfo, WouldWait
 
 from .._budget import Hold
 from .._state import Services
 from . import _ciphertext, _items, _run, _wire
 from ._batch import Answer, Part, Results, b64, decrypted, encrypted, part, single
-from ._checks import aads, key_of, materials, parse_all, wanted_versions
+from ._checks import aads, asks_version, key_of, materials, parse_all, wanted_versions
 from ._ciphertext import CiphertextError
 from ._crypto import open_, seal
 from ._items import Item, Reading, Request, items
@@ -48,7 +49,7 @@ async def rewrap(svc: Services, name: str, raw: bytes, hold: Hold) -> Answer:
 
 def _opening(svc: Services, name: str, raw: bytes, hold: Hold, rewrap: bool) -> Reading[_Opening]:
     request = yield from _items.read(raw, "ciphertext", hold, svc.settings.max_batch_items)
-    return _Opening(svc, name, request, rewrap)
+    return _Opening(svc, name, request, rewrap, rewrap and asks_version(raw))
 
 
 class _Opening:
@@ -56,8 +57,11 @@ class _Opening:
     group by group: each group's ciphertexts checked, then opened on the crypto pool; a
     rewrap's then leased on the event loop and sealed on the pool."""
 
-    def __init__(self, svc: Services, name: str, request: Request, rewrap: bool) -> None:
+    def __init__(
+        self, svc: Services, name: str, request: Request, rewrap: bool, versions: bool
+    ) -> None:
         self.svc = svc
+        self._versions = versions
         self.request = request
         self.fields, self.count = request.fields, request.count
         self.batch = request.groups is not None
@@ -66,6 +70,11 @@ class _Opening:
         self.name = name
         self._single = None if self.batch else items(request.fields, "ciphertext", _MISSING)[0]
         self._key: KeyInfo | None = None
+
+    def waits(self) -> bool:
+        if not self.rewrap:
+            return False  # a decrypt leases nothing
+        return self._versions or not self.svc.usage.ready(self.name, max(self.count, 1))
 
     def steps(self) -> Iterator[tuple[int, Callable[[], Part | None]]]:
         groups = self.request.groups
@@ -169,7 +178,11 @@ async def datakey(svc: Services, kind: str, name: str, body: Body) -> Answer:
     results = Results(1)
     wanted = wanted_versions(key, work, results)
     data_key = os.urandom(size)
-    versions, sealing = lease_items(svc, key, wanted, {0: data_key}, results)
+    lease = functools.partial(lease_items, svc, key, wanted, {0: data_key}, results)
+    try:
+        versions, sealing = lease()
+    except WouldWait:  # nothing leased yet: asked again in a thread (``UsageMeter``)
+        versions, sealing = await asyncio.to_thread(lease)
     if results.errors[0] is not None:
         raise _wire.user_error(results.errors[0])
     version = versions[0]

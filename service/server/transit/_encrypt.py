@@ -31,7 +31,15 @@ from .._budget import Hold
 from .._state import Services
 from . import _batch, _ciphertext, _column, _crypto, _items, _run, _wire
 from ._batch import Answer, Part, Results, encrypted
-from ._checks import aads, decode_all, key_of, reserved_aad, version_error, wanted_versions
+from ._checks import (
+    aads,
+    asks_version,
+    decode_all,
+    key_of,
+    reserved_aad,
+    version_error,
+    wanted_versions,
+)
 from ._items import Reading, Request, items
 from ._leases import lease_items
 from ._wire import Body
@@ -59,13 +67,14 @@ def encryption(
     limit = svc.settings.max_batch_items
     # The usual batch of plaintexts is read without parsing the body at all.
     unparsed = (yield from _column.unparsed(raw)) if columns else None
+    versions = asks_version(raw)
     if unparsed is None:
         request = yield from _items.read(raw, "plaintext", hold, limit)
-        return _Encryption(svc, name, request, None, columns)
+        return _Encryption(svc, name, request, None, columns, versions)
     count = sum(group.count or 0 for group in unparsed)
     if count > limit:
         raise _items.too_many_items(limit)
-    return _Encryption(svc, name, Request({}, count, None), unparsed, columns)
+    return _Encryption(svc, name, Request({}, count, None), unparsed, columns, versions)
 
 
 class _Encryption:
@@ -81,6 +90,7 @@ class _Encryption:
         request: Request,
         unparsed: list[_column.Column] | None,
         columns: bool,
+        versions: bool,
     ) -> None:
         self.svc = svc
         self.name = name
@@ -89,6 +99,10 @@ class _Encryption:
         self.batch = request.groups is not None or unparsed is not None
         self._unparsed = unparsed
         self._columns = columns
+        self._versions = versions
+
+    def waits(self) -> bool:
+        return self._versions or not self.svc.usage.ready(self.name, max(self.count, 1))
 
     def steps(self) -> Iterator[tuple[int, Sealing]]:
         if self._unparsed is not None:

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 
 from starlette.types import Receive, Scope, Send
 
-from sealflow.service.keystore import KeyStore, TokenInfo
+from sealflow.service.keystore import KeyStore, TokenInfo, WouldWait
 
 from .. import _auth, _metrics, errors
 from .._budget import Hold
@@ -134,13 +134,16 @@ class Transit:
         head: Head,
         log: AccessRecord,
         body: bytes,
-    ) -> errors.Whole:
-        """The fast answer to a small encrypt (``whole``): ``serve``'s steps for it."""
+    ) -> errors.Whole | None:
+        """The fast answer to a small encrypt (``whole``): ``serve``'s steps for it; None if
+        it must wait for the keystore (then the ASGI path serves it)."""
         name = head.path[len(self._under) :].partition("/")[2]
         log.key = name
         try:
             _allow("encrypt", token, name)
             status, answer = _encrypt.encrypt_now(svc, name, body)
+        except WouldWait:
+            return None  # its lease needs the keystore: ``serve`` asks off the event loop
         except Exception as exc:  # as in serve: every error leaves in Vault's shape
             error = errors.api_error(exc)
             log.status, log.error = error.status, error.code

@@ -4,10 +4,10 @@ A plan reads and checks the whole request first (``_items.read``: the JSON, the 
 items, every item's fields), so that a request refused is refused before any key is used. Then
 the memory its answer may take is taken from the budget at once (``answer_bound``): a batch
 that starts is never refused half done, with sealings counted for results never sent. Then the
-groups come one at a time: each checked and leased on the event loop, sealed or opened on the
-crypto pool (inline when small), and encoded; between two groups the event loop serves other
-requests. What a batch holds at once is its body, its answer so far and one group
-(docs/TRANSIT.md, Limits).
+groups come one at a time: each checked and leased on the event loop (in a thread when a lease
+may need the keystore: ``Plan.waits``), sealed or opened on the crypto pool (inline when
+small), and encoded; between two groups the event loop serves other requests. What a batch
+holds at once is its body, its answer so far and one group (docs/TRANSIT.md, Limits).
 """
 
 from __future__ import annotations
@@ -42,6 +42,11 @@ class Plan(Protocol):
         answer (the others None). The next step is asked for once the last one is done."""
         ...
 
+    def waits(self) -> bool:
+        """Whether making its steps may need the keystore (a lease not served from what
+        this process holds): then they are made off the event loop (``run``)."""
+        ...
+
 
 def answer_bound(size: int, count: int) -> int:
     """The most a request of ``size`` bytes and ``count`` items may answer."""
@@ -55,7 +60,15 @@ async def run(svc: Services, reading: Reading[Plan], hold: Hold, size: int) -> A
     hold.take(answer_bound(size, plan.count))
     parts: list[Part] = []
     ended = 0  # groups ended when the last step began
-    for n, step in plan.steps():
+    steps = plan.steps()
+    # Nothing that waits on the database runs on the event loop: a plan whose leases may need
+    # the keystore has its steps made (checked and leased) in a thread, one at a time.
+    waits = plan.waits()
+    while True:
+        found = await asyncio.to_thread(next, steps, None) if waits else next(steps, None)
+        if found is None:
+            break
+        n, step = found
         if len(parts) > ended:
             ended = len(parts)
             await asyncio.sleep(0)

@@ -29,6 +29,15 @@ MakeServer = Callable[..., Server]
 ENCRYPT = "/v1/keys/default/encrypt?mode=single"
 
 
+def warmed(srv: Server) -> Server:
+    """The server after one sealing under ``default``: the first sealing under a key in a
+    process leases from the keystore, which the event loop never waits for, so it is served
+    through the ASGI path, never as a fast answer."""
+    with srv.client() as c:
+        assert c.post("/v1/keys/default/encrypt?mode=single", content=b"warm").status_code == 200
+    return srv
+
+
 def lane_count(srv: Server) -> int:
     text = httpx.get(srv.url + "/metrics").text
     match = re.search(r"^sealflow_lane_requests_total ([0-9.e+]+)$", text, re.M)
@@ -104,8 +113,10 @@ def test_the_fast_answer_answers_logs_and_counts_as_the_asgi_path_does(
     assert exchange(lane, usual) == exchange(usual, lane)
     # Every request with a whole-body plan, refusals included: the single-shot encrypts (12,
     # with the other server's foreign one), the decrypts (14, the stream envelope's too); not
-    # the stream encrypts, mode=other, nor those refused from the head (no token).
-    assert lane_count(lane) == 20
+    # the stream encrypts, mode=other, nor those refused from the head (no token); nor the
+    # first sealing under the key in the process, whose lease waits for the keystore and so is
+    # passed to the ASGI path (the event loop never waits on the database).
+    assert lane_count(lane) == 19
     assert lane_count(usual) == 0
     assert request_counts(lane) == request_counts(usual)
 
@@ -175,8 +186,11 @@ def test_transit_encrypts_are_answered_fast_and_the_same(pair: tuple[Server, Ser
     before = lane_count(lane)
     assert transit_exchange(lane) == transit_exchange(usual)
     # Every single encrypt whose head passed (refusals of its body included), the Bearer one
-    # too; not the one refused from the head (an unknown token).
-    assert lane_count(lane) - before == 13
+    # too; not the one refused from the head (an unknown token); nor the 3 whose lease must
+    # ask the keystore first, which the event loop never waits for (the first sealing under
+    # Floor_1 and under default in the process, and Floor_1's version 2 asked for by number,
+    # whose sealings are reserved one at a time): the ASGI path serves those.
+    assert lane_count(lane) - before == 10
     assert lane_count(usual) == 0
     time.sleep(0.3)  # the access log goes out every 0.1 s
 
@@ -221,7 +235,7 @@ def test_a_whole_body_request_is_answered_fast_however_its_body_arrives(
 ) -> None:
     """The plan decides from the head; the protocol then gathers the body, whether it asked
     for 100-continue, came over HTTP/1.0, or arrived slowly in pieces."""
-    srv = make_server()
+    srv = warmed(make_server())
     body = os.urandom(1000)
     before = lane_count(srv)
     expect = raw(srv, [head(srv, 1000, "Expect: 100-continue\r\n"), body], pause=0.2)
@@ -257,7 +271,7 @@ def test_what_is_not_a_whole_body_plan_goes_through_the_app(make_server: MakeSer
 
 
 def test_fast_answers_keep_their_order(make_server: MakeServer) -> None:
-    srv = make_server()
+    srv = warmed(make_server())
     body = os.urandom(1000)
     before = lane_count(srv)
     # The body in a later read than the head (as httpx and aiohttp send it).
@@ -277,7 +291,7 @@ def test_held_answers_leave_in_order_before_anything_else_on_their_connection(
     """Lane answers wait for the end of the loop's turn (docs/SERVICE.md): whatever else is
     written to their connection in that turn (an app's answer, the parser's 400, a refusal,
     the close after a half-close) goes after them."""
-    srv = make_server()
+    srv = warmed(make_server())
     body = os.urandom(100)
     before = lane_count(srv)
     # Three lane requests and one for the ASGI app, in one write: four answers, in order.

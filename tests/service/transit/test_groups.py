@@ -46,6 +46,9 @@ class Tally:
         self.seen[lease.version, "sealings"] += lease.sealings
         return lease
 
+    def ready(self, name: str, n: int = 1) -> bool:
+        return self.meter.ready(name, n)
+
     def add_bytes(self, lease: Lease, nbytes: int) -> None:
         self.seen[lease.version, "bytes"] += nbytes
         self.meter.add_bytes(lease, nbytes)
