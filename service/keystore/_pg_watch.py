@@ -8,12 +8,13 @@ reloads only when the generation moved. When that connection drops the thread sa
 ``mode``) and polls every ``poll_interval`` seconds over the store's pool, trying to LISTEN
 again every ``relisten`` seconds. The request path never waits for any of this.
 
-``synced_at`` is when the database last answered; a replica past ``SEALFLOW_KEYSTORE_MAX_CACHE_AGE``
-of it is stale (``stale``: the front door refuses requests with a token, or serves them, as the
-operator chose). A peer that vanishes without closing the connection (a partition, a host that
-died) would leave the LISTEN connection waiting for the kernel's TCP timeouts (about two hours
-idle, some fifteen minutes with data unacknowledged): TCP keepalives and a user timeout
-(``KEEPALIVE``) end it within seconds, so the thread falls back to polling and logs it.
+``synced_at`` is when the database last answered; a replica that many seconds past it
+(``SEALFLOW_KEYSTORE_MAX_CACHE_AGE``) is stale (``stale``: the front door refuses requests
+with a token, or serves them, as the operator chose). A peer that vanishes without closing the
+connection (a partition, a host that died) would leave the LISTEN connection waiting for the
+kernel's TCP timeouts (about two hours idle, some fifteen minutes with data unacknowledged):
+TCP keepalives and a user timeout (``KEEPALIVE``) end it within seconds, so the thread falls
+back to polling and logs it.
 """
 
 from __future__ import annotations
@@ -136,7 +137,7 @@ class Watcher:
         except KeyStoreUnavailable as exc:
             if self.reachable:
                 log.error(
-                    "keystore unreachable: %s; serving cached keys and tokens",
+                    "keystore unreachable: %s; the cache serves up to the max cache age",
                     exc,
                     extra={"fields": {"keystore": "unreachable"}},
                 )
