@@ -39,10 +39,19 @@ class Settings(BaseSettings):
         description="a file holding the keystore URL (a deployment secret: it has the password)",
     )
     keystore_max_cache_age: float = Field(
+        # At least 2 s: the keystore's watcher hears the database once a second.
         30.0,
-        gt=0,
-        description="seconds /readyz stays ready while a PostgreSQL keystore is unreachable"
-        " (cached keys and tokens are served meanwhile)",
+        ge=2,
+        description="seconds a replica may go without hearing from a PostgreSQL keystore; past"
+        " them /readyz says not ready and, unless the stale cache setting says serve, every"
+        " request with a token gets 503",
+    )
+    keystore_stale_cache: Literal["refuse", "serve"] = Field(
+        "refuse",
+        description="what a replica does with requests that carry a token once its PostgreSQL"
+        " keystore has been silent longer than the max cache age: refuse (503: a revocation"
+        " holds within that age, even while the database is cut off) or serve (from the cache:"
+        " available, but a revocation waits for the database)",
     )
     keystore_poll_interval: float = Field(
         0.5,
@@ -168,6 +177,16 @@ class Settings(BaseSettings):
         if first in _NATIVE_V1:
             raise ValueError(f"the Transit mount cannot be under /v1/{first} (the native API's)")
         return mount
+
+    @model_validator(mode="after")
+    def _poll_within_cache_age(self) -> Settings:
+        # Polling less often than that would make a replica stale between two polls.
+        if self.keystore_poll_interval >= self.keystore_max_cache_age:
+            raise ValueError(
+                "--keystore-poll-interval must be shorter than --keystore-max-cache-age"
+                " (SEALFLOW_KEYSTORE_POLL_INTERVAL, SEALFLOW_KEYSTORE_MAX_CACHE_AGE)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _tls_pair(self) -> Settings:

@@ -246,6 +246,11 @@ class KeyStore(Protocol):
     def health(self) -> KeyStoreHealth:
         """Whether the store answers and how old the cache is (for /readyz and /metrics)."""
 
+    def stale(self, max_age: float) -> bool:
+        """Whether the store last heard from its database more than ``max_age`` seconds ago
+        (a PostgreSQL replica cut off from it); cheap, asked on every request with a token.
+        Never for a store that reads its database directly (SQLite)."""
+
     def close(self) -> None: ...
 
 

@@ -7,6 +7,14 @@ while the connection was being re-made is not delivered), it asks the store to s
 reloads only when the generation moved. When that connection drops the thread says so (log,
 ``mode``) and polls every ``poll_interval`` seconds over the store's pool, trying to LISTEN
 again every ``relisten`` seconds. The request path never waits for any of this.
+
+``synced_at`` is when the database last answered; a replica that many seconds past it
+(``SEALFLOW_KEYSTORE_MAX_CACHE_AGE``) is stale (``stale``: the front door refuses requests
+with a token, or serves them, as the operator chose). A peer that vanishes without closing the
+connection (a partition, a host that died) would leave the LISTEN connection waiting for the
+kernel's TCP timeouts (about two hours idle, some fifteen minutes with data unacknowledged):
+TCP keepalives and a user timeout (``KEEPALIVE``) end it within seconds, so the thread falls
+back to polling and logs it.
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ import time
 from collections.abc import Callable
 
 import psycopg
+from psycopg.conninfo import make_conninfo
 
 from ._pg_schema import CHANNEL
 from .errors import DriverErrors, KeyStoreUnavailable
@@ -24,6 +33,24 @@ from .errors import DriverErrors, KeyStoreUnavailable
 log = logging.getLogger("sealflow.keystore")
 
 HEARTBEAT = 1.0
+# libpq's TCP settings for a connection that must notice a silent peer in seconds: keepalive
+# probes after 2 s idle, every second, 3 unanswered end it; data unacknowledged for 5 s ends
+# it too (tcp_user_timeout, in milliseconds; the heartbeat sends some every second).
+KEEPALIVE = {
+    "keepalives": 1,
+    "keepalives_idle": 2,
+    "keepalives_interval": 1,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 5000,
+}
+
+
+def listen_connection(url: str) -> psycopg.Connection[tuple[object, ...]]:
+    """The watcher's connection: autocommit (LISTEN takes effect at once), TCP keepalives."""
+    conninfo = make_conninfo(
+        url, connect_timeout=5, application_name="sealflow-keystore-listen", **KEEPALIVE
+    )
+    return psycopg.connect(conninfo, autocommit=True)
 
 
 class Watcher:
@@ -66,13 +93,13 @@ class Watcher:
                 self._fall_back(exc)
             self._poll_until(time.monotonic() + self._relisten)
 
+    def stale(self, max_age: float) -> bool:
+        """Whether the database last answered more than ``max_age`` seconds ago: a read of the
+        clock and a comparison, asked on every request with a token."""
+        return time.monotonic() - self.synced_at > max_age
+
     def _listen(self) -> None:
-        with psycopg.connect(
-            self._url,
-            autocommit=True,
-            connect_timeout=5,
-            application_name="sealflow-keystore-listen",
-        ) as conn:
+        with listen_connection(self._url) as conn:
             conn.execute(f"LISTEN {CHANNEL}")
             self._synced()  # whatever changed while nobody listened
             if self.mode != "notify":
@@ -110,7 +137,7 @@ class Watcher:
         except KeyStoreUnavailable as exc:
             if self.reachable:
                 log.error(
-                    "keystore unreachable: %s; serving cached keys and tokens",
+                    "keystore unreachable: %s; the cache serves up to the max cache age",
                     exc,
                     extra={"fields": {"keystore": "unreachable"}},
                 )

@@ -150,6 +150,10 @@ class PostgresKeyStore(Writes[Db]):
             return KeyStoreHealth(True, time.monotonic(), "none", 0)
         return KeyStoreHealth(watcher.reachable, watcher.synced_at, watcher.mode, watcher.fallbacks)
 
+    def stale(self, max_age: float) -> bool:
+        watcher = self._watcher  # None: reloaded before every read, never stale
+        return watcher is not None and watcher.stale(max_age)
+
     # -- reads, from the cache
 
     def get_key(self, name: str) -> KeyInfo:

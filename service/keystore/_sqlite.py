@@ -126,6 +126,9 @@ class SQLiteKeyStore(Writes[sqlite3.Connection]):
         # A local file: every read checks it, so the cache is never older than max_staleness.
         return KeyStoreHealth(True, time.monotonic(), "none", 0)
 
+    def stale(self, max_age: float) -> bool:
+        return False  # a local file, read directly: never out of date for long
+
     # -- reads, from the cache
 
     def get_key(self, name: str) -> KeyInfo:

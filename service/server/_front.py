@@ -17,6 +17,11 @@ concurrency slot or have a byte of its body read, so an unauthenticated client n
 slot. An authenticated token holds at most ``max_concurrent_per_token`` slots (429 beyond), so
 one tenant cannot take all of them either. Bodies of FastAPI's routes are read under the same
 receive deadline as the data routes'.
+
+Revocation has a bound: a replica whose keystore has been silent for longer than
+``keystore_max_cache_age`` (a PostgreSQL keystore cut off) may be serving a token revoked
+meanwhile, so every request that needs a token gets 503 ``keystore_unavailable`` from its head
+(``_fresh``), unless the operator chose ``keystore_stale_cache=serve``; probes still answer.
 """
 
 from __future__ import annotations
@@ -86,6 +91,8 @@ class Front:
         self.max_header_bytes = settings.max_header_bytes
         self.max_json_bytes = settings.max_json_bytes
         self.transit = transit.Transit(settings.transit_mount)
+        self.max_cache_age = settings.keystore_max_cache_age
+        self.refuse_stale = settings.keystore_stale_cache == "refuse"
         self.access = access
         self.active = 0  # requests in flight, probes aside; also the in-flight gauge
         self.by_token: dict[str, int] = {}
@@ -140,6 +147,7 @@ class Front:
             # The Transit API: Vault's tokens and refusals (403), its own body limit.
             token = None
             if svc is not None and vault.token:
+                self._fresh(svc)
                 token = transit.authenticate(svc.store, head.vault_token, authorization)
             if length > self.max_json_bytes:
                 raise errors.too_large(self.max_json_bytes)
@@ -148,6 +156,7 @@ class Front:
         elif svc is None:
             raise errors.keystore_unavailable()
         else:
+            self._fresh(svc)
             token = _auth.authenticate(svc.store, authorization)
             if route is None and path.startswith(_ADMIN):
                 _auth.require_admin(token)
@@ -159,6 +168,14 @@ class Front:
             _metrics.AUTH_FAILURES.labels("token_limit").inc()
             raise errors.too_many_for_token(self.per_token)
         return token
+
+    def _fresh(self, svc: Services) -> None:
+        """Before a token is looked up: 503 if the keystore has been silent too long (the
+        token may have been revoked since) and the operator chose to refuse then. One clock
+        read and a comparison."""
+        if self.refuse_stale and svc.store.stale(self.max_cache_age):
+            _metrics.AUTH_FAILURES.labels("keystore_stale").inc()
+            raise errors.keystore_stale()
 
     def _whole(self, svc: Services, route: data.Route, head: Head) -> int:
         """The largest body of a data request the protocol may answer itself: a single-shot

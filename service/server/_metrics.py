@@ -40,7 +40,9 @@ STREAM_ABORTS = Counter(
 AUTH_FAILURES = Counter(
     "sealflow_auth_failures",
     "Refused requests by reason",
-    ["reason"],  # missing, malformed, invalid, forbidden
+    # missing, malformed, invalid, forbidden, token_limit (429), keystore_stale (503: the
+    # keystore silent for longer than the max cache age, tokens not checked)
+    ["reason"],
 )
 CONNECTIONS_REFUSED = Counter(
     "sealflow_connections_refused",
@@ -155,7 +157,7 @@ KEYS_NEXT_ROTATION = Gauge(
 # Fixed label sets are exported from the start, at zero.
 for _reason in ("authentication", "malformed_envelope", "version_retired"):
     DECRYPTION_FAILURES.labels(_reason)
-for _reason in ("missing", "malformed", "invalid", "forbidden"):
+for _reason in ("missing", "malformed", "invalid", "forbidden", "keystore_stale"):
     AUTH_FAILURES.labels(_reason)
 for _event in ("allocation", "reuse", "growth"):
     BUFFER_EVENTS.labels(_event)

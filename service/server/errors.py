@@ -201,6 +201,16 @@ def keystore_unavailable() -> ApiError:
     return ApiError(503, "keystore_unavailable", "the keystore is unavailable")
 
 
+def keystore_stale() -> ApiError:
+    """A replica that has not heard from its keystore for longer than the max cache age may
+    have missed a revocation: it checks no token (``SEALFLOW_KEYSTORE_STALE_CACHE``)."""
+    return ApiError(
+        503,
+        "keystore_unavailable",
+        "the keystore has not answered for too long: tokens cannot be checked",
+    )
+
+
 _STORE_ERRORS: dict[type[KeyStoreError], tuple[int, str]] = {
     KeyNotFound: (404, "key_not_found"),
     TokenNotFound: (404, "token_not_found"),

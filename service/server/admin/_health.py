@@ -35,14 +35,13 @@ async def readyz(request: Request) -> JSONResponse:
     svc = getattr(request.app.state, "services", None)
     if svc is None:
         return JSONResponse({"status": "starting"}, status_code=503)
-    health = svc.store.health()
-    # Unreachable for a moment is fine (the cache serves); for longer than the setting,
-    # what the cache says may be out of date: take this replica out of rotation.
-    if not health.reachable:
-        age = time.monotonic() - health.synced_at
-        if age > svc.settings.keystore_max_cache_age:
-            body = {"status": "keystore_unreachable", "cache_age_seconds": round(age, 1)}
-            return JSONResponse(body, status_code=503)
+    # Unheard of for a moment is fine (the cache serves); for longer than the setting, what
+    # the cache says may be out of date (a revocation missed): take this replica out of
+    # rotation, whether the database said no or said nothing (a watcher stuck on a silent peer).
+    if svc.store.stale(svc.settings.keystore_max_cache_age):
+        age = time.monotonic() - svc.store.health().synced_at
+        body = {"status": "keystore_unreachable", "cache_age_seconds": round(age, 1)}
+        return JSONResponse(body, status_code=503)
     return JSONResponse({"status": "ready"})
 
 

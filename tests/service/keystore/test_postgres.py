@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import time
 from collections.abc import Callable, Iterator
 from contextlib import closing
@@ -20,6 +21,7 @@ from sealflow.service.keystore import (
     KeyStoreCorrupt,
     KeyStoreUnavailable,
     PostgresKeyStore,
+    _pg_watch,
     open_store,
     prepare,
 )
@@ -211,9 +213,11 @@ def test_an_unreachable_database_serves_the_cache_refuses_writes_and_recovers(
         _, secret = store.create_token(["admin"])
         material = store.key_material("orders", 1)
         with caplog.at_level(logging.WARNING, logger="sealflow.keystore"):
+            assert not store.stale(2.0)  # heard from every second
             own_cluster.stop()
             try:
                 eventually(lambda: not store.health().reachable, within=5)
+                eventually(lambda: store.stale(2.0), within=10)
                 assert store.key_material("orders", 1) == material
                 assert store.find_token(secret) is not None
                 with pytest.raises(KeyStoreUnavailable):
@@ -221,10 +225,25 @@ def test_an_unreachable_database_serves_the_cache_refuses_writes_and_recovers(
             finally:
                 own_cluster.start()
             eventually(lambda: store.health().reachable, within=10)
+            assert not store.stale(2.0)
         assert store.rotate_key("orders").latest == 2
         messages = [r.getMessage() for r in caplog.records]
         assert any(m.startswith("keystore unreachable") for m in messages)
         assert any(m == "keystore reachable again" for m in messages)
+
+
+def test_the_listening_connection_notices_a_silent_peer_in_seconds(pg_url: str) -> None:
+    """libpq applied the keepalive and user-timeout settings to the watcher's socket: a peer
+    that vanishes (a partition) ends the connection in seconds, not after the kernel's hours."""
+    with _pg_watch.listen_connection(pg_url) as conn:
+        sock = socket.socket(fileno=os.dup(conn.pgconn.socket))
+        with sock:
+            assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == 2
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL) == 1
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT) == 3
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == 5000
+        assert conn.execute("SELECT 1").fetchone() == (1,)
 
 
 def test_first_start_provisions_once_however_many_replicas_start(

@@ -223,7 +223,16 @@ def test_a_database_outage_is_served_from_cache_refuses_writes_and_recovers(
 ) -> None:
     cluster = start_cluster()
     master = base64.b64encode(os.urandom(32)).decode()
-    a, b = start_replicas(tmp_path, cluster.new_database(), master, n=2, keystore_max_cache_age=1)
+    # "serve": the cache keeps serving past the max cache age (test_keystore_partition.py
+    # shows the default, which refuses then).
+    a, b = start_replicas(
+        tmp_path,
+        cluster.new_database(),
+        master,
+        n=2,
+        keystore_max_cache_age=2,
+        keystore_stale_cache="serve",
+    )
     try:
         sealed = encrypt(a, "default", b"before the outage")
         # B's first sealing under the version reserves a block of them: it needs the database.
@@ -238,7 +247,7 @@ def test_a_database_outage_is_served_from_cache_refuses_writes_and_recovers(
                 refused = client.post("/v1/keys/default/rotate")
                 assert refused.status_code == 503
                 assert refused.json()["error"]["code"] == "keystore_unavailable"
-                eventually(lambda: client.get("/readyz").status_code == 503, within=4)
+                eventually(lambda: client.get("/readyz").status_code == 503, within=10)
                 assert client.get("/readyz").json()["status"] == "keystore_unreachable"
                 metrics = client.get("/metrics").text
                 assert "sealflow_keystore_reachable 0.0" in metrics
