@@ -13,7 +13,7 @@ reconnected on its own backoff, seconds later (issue 24). The rules here:
   watcher asks every half second, so writes work again within about a second of the
   database's return.
 
-Every connection carries TCP keepalives and a user timeout (``CONNECT_OPTIONS``), so a peer gone
+Every connection carries TCP keepalives and a user timeout (``KEEPALIVE``), so a peer gone
 silent (a partition, not a refusal) is found in seconds rather than the kernel's two hours.
 """
 
@@ -33,9 +33,11 @@ from .errors import DriverErrors, KeyStoreUnavailable
 Db = psycopg.Connection[tuple[Any, ...]]
 
 CONNECT_TIMEOUT = 3  # seconds (libpq's minimum is 2)
-# libpq's parameters (PostgreSQL's docs, "Parameter Key Words"): a silent peer is given up after
-# about 5 s of unanswered probes or of unacknowledged writes.
-CONNECT_OPTIONS: dict[str, Any] = {
+# libpq's TCP settings (PostgreSQL's docs, "Parameter Key Words") for a connection that must
+# notice a silent peer in seconds: keepalive probes after 2 s idle, every second, 3 unanswered
+# end it; data unacknowledged for 5 s ends it too (tcp_user_timeout, in milliseconds). The
+# watcher's connection has them as well (``_pg_watch``).
+KEEPALIVE: dict[str, Any] = {
     "keepalives": 1,
     "keepalives_idle": 2,
     "keepalives_interval": 1,
@@ -87,7 +89,7 @@ class Connections:
                         self._url,
                         connect_timeout=CONNECT_TIMEOUT,
                         application_name=self._name,
-                        **CONNECT_OPTIONS,
+                        **KEEPALIVE,
                     )
             except KeyStoreUnavailable:
                 self._failed()

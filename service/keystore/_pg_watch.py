@@ -5,7 +5,7 @@ transaction, so every replica hears of it when it commits. One thread per store 
 connection that LISTENs; on a notification, and once a second anyway (a notification sent
 while the connection was being re-made is not delivered), it asks the store to sync, which
 reloads only when the generation moved. When that connection drops the thread says so (log,
-``mode``) and polls every ``poll_interval`` seconds over the store's pool, trying to LISTEN
+``mode``) and polls every ``poll_interval`` seconds over the store's connections, trying to LISTEN
 again every ``relisten`` seconds. The request path never waits for any of this.
 
 ``synced_at`` is when the database last answered; a replica that many seconds past it
@@ -27,22 +27,13 @@ from collections.abc import Callable
 import psycopg
 from psycopg.conninfo import make_conninfo
 
+from ._pg_connections import KEEPALIVE
 from ._pg_schema import CHANNEL
 from .errors import DriverErrors, KeyStoreUnavailable
 
 log = logging.getLogger("sealflow.keystore")
 
 HEARTBEAT = 1.0
-# libpq's TCP settings for a connection that must notice a silent peer in seconds: keepalive
-# probes after 2 s idle, every second, 3 unanswered end it; data unacknowledged for 5 s ends
-# it too (tcp_user_timeout, in milliseconds; the heartbeat sends some every second).
-KEEPALIVE = {
-    "keepalives": 1,
-    "keepalives_idle": 2,
-    "keepalives_interval": 1,
-    "keepalives_count": 3,
-    "tcp_user_timeout": 5000,
-}
 
 
 def listen_connection(url: str) -> psycopg.Connection[tuple[object, ...]]:
