@@ -31,6 +31,7 @@ measures the latency.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import functools
 import http.client
@@ -47,6 +48,9 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+
+from tests.postgres import Cluster, start_cluster
+from tests.tcp_proxy import TcpProxy
 
 from .http import free_port, wait_ready
 
@@ -187,6 +191,65 @@ def transit_batches(
     stop.wait()
 
 
+def cold_sealings(port: int, stop: multiprocessing.synchronize.Event, token: str) -> None:
+    """Encrypts under keys this process never sealed with, back to back (their leases need the
+    keystore): issue 24, item 1's request that stalled the event loop while the database was
+    down. The keys are made first, while the database answers (``COLD_KEYS``)."""
+    pin(LOAD_CORE)
+    headers = {"Authorization": f"Bearer {token}"}
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    i = 0
+    while not stop.is_set():
+        try:
+            conn.request(
+                "POST", f"/v1/keys/cold-{i % COLD_KEYS}/encrypt?mode=single", b"x", headers
+            )
+            conn.getresponse().read()
+        except (OSError, http.client.HTTPException):
+            conn.close()
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        i += 1
+
+
+COLD_KEYS = 50
+
+
+def warm(port: int, token: str) -> None:
+    """One encrypt under ``default``, so the server holds a block of its sealings."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    headers = {"Authorization": f"Bearer {token}"}
+    conn.request("POST", "/v1/keys/default/encrypt?mode=single", b"warm", headers)
+    assert conn.getresponse().status == 200
+    conn.close()
+
+
+def make_cold_keys(port: int, token: str) -> None:
+    warm(port, token)
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    for i in range(COLD_KEYS):
+        conn.request("POST", "/v1/keys", json.dumps({"name": f"cold-{i}"}), headers)
+        response = conn.getresponse()
+        response.read()
+        assert response.status == 201, response.status
+    conn.close()
+
+
+def back_after(cluster: Cluster, port: int, token: str) -> float:
+    """The database started again: seconds until a write (a rotation) succeeds."""
+    cluster.start()
+    started = time.monotonic()
+    headers = {"Authorization": f"Bearer {token}"}
+    while True:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        conn.request("POST", "/v1/keys/default/rotate", b"", headers)
+        status = conn.getresponse().status
+        conn.close()
+        if status == 200:
+            return time.monotonic() - started
+        time.sleep(0.01)
+
+
 def legitimate(
     port: int, token: str, seconds: float, out: multiprocessing.Queue[object], fresh: bool
 ) -> None:
@@ -224,7 +287,10 @@ def rss(pid: int) -> int:
 
 @contextlib.contextmanager
 def server(
-    workdir: Path, nofile: int | None = None, flags: tuple[str, ...] = ()
+    workdir: Path,
+    nofile: int | None = None,
+    flags: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
 ) -> Iterator[tuple[int, str, subprocess.Popen[bytes]]]:
     port = free_port()
     out = workdir / "sealflow.out"
@@ -236,10 +302,14 @@ def server(
         *flags,
     ]  # fmt: skip
     with out.open("wb") as stdout:
-        proc = subprocess.Popen(cmd, stdout=stdout, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            cmd, stdout=stdout, stderr=subprocess.DEVNULL, env={**os.environ, **(env or {})}
+        )
     try:
         wait_ready(f"http://127.0.0.1:{port}/readyz", proc)
-        token = out.read_text().split("Root token: ", 1)[1].split()[0]
+        token = (env or {}).get("SEALFLOW_ROOT_TOKEN") or (
+            out.read_text().split("Root token: ", 1)[1].split()[0]
+        )
         yield port, token, proc
     finally:
         proc.terminate()
@@ -256,14 +326,24 @@ def scenario(
     fresh: bool = False,
     flags: tuple[str, ...] = (),
     authenticated: bool = False,
+    env: dict[str, str] | None = None,
+    prepare: Callable[[int, str], None] | None = None,
+    begin: Callable[[], None] | None = None,
+    end: Callable[[int, str], None] | None = None,
 ) -> tuple[str, float, float, int, int, float]:
+    """``begin`` runs in this process before the attack starts (stops a database, cuts a
+    proxy), ``end`` after the legitimate client is done (with the port and token)."""
     with (
         tempfile.TemporaryDirectory() as tmp,
-        server(Path(tmp), nofile, flags) as (port, token, proc),
+        server(Path(tmp), nofile, flags, env) as (port, token, proc),
     ):
         before = rss(proc.pid)
         stop = multiprocessing.Event()
         attacker = None
+        if prepare is not None:
+            prepare(port, token)
+        if begin is not None:
+            begin()
         if attack is not None:
             args = (port, stop, token) if authenticated else (port, stop)
             attacker = multiprocessing.Process(target=attack, args=args, daemon=True)
@@ -284,12 +364,49 @@ def scenario(
         if attacker is not None:
             attacker.join(10)
             attacker.kill()
+        if end is not None:
+            end(port, token)
     ms = sorted(x * 1000 for x in latencies)
     p99 = ms[min(len(ms) - 1, int(len(ms) * 0.99))]
     return name, statistics.median(ms), p99, len(ms), failures, peak / MiB
 
 
+def keystore_rows() -> tuple[list[tuple[str, float, float, int, int, float]], list[str]]:
+    """Issue 24, items 1 and 2: a server on a PostgreSQL keystore (tests/postgres.py's
+    throwaway cluster) whose database goes down, or whose connection to it is cut."""
+    cluster = start_cluster()
+    notes: list[str] = []
+    try:
+        master = base64.b64encode(os.urandom(32)).decode()
+        root = base64.urlsafe_b64encode(os.urandom(32)).decode().rstrip("=")
+        env = {"SEALFLOW_MASTER_KEY": master, "SEALFLOW_ROOT_TOKEN": root}
+        down = scenario(
+            "PostgreSQL down, cold-key encrypts (item 1)",
+            cold_sealings,
+            authenticated=True,
+            env={**env, "SEALFLOW_KEYSTORE_URL": cluster.new_database()},
+            prepare=make_cold_keys,
+            begin=cluster.stop,
+            end=lambda port, token: notes.append(
+                f"writes back {back_after(cluster, port, token):.2f} s after the database"
+            ),
+        )
+        with TcpProxy("127.0.0.1", cluster.port) as proxy:
+            url = cluster.new_database().replace(f":{cluster.port}/", f":{proxy.port}/")
+            cut = scenario(
+                "PostgreSQL cut off (a proxy dropped; item 2, within max cache age)",
+                None,
+                env={**env, "SEALFLOW_KEYSTORE_URL": url},
+                prepare=warm,
+                begin=proxy.cut,
+            )
+        return [down, cut], notes
+    finally:
+        cluster.remove()
+
+
 def main() -> None:
+    keystore, notes = keystore_rows()
     rows = [
         scenario("none", None),
         scenario("header flood", header_flood),
@@ -313,6 +430,7 @@ def main() -> None:
             flags=("--max-buffered-bytes", str(32 * MiB)),
             authenticated=True,
         ),
+        *keystore,
     ]
     print("# sealflow under attack\n")
     print(f"server on core {SERVER_CORE}, client and attacker on core {LOAD_CORE}, ", end="")
@@ -322,6 +440,8 @@ def main() -> None:
     print("|---|---:|---:|---:|---:|---:|")
     for name, p50, p99, n, failed, growth in rows:
         print(f"| {name} | {p50:.2f} | {p99:.2f} | {n:,} | {failed} | {growth:.1f} |")
+    for note in notes:
+        print(f"\n{note}")
 
 
 if __name__ == "__main__":
