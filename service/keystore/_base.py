@@ -223,6 +223,13 @@ class KeyStore(Protocol):
         Whatever ``min_decryption_version`` says: that rule is the caller's (decrypt, export).
         """
 
+    def material(self, slot: Slot) -> bytes:
+        """The unwrapped material of the slot's version of the key born then: KeyNotFound if
+        that key is gone, or replaced by a new key of its name (``KeyInfo.born`` differs), or
+        has no such version. By identity, not by name: a lease takes the material of the key
+        whose slot it counts against, never another key's made under the same name since.
+        """
+
     def create_token(
         self, scopes: list[str], label: str = "", secret: str | None = None
     ) -> tuple[TokenInfo, str]:
