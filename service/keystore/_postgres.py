@@ -112,7 +112,10 @@ class PostgresKeyStore(Writes[Db]):
         self._tokens: dict[bytes, tuple[bytes, TokenInfo]] = {}
         self._material: dict[Slot, bytes] = {}  # by key identity: _rows.forget_replaced
         self._generation = -1
-        self._reload_lock = threading.Lock()
+        self._reload_lock = threading.Lock()  # one reload at a time (held over its queries)
+        # Held only while a reload's results are put in place: a reader that must see keys and
+        # material as one reload left them waits for that, never for the database.
+        self._swap_lock = threading.Lock()
         self._ambient: Db | None = None  # the open transaction of provision
         self._closed = False
         self.created = False
@@ -182,7 +185,7 @@ class PostgresKeyStore(Writes[Db]):
         name = info.name
         if not 1 <= version <= MAX_VERSION or all(v.version != version for v in info.versions):
             raise KeyNotFound(f"key {name!r} version {version} not found")
-        with self._reload_lock:  # keys and material as one reload left them, together
+        with self._swap_lock:  # keys and material as one reload left them, together
             material, keys = self._material.get(slot), self._keys
         if material is not None:
             return material
@@ -267,8 +270,9 @@ class PostgresKeyStore(Writes[Db]):
             # Replaced whole, never changed in place: a reader holds one consistent snapshot.
             # The material first: a reader of the new keys finds their material (by slot: never
             # an old key's, whatever it read when).
-            self._material = material
-            self._keys, self._tokens = keys, tokens
+            with self._swap_lock:
+                self._material = material
+                self._keys, self._tokens = keys, tokens
             self._generation = generation
 
     def _unwrapped(self, db: Db, keys: dict[str, KeyInfo | None]) -> dict[Slot, bytes]:
