@@ -17,6 +17,7 @@ left out of ``list_tokens``. Either is logged once.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
@@ -134,7 +135,15 @@ def valid_scope(scope: str) -> bool:
     return SCOPE_RE.fullmatch(scope) is not None
 
 
+# Told of each change once it is committed: the operation (key_create, key_rotate, key_config,
+# key_delete, token_create, token_revoke) and what it names (never material or a secret). The
+# audit trail listens (``sealflow.service.audit``); what called the write adds who asked.
+ChangeHook = Callable[[str, dict[str, object]], None]
+
+
 class KeyStore(Protocol):
+    on_change: ChangeHook | None  # set once, before the store is used from several threads
+
     def create_key(
         self,
         name: str,
