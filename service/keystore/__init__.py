@@ -21,7 +21,7 @@ from ._masterkey import KeyWrapper, create_master_key_file, load_master_key, rea
 from ._migrate import Migrated
 from ._migrate import migrate as migrate_keystore
 from ._postgres import PostgresKeyStore, redact
-from ._provision import describe, keystore_url, open_store, prepare
+from ._provision import describe, keystore_url, master_key, open_store, prepare
 from ._root_scopes import ROOT_SCOPES
 from ._sqlite import SQLiteKeyStore
 from ._usage import SCARCE, Lease, UsageMeter, next_rotation
@@ -74,6 +74,7 @@ __all__ = [
     "export_material",
     "keystore_url",
     "load_master_key",
+    "master_key",
     "migrate_keystore",
     "next_rotation",
     "open_store",

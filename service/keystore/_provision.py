@@ -32,9 +32,9 @@ def open_store(settings: Settings, max_staleness: float = 0.0, watch: bool = Tru
     """
     url = keystore_url(settings)
     if url is None:
-        return SQLiteKeyStore(settings.keystore_path, _master_key(settings), max_staleness)
+        return SQLiteKeyStore(settings.keystore_path, master_key(settings), max_staleness)
     return PostgresKeyStore(
-        url, _master_key(settings), watch=watch, poll_interval=settings.keystore_poll_interval
+        url, master_key(settings), watch=watch, poll_interval=settings.keystore_poll_interval
     )
 
 
@@ -62,7 +62,9 @@ def describe(settings: Settings) -> str:
     return str(settings.keystore_path) if url is None else redact(url)
 
 
-def _master_key(settings: Settings) -> bytes:
+def master_key(settings: Settings) -> bytes:
+    """The master key the settings name: SEALFLOW_MASTER_KEY, else the key file (unchecked:
+    ``open_store`` refuses one that does not open the keystore)."""
     env = settings.master_key.get_secret_value() if settings.master_key else None
     return load_master_key(env, None if env else settings.master_key_path)
 
@@ -106,7 +108,7 @@ def prepare(settings: Settings) -> str | None:
             file=sys.stderr,
         )
     _warn_if_open(settings)
-    master = _master_key(settings)
+    master = master_key(settings)
     issued: list[str] = []
     if not os.path.lexists(path):
         given = _given_root_token(settings)
@@ -134,7 +136,7 @@ def _prepare_postgres(settings: Settings, url: str) -> str | None:
             f" at {settings.master_key_path}"
         )
     _warn_if_open(settings)
-    master = _master_key(settings)
+    master = master_key(settings)
     given = _given_root_token(settings)
     issued: list[str] = []
     with closing(

@@ -1,0 +1,66 @@
+"""The audit trail: who used which key, when and from where, as tamper-evident JSON lines.
+
+This package makes, writes and checks the records; the server and the CLI decide what to
+record (docs/AUDIT.md has the schema, ``schema.json`` beside this file the same as a JSON
+Schema). It imports nothing of the server, the CLI or the keystore: the master key comes in
+as bytes.
+
+The API (all of it thread-safe except ``Chain``, which the ``Auditor`` locks):
+
+- ``audit_key(master_key: bytes) -> bytes``: the 32-byte audit key, HKDF-SHA-256 of the master
+  key with info b"sealflow audit v1". Every ``key`` below is this key.
+- ``hmac_field(key: bytes, value: bytes | str) -> str``: ``"hmac-sha256:<hex>"`` of the value
+  (a str as UTF-8), for ``aad_hmac``, ``context_hmac`` and ``token_hmac``; what
+  ``sealflow audit hmac VALUE`` prints.
+- ``writer_id() -> str``: ``host:pid:random``, a new chain's name (one per process, one per
+  CLI invocation).
+- ``Chain(key: bytes, writer: str)``: one writer's hash chain. ``line(record: dict) -> bytes``
+  adds ``writer``, ``seq`` (1, 2, ...) and ``prev`` (hex SHA-256 of the previous line as
+  written, without its newline; null first) and returns the JSON line without a newline;
+  ``checkpoint(now: float) -> bytes`` is a ``{"type": "checkpoint", "time", "hmac"}`` line,
+  chained the same way, whose hmac covers the writer, its seq, prev and time.
+- ``Sink`` (Protocol: ``write(lines: list[bytes]) -> None``, all lines or OSError;
+  ``close() -> None``), ``FileSink(path: Path, rotate_bytes: int)`` (0600, O_APPEND, rotated
+  to ``<path>.<UTC time>`` past ``rotate_bytes``, 0 never; shared by processes) and
+  ``StdoutSink()``.
+- ``Auditor(key, sinks, writer, mode, checkpoint_every=1000, checkpoint_seconds=10.0)``,
+  ``mode`` ``"required"`` or ``"best_effort"``: ``record(fields: Mapping[str, object]) ->
+  None`` queues one record (``time`` added if absent; values must be JSON's);
+  ``flush() -> bool`` writes the queue as one batch to every sink, with the checkpoints due,
+  True if every sink took it; ``failing`` (required: the last flush left lines unwritten;
+  they stay queued for the next one), ``dropped`` (best_effort: lines lost), ``close() ->
+  bool`` (a final checkpoint, flush, sinks closed).
+- ``verify(paths: Iterable[Path], key: bytes, strict: bool) -> Report``: every writer's chain
+  and checkpoints through the files (rotated files first, by time, the live file last);
+  ``Report.ok``, ``records``, ``first`` and ``last`` (record times), ``error`` (the first bad
+  record, a ``Finding``: path, line, message) and ``unsealed`` (tails after a writer's last
+  checkpoint in a live file; errors with ``strict``).
+- ``SCHEMA``: the path of ``schema.json``.
+"""
+
+from pathlib import Path
+
+from ._auditor import MODES, Auditor, Mode
+from ._chain import Chain, writer_id
+from ._keys import audit_key, hmac_field
+from ._sinks import FileSink, Sink, StdoutSink
+from ._verify import Finding, Report, verify
+
+SCHEMA = Path(__file__).with_name("schema.json")
+
+__all__ = [
+    "MODES",
+    "SCHEMA",
+    "Auditor",
+    "Chain",
+    "FileSink",
+    "Finding",
+    "Mode",
+    "Report",
+    "Sink",
+    "StdoutSink",
+    "audit_key",
+    "hmac_field",
+    "verify",
+    "writer_id",
+]

@@ -1,0 +1,162 @@
+"""The Auditor: records queued by any thread, chained and written in batches to every sink.
+
+``record`` only encodes and queues (the request path pays for one ``orjson.dumps``); ``flush``
+chains what is queued, adds the checkpoints that are due and writes the batch to each sink in
+one call. The failure policy is the caller's choice (``mode``):
+
+- ``required``: a batch a sink did not take stays pending for that sink and is written again,
+  before anything newer, by the next flush; ``failing`` is True until then, so the server can
+  refuse requests rather than answer some it could not record.
+- ``best_effort``: a batch a sink did not take is dropped and counted (``dropped``); the
+  chain in that sink then shows the gap, which is the truth.
+
+Each sink keeps its own pending lines, so a sink that failed never makes another sink write
+a line twice.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import Literal
+
+import orjson
+
+from ._chain import CHAIN_FIELDS, Chain, timestamp
+from ._sinks import Sink
+
+Mode = Literal["required", "best_effort"]
+MODES: tuple[Mode, ...] = ("required", "best_effort")
+
+# Lines one sink may hold while it fails in mode required (about 30 MB of records): past it
+# they are dropped and counted, so a long outage cannot take the process's memory with it.
+MAX_PENDING = 100_000
+
+
+class Auditor:
+    """One writer's records to ``sinks``; ``key`` is the audit key (``audit_key(master)``).
+
+    A checkpoint follows every ``checkpoint_every`` records, and the first batch flushed
+    ``checkpoint_seconds`` after the last checkpoint ends with one: call ``flush`` at least
+    that often (an idle flush seals the records written since), and ``close`` at shutdown.
+    Thread-safe.
+    """
+
+    def __init__(
+        self,
+        key: bytes,
+        sinks: Sequence[Sink],
+        writer: str,
+        mode: Mode,
+        checkpoint_every: int = 1000,
+        checkpoint_seconds: float = 10.0,
+    ) -> None:
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}")
+        if checkpoint_every < 1:
+            raise ValueError("checkpoint_every must be 1 or more")
+        self._chain = Chain(key, writer)
+        self._sinks = list(sinks)
+        self._mode = mode
+        self._every = checkpoint_every
+        self._seconds = checkpoint_seconds
+        self._queue: list[bytes] = []
+        self._queue_lock = threading.Lock()  # record() takes only this one: never held on I/O
+        self._lock = threading.Lock()  # one flush at a time: the chain, pending lines, sinks
+        self._pending: list[list[bytes]] = [[] for _ in self._sinks]
+        self._unsealed = 0  # records chained since the last checkpoint
+        self._sealed_at = time.monotonic()
+        self._failing = False
+        self._dropped = 0
+        self._closed = False
+
+    @property
+    def writer(self) -> str:
+        return self._chain.writer
+
+    @property
+    def failing(self) -> bool:
+        """Mode required: the last flush left lines unwritten (True until a flush writes all)."""
+        return self._failing
+
+    @property
+    def dropped(self) -> int:
+        """Mode best_effort (or past MAX_PENDING): lines a sink failed to take, summed over the
+        sinks."""
+        return self._dropped
+
+    def record(self, fields: Mapping[str, object]) -> None:
+        """Queue a record; ``time`` is added (now) if it is absent. Raises TypeError for a
+        value JSON cannot hold, ValueError for a field the chain sets, RuntimeError once
+        closed."""
+        if not CHAIN_FIELDS.isdisjoint(fields):
+            raise ValueError("writer, seq and prev are set by the chain")
+        if "time" not in fields:
+            fields = {"time": timestamp(time.time()), **fields}
+        body = orjson.dumps(fields)
+        with self._queue_lock:
+            if self._closed:
+                raise RuntimeError("the auditor is closed")
+            self._queue.append(body)
+
+    def flush(self) -> bool:
+        """Chain and write everything queued (and every sink's pending lines): True if every
+        sink took every line."""
+        with self._lock:
+            if self._closed:
+                return not self._failing
+            return self._flush(final=False)
+
+    def close(self) -> bool:
+        """A final checkpoint (if a record is unsealed), a last flush, the sinks closed: True if
+        the last flush wrote everything."""
+        with self._lock:
+            if self._closed:
+                return not self._failing
+            with self._queue_lock:
+                self._closed = True
+            try:
+                return self._flush(final=True)
+            finally:
+                for sink in self._sinks:
+                    sink.close()
+
+    def _flush(self, final: bool) -> bool:
+        with self._queue_lock:
+            queued, self._queue = self._queue, []
+        lines = self._link(queued, final)
+        wrote = True
+        for sink, pending in zip(self._sinks, self._pending, strict=True):
+            pending += lines
+            if not pending:
+                continue
+            try:
+                sink.write(pending)
+            except OSError:
+                wrote = False
+                if self._mode == "best_effort" or len(pending) > MAX_PENDING:
+                    self._dropped += len(pending)
+                    pending.clear()
+                continue
+            pending.clear()
+        self._failing = self._mode == "required" and not wrote
+        return wrote
+
+    def _link(self, queued: list[bytes], final: bool) -> list[bytes]:
+        """The queued records chained, with the checkpoints that are due."""
+        lines = []
+        for body in queued:
+            lines.append(self._chain.link(body))
+            self._unsealed += 1
+            if self._unsealed >= self._every:
+                lines.append(self._seal())
+        due = final or time.monotonic() - self._sealed_at >= self._seconds
+        if self._unsealed and due:
+            lines.append(self._seal())
+        return lines
+
+    def _seal(self) -> bytes:
+        self._unsealed = 0
+        self._sealed_at = time.monotonic()
+        return self._chain.checkpoint(time.time())

@@ -1,0 +1,75 @@
+"""``sealflow audit verify FILE...`` and ``sealflow audit hmac VALUE``: the audit files checked,
+and a value's HMAC to search them for (docs/AUDIT.md).
+
+Both need the audit key, so both open the master key as ``sealflow keys`` does (the same
+flags and variables), and open the keystore with it: a wrong master key is refused there,
+rather than making every checkpoint fail or every search find nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+from sealflow.service.audit import audit_key, hmac_field, verify
+from sealflow.service.config import Settings
+from sealflow.service.keystore import master_key, open_store
+
+
+def _audit_key(args: argparse.Namespace) -> bytes:
+    settings = Settings(**args.settings)
+    with closing(open_store(settings, watch=False)):
+        pass
+    return audit_key(master_key(settings))
+
+
+def _verify(args: argparse.Namespace) -> int:
+    report = verify([Path(p) for p in args.files], _audit_key(args), args.strict)
+    for tail in report.unsealed:
+        print(f"{'error' if args.strict else 'warning'}: {tail}", file=sys.stderr)
+    if report.error is not None:
+        print(f"error: {report.error}", file=sys.stderr)
+    if not report.ok:
+        return 1
+    span = f", {report.first}..{report.last}" if report.records else ""
+    print(f"ok: {report.records} records{span}")
+    return 0
+
+
+def _hmac(args: argparse.Namespace) -> int:
+    value: bytes | str = args.value
+    if args.value == "-":
+        # A token to search for stays out of ps and the shell's history; `echo` adds a newline.
+        value = sys.stdin.buffer.read().removesuffix(b"\n").removesuffix(b"\r")
+    print(hmac_field(_audit_key(args), value))
+    return 0
+
+
+def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
+    audit = commands.add_parser("audit", help="check audit files; search them").add_subparsers(
+        dest="action", required=True
+    )
+    check = audit.add_parser(
+        "verify",
+        parents=[common],
+        help="check the hash chains and checkpoints of audit files (give the rotated ones too)",
+    )
+    check.add_argument("files", nargs="+", metavar="FILE")
+    check.add_argument(
+        "--strict",
+        action="store_true",
+        help="also fail on records after a writer's last checkpoint (after a clean shutdown"
+        " there are none)",
+    )
+    check.set_defaults(func=_verify)
+    mac = audit.add_parser(
+        "hmac",
+        parents=[common],
+        help="print the hmac-sha256 under which the audit files hold a value (an AAD, a"
+        " Transit context, a token), to search for it",
+    )
+    mac.add_argument("value", metavar="VALUE", help="the value; - reads it from standard input")
+    mac.set_defaults(func=_hmac)
