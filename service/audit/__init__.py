@@ -35,6 +35,9 @@ The API (all of it thread-safe except ``Chain``, which the ``Auditor`` locks):
   ``Report.ok``, ``records``, ``first`` and ``last`` (record times), ``error`` (the first bad
   record, a ``Finding``: path, line, message) and ``unsealed`` (tails after a writer's last
   checkpoint in a live file; errors with ``strict``).
+- ``open_auditor(settings, master_key) -> Auditor | None``: a new writer over the sinks the
+  settings name (``SEALFLOW_AUDIT_FILE``, ``_STDOUT``, ``_ROTATE_BYTES``, ``_MODE``), None
+  when they name none: the server's and the CLI's.
 - ``SCHEMA``: the path of ``schema.json``.
 """
 
@@ -43,6 +46,7 @@ from pathlib import Path
 from ._auditor import MODES, Auditor, Mode
 from ._chain import Chain, writer_id
 from ._keys import audit_key, hmac_field
+from ._settings import open_auditor
 from ._sinks import FileSink, Sink, StdoutSink
 from ._verify import Finding, Report, verify
 
@@ -61,6 +65,7 @@ __all__ = [
     "StdoutSink",
     "audit_key",
     "hmac_field",
+    "open_auditor",
     "verify",
     "writer_id",
 ]
