@@ -172,11 +172,6 @@ class Settings(BaseSettings):
         description="the audit trail's file (JSON lines, 0600, rotated by size; docs/AUDIT.md)",
     )
     audit_stdout: bool = Field(False, description="write the audit trail to stdout too")
-    audit_postgres: bool = Field(
-        False,
-        description="with a PostgreSQL keystore, write the audit trail to its table too (every"
-        " replica to one place)",
-    )
     audit_rotate_bytes: int = Field(
         64 * MiB, ge=4096, description="size at which the audit file is rotated"
     )
