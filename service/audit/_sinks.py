@@ -75,8 +75,12 @@ class FileSink:
         data = b"\n".join(lines) + b"\n"
         size = self._lock_live()
         try:
-            if self.rotate_bytes and size and size + len(data) > self.rotate_bytes:
-                size = self._rotate()
+            while self.rotate_bytes and size and size + len(data) > self.rotate_bytes:
+                # Renamed under the lock, so no one writes to it any more; the new file may
+                # have filled up while this writer waited for it, hence the loop.
+                os.rename(self.path, rotated_name(self.path, time.time()))
+                self._drop()
+                size = self._lock_live()
             done, error = _write_all(self._fd, data)
             if error is not None:
                 if done:
@@ -105,21 +109,6 @@ class FileSink:
                 return held.st_size
             self._drop()
         raise OSError(errno.EAGAIN, f"{self.path} keeps being replaced")
-
-    def _rotate(self) -> int:
-        """Rename the live file (locked) to its rotated name and lock a new one; its size
-        (another writer may have reached the new file first)."""
-        os.rename(self.path, rotated_name(self.path, time.time()))
-        fd = os.open(self.path, _FLAGS, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            size = os.fstat(fd).st_size
-        except BaseException:
-            os.close(fd)
-            raise
-        self._drop()
-        self._fd = fd
-        return size
 
     def _drop(self) -> None:
         if self._fd >= 0:
