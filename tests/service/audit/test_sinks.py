@@ -11,7 +11,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import pytest
 
@@ -141,7 +141,7 @@ def test_processes_sharing_a_path_rotate_it_together_and_every_chain_verifies(
     assert [p.wait(timeout=120) for p in procs] == [0, 0, 0]
     files = files_of(path)
     written = lines(files)
-    per_writer = {}
+    per_writer: dict[str, list[dict[str, Any]]] = {}
     for line in written:
         per_writer.setdefault(line.record["writer"], []).append(line.record)
     assert len(per_writer) == 3
