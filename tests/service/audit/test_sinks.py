@@ -9,6 +9,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -65,7 +66,8 @@ def test_rotation_keeps_every_file_under_the_size_and_the_lines_in_order(tmp_pat
     files = files_of(path)
     assert len(files) >= 40 * 41 // 200
     assert all(f.stat().st_size <= 200 for f in files)
-    assert all(stat.S_IMODE(f.stat().st_mode) == 0o600 for f in files)
+    # Rotated files are read-only: how writers holding one learn that it was rotated.
+    assert [stat.S_IMODE(f.stat().st_mode) for f in files] == [0o400] * (len(files) - 1) + [0o600]
     assert b"".join(f.read_bytes() for f in files).splitlines() == want
 
 
@@ -205,21 +207,42 @@ def read_only_over(target: Path, source: Path) -> Iterator[None]:
 def test_an_unwritable_file_fails_the_write_and_the_next_write_once_it_is_writable(
     tmp_path: Path,
 ) -> None:
+    # Another writer (a CLI run as another user, say) rotates the file and starts a new
+    # one this writer cannot open.
     path = tmp_path / "audit.log"
+    ours, theirs = FileSink(path, 0), FileSink(path, 10)
+    ours.write([b"1"])
+    theirs.write([b"22222222"])  # past its 10 bytes: rotated first
+    rotated, live = files_of(path)
+    assert rotated.read_bytes() == b"1\n"
     other = tmp_path / "other"
     other.write_bytes(b"")
-    sink = FileSink(path, 0)
-    sink.write([b"1"])
-    with read_only_over(path, other):
+    with read_only_over(live, other):
         with pytest.raises(OSError, match="Read-only file system"):
             FileSink(path, 0)
-        # The path is now another file, which cannot be opened for writing.
-        with pytest.raises(OSError, match="Read-only file system"):
-            sink.write([b"2"])
+        for _ in range(2):
+            with pytest.raises(OSError, match="Read-only file system"):
+                ours.write([b"3"])
+    ours.write([b"3"])
+    ours.close()
+    theirs.close()
+    assert [f.read_bytes() for f in files_of(path)] == [b"1\n", b"22222222\n3\n"]
+    assert other.read_bytes() == b""
+
+
+def test_a_path_replaced_by_hand_is_written_again_within_the_check_interval(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "audit.log"
+    sink = FileSink(path, 0)
+    sink.write([b"1"])
+    path.rename(tmp_path / "moved.log")
+    path.write_bytes(b"")
+    time.sleep(FileSink.CHECK_SECONDS * 1.5)
     sink.write([b"2"])
     sink.close()
-    assert path.read_bytes() == b"1\n2\n"
-    assert other.read_bytes() == b""
+    assert (tmp_path / "moved.log").read_bytes() == b"1\n"
+    assert path.read_bytes() == b"2\n"
 
 
 def test_a_removed_folder_fails_every_write_until_it_is_back(tmp_path: Path) -> None:
