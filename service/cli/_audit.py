@@ -62,7 +62,12 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
         parents=[common],
         help="check the hash chains and checkpoints of audit files (give the rotated ones too)",
     )
-    check.add_argument("files", nargs="+", metavar="FILE")
+    check.add_argument(
+        "files",
+        nargs="+",
+        metavar="FILE",
+        help="an audit file and its rotated files, in any order (they are read oldest first)",
+    )
     check.add_argument(
         "--strict",
         action="store_true",
