@@ -10,7 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from sealflow.service.audit import Auditor, FileSink, Mode, audit_key, verify, writer_id
+from sealflow.service.audit import (
+    MAX_PENDING,
+    Auditor,
+    FileSink,
+    Mode,
+    audit_key,
+    verify,
+    writer_id,
+)
 from tests import tmpfs
 
 from .records import MASTER, REQUEST, lines
@@ -221,3 +229,23 @@ def test_threads_recording_and_flushing_at_once_make_one_whole_chain(tmp_path: P
         assert mine == sorted(mine)
     report = verify([path], KEY, strict=True)
     assert (report.ok, report.records) == (True, 2400 + 2400 // 50)
+
+
+def test_required_holds_at_most_max_pending_lines_and_counts_the_rest(tmp_path: Path) -> None:
+    folder = tmp_path / "audit"
+    folder.mkdir()
+    path = folder / "audit.log"
+    a = auditor(path, every=10**9, seconds=1e9)
+    shutil.rmtree(folder)
+    for i in range(MAX_PENDING):
+        a.record(change(i + 1))
+    assert not a.flush()
+    assert (a.failing, a.dropped) == (True, 0)  # held, to be written again
+    a.record(change(MAX_PENDING + 1))
+    assert not a.flush()
+    assert (a.failing, a.dropped) == (True, MAX_PENDING + 1)  # past the bound: let go
+    folder.mkdir()
+    a.record(change(MAX_PENDING + 2))
+    assert a.flush()
+    assert a.close()
+    assert versions(path) == [MAX_PENDING + 2]
