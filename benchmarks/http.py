@@ -84,14 +84,15 @@ def wait_ready(url: str, proc: subprocess.Popen[bytes]) -> None:
 
 
 @contextmanager
-def sealflow_server(workdir: Path) -> Iterator[Server]:
-    """``sealflow serve`` with its defaults, pinned to SERVER_CORE, and its root token."""
+def sealflow_server(workdir: Path, *flags: str) -> Iterator[Server]:
+    """``sealflow serve`` with its defaults (but ``flags``), pinned to SERVER_CORE, and its
+    root token."""
     port = free_port()
     out = workdir / "sealflow.out"
     with out.open("wb") as stdout:
         cmd = [
             "taskset", "-c", SERVER_CORE, str(Path(sys.executable).with_name("sealflow")),
-            "serve", "--port", str(port), "--data-dir", str(workdir / "data"),
+            "serve", "--port", str(port), "--data-dir", str(workdir / "data"), *flags,
         ]  # fmt: skip
         proc = subprocess.Popen(cmd, stdout=stdout, stderr=subprocess.DEVNULL)
     ours = Server("sealflow", f"http://127.0.0.1:{port}", proc)
@@ -412,11 +413,20 @@ def main(argv: list[str]) -> int:
 
 # The parts in the order a full run takes them (huge needs no wrk script).
 Part = Callable[[Report, Server, Server, Path, Path], None]
+
+
+def audit(report: Report, peer: Server, ours: Server, work: Path, script: Path) -> None:
+    from .audit import audit_part  # it uses benchmarks.transit, which imports this module
+
+    audit_part(report, ours, work, script)
+
+
 PARTS: dict[str, Part] = {
     "small": small_requests,
     "records": records,
     "megabyte": megabyte,
     "huge": lambda report, peer, ours, work, _script: huge(report, peer, ours, work),
+    "audit": audit,
 }
 
 

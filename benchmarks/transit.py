@@ -71,12 +71,15 @@ def call(srv: Server, method: str, path: str, body: object = None) -> bytes:
 
 
 @contextmanager
-def openbao(workdir: Path) -> Iterator[Server]:
+def openbao(workdir: Path, config: Path | None = None) -> Iterator[Server]:
+    """OpenBao's dev server (in-memory storage), pinned to SERVER_CORE with GOMAXPROCS=1, its
+    Transit mounted; ``config``: an HCL file of more configuration (an audit device)."""
     token = secrets.token_urlsafe(24)
     port = free_port()
     cmd = [
         "taskset", "-c", SERVER_CORE, str(Path(sys.executable).with_name("bao")), "server",
         "-dev", f"-dev-root-token-id={token}", f"-dev-listen-address=127.0.0.1:{port}",
+        *([f"-config={config}"] if config is not None else []),
     ]  # fmt: skip
     env = {**os.environ, "GOMAXPROCS": "1"}
     with (workdir / "bao.out").open("wb") as out:

@@ -167,6 +167,25 @@ class Settings(BaseSettings):
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         "info", description="debug, info, warning or error"
     )
+    audit_file: Path | None = Field(
+        None,
+        description="the audit trail's file (JSON lines, 0600, rotated by size; docs/AUDIT.md)",
+    )
+    audit_stdout: bool = Field(False, description="write the audit trail to stdout too")
+    audit_postgres: bool = Field(
+        False,
+        description="with a PostgreSQL keystore, write the audit trail to its table too (every"
+        " replica to one place)",
+    )
+    audit_rotate_bytes: int = Field(
+        64 * MiB, ge=4096, description="size at which the audit file is rotated"
+    )
+    audit_mode: Literal["required", "best_effort"] = Field(
+        "required",
+        description="required: no success is answered before its audit record is written, and"
+        " requests are refused while records cannot be written; best effort: requests go on,"
+        " lost records are counted",
+    )
 
     @field_validator("transit_mount")
     @classmethod

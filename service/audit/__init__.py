@@ -2,8 +2,8 @@
 
 This package makes, writes and checks the records; the server and the CLI decide what to
 record (docs/AUDIT.md has the schema, ``schema.json`` beside this file the same as a JSON
-Schema). It imports nothing of the server, the CLI or the keystore: the master key comes in
-as bytes.
+Schema). It imports nothing of the server, the CLI or the keystore (the settings only, for
+``open_auditor``): the master key comes in as bytes.
 
 The API (all of it thread-safe except ``Chain``, which the ``Auditor`` locks):
 
@@ -36,6 +36,9 @@ The API (all of it thread-safe except ``Chain``, which the ``Auditor`` locks):
   ``Report.ok``, ``records``, ``first`` and ``last`` (record times), ``error`` (the first bad
   record, a ``Finding``: path, line, message) and ``unsealed`` (tails after a writer's last
   checkpoint in a live file; errors with ``strict``).
+- ``open_auditor(settings, master_key) -> Auditor | None``: a new writer over the sinks the
+  settings name (``SEALFLOW_AUDIT_FILE``, ``_STDOUT``, ``_ROTATE_BYTES``, ``_MODE``), None
+  when they name none: the server's and the CLI's.
 - ``SCHEMA``: the path of ``schema.json``; ``MODES``, ``Mode``: the two failure modes.
 
 For whoever calls it: ``record`` costs one ``orjson.dumps`` and a lock, and raises at once on
@@ -52,6 +55,7 @@ from pathlib import Path
 from ._auditor import MAX_PENDING, MODES, Auditor, Mode
 from ._chain import Chain, writer_id
 from ._keys import audit_key, hmac_field
+from ._settings import open_auditor
 from ._sinks import FileSink, Sink, StdoutSink
 from ._verify import Finding, Report, verify
 
@@ -71,6 +75,7 @@ __all__ = [
     "StdoutSink",
     "audit_key",
     "hmac_field",
+    "open_auditor",
     "verify",
     "writer_id",
 ]

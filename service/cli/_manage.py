@@ -10,14 +10,18 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import os
+import pwd
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from sealflow.engine import Algorithm
+from sealflow.service.audit import Auditor, open_auditor
 from sealflow.service.config import Settings
 from sealflow.service.keystore import (
+    ChangeHook,
     KeyInfo,
     KeyStore,
     KeyStoreUnavailable,
@@ -25,6 +29,7 @@ from sealflow.service.keystore import (
     VersionUsage,
     export_material,
     load_master_key,
+    master_key,
     migrate_keystore,
     next_rotation,
     open_store,
@@ -138,12 +143,40 @@ def migrate(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    store = open_store(Settings(**args.settings), watch=False)
+    settings = Settings(**args.settings)
+    store = open_store(settings, watch=False)
+    auditor = open_auditor(settings, master_key(settings))
+    if auditor is not None:
+        store.on_change = _recording(auditor)
     try:
         (_keys if args.command == "keys" else _tokens)(args, store)
     finally:
         store.close()
+        recorded = auditor is None or auditor.close()
+    if not recorded:
+        # The change is made (it committed first); its record is not, and that must show.
+        print(
+            "sealflow: the change was made, but its audit record could not be written to"
+            f" the audit trail ({settings.audit_file or 'stdout'})",
+            file=sys.stderr,
+        )
+        return 1
     return 0
+
+
+def _recording(auditor: Auditor) -> ChangeHook:
+    """The keystore's change hook of one CLI invocation: a change record, origin cli, naming
+    the OS user who ran it (docs/AUDIT.md)."""
+    try:
+        user = pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:  # a uid with no passwd entry (a container's)
+        user = str(os.getuid())
+
+    def record(operation: str, fields: dict[str, object]) -> None:
+        base = {"type": "change", "origin": "cli", "os_user": user, "operation": operation}
+        auditor.record({**base, **fields})
+
+    return record
 
 
 def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:

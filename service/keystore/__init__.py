@@ -4,6 +4,7 @@ Nothing here knows about HTTP; the server, the CLI and the tests all use this pa
 """
 
 from ._base import (
+    ChangeHook,
     KeyInfo,
     KeyStore,
     KeyStoreHealth,
@@ -42,6 +43,7 @@ from .errors import (
 __all__ = [
     "ROOT_SCOPES",
     "SCARCE",
+    "ChangeHook",
     "DeletionNotAllowed",
     "InvalidRequest",
     "KeyExists",

@@ -17,6 +17,7 @@ left out of ``list_tokens``. Either is logged once.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
@@ -134,7 +135,15 @@ def valid_scope(scope: str) -> bool:
     return SCOPE_RE.fullmatch(scope) is not None
 
 
+# Told of each change once it is committed: the operation (key_create, key_rotate, key_config,
+# key_delete, token_create, token_revoke) and what it names (never material or a secret). The
+# audit trail listens (``sealflow.service.audit``); what called the write adds who asked.
+ChangeHook = Callable[[str, dict[str, object]], None]
+
+
 class KeyStore(Protocol):
+    on_change: ChangeHook | None  # set once, before the store is used from several threads
+
     def create_key(
         self,
         name: str,
@@ -221,6 +230,13 @@ class KeyStore(Protocol):
         """The unwrapped material of one version. KeyNotFound if name or version is absent.
 
         Whatever ``min_decryption_version`` says: that rule is the caller's (decrypt, export).
+        """
+
+    def material(self, slot: Slot) -> bytes:
+        """The unwrapped material of the slot's version of the key born then: KeyNotFound if
+        that key is gone, or replaced by a new key of its name (``KeyInfo.born`` differs), or
+        has no such version. By identity, not by name: a lease takes the material of the key
+        whose slot it counts against, never another key's made under the same name since.
         """
 
     def create_token(

@@ -67,8 +67,13 @@ _POLICIES = (
 )
 # TOKEN_ROW.columns order, then the MAC.
 _TOKENS = "SELECT id, digest, scopes, label, created_at, revoked_at, mac FROM {tokens}"
-# The key's identity (Slot.born): its version 1 written at that time, not a later key's.
-_SAME_KEY = "SELECT 1 FROM {versions} WHERE name = ? AND version = 1 AND created_at = ?"
+# The key's identity (Slot.born): its version 1 written at that time, not a later key's. The
+# lock (PostgreSQL) is on the key's own row, which every write of a key locks first (delete_key
+# FOR UPDATE): a reservation takes the key's row, then its usage row, in delete_key's order.
+_SAME_KEY = (
+    "SELECT 1 FROM {keys} k WHERE k.name = ? AND EXISTS (SELECT 1 FROM {versions} v"
+    " WHERE v.name = k.name AND v.version = 1 AND v.created_at = ?){for_share}"
+)
 
 
 class Sql:
@@ -149,7 +154,7 @@ class Sql:
         self.meta_value = sql("SELECT value FROM {meta} WHERE key = ?")
         self.note_meta = sql("INSERT INTO {meta} VALUES (?, ?) ON CONFLICT (key) DO NOTHING")
         # Usage (``_usage_rows``).
-        self.same_key = sql(_SAME_KEY + "{for_share}")
+        self.same_key = sql(_SAME_KEY)
         self.usage_row = sql("INSERT INTO {usage} VALUES (?, ?, 0, 0) ON CONFLICT DO NOTHING")
         self.reserved_of = sql(
             "SELECT reserved FROM {usage} WHERE name = ? AND version = ?{for_update}"

@@ -110,10 +110,12 @@ class PostgresKeyStore(Writes[Db]):
         self._errors = _errors(f"keystore {self._where}")
         self._keys: dict[str, KeyInfo | None] = {}
         self._tokens: dict[bytes, tuple[bytes, TokenInfo]] = {}
-        self._material: dict[tuple[str, int], bytes] = {}
-        self._born: dict[str, float] = {}  # _rows.forget_replaced
+        self._material: dict[Slot, bytes] = {}  # by key identity: _rows.forget_replaced
         self._generation = -1
-        self._reload_lock = threading.Lock()
+        self._reload_lock = threading.Lock()  # one reload at a time (held over its queries)
+        # Held only while a reload's results are put in place: a reader that must see keys and
+        # material as one reload left them waits for that, never for the database.
+        self._swap_lock = threading.Lock()
         self._ambient: Db | None = None  # the open transaction of provision
         self._closed = False
         self.created = False
@@ -166,13 +168,30 @@ class PostgresKeyStore(Writes[Db]):
 
     def key_material(self, name: str, version: int) -> bytes:
         self._read()
-        info = present(self._keys, name)
-        material = self._material.get((name, version))
+        return self._material_of(present(self._keys, name), version)
+
+    def material(self, slot: Slot) -> bytes:
+        self._read()
+        info = present(self._keys, slot.name)
+        if info.born != slot.born:
+            raise KeyNotFound(f"key {slot.name!r} not found (deleted; a new key has its name)")
+        return self._material_of(info, slot.version)
+
+    def _material_of(self, info: KeyInfo, version: int) -> bytes:
+        slot = info.slot(version)
+        material = self._material.get(slot)
         if material is not None:
             return material
+        name = info.name
         if not 1 <= version <= MAX_VERSION or all(v.version != version for v in info.versions):
             raise KeyNotFound(f"key {name!r} version {version} not found")
-        if name not in self._keys:  # deleted while this call ran (the cache was reloaded)
+        with self._swap_lock:  # keys and material as one reload left them, together
+            material, keys = self._material.get(slot), self._keys
+        if material is not None:
+            return material
+        now = keys.get(name)
+        if name not in keys or (now is not None and now.born != info.born):
+            # Deleted (maybe made again) while this call ran: the cache was reloaded meanwhile.
             raise KeyNotFound(f"key {name!r} not found")
         # Loaded with its key, so only a version that failed to unwrap is missing.
         raise KeyStoreCorrupt(f"key {name!r} version {version} fails its integrity check")
@@ -246,36 +265,37 @@ class PostgresKeyStore(Writes[Db]):
                 if generation == self._generation and not force:
                     return
                 keys = self._tables.keys(db)
-                material, born = self._unwrapped(db, keys)
+                material = self._unwrapped(db, keys)
                 tokens = self._tables.tokens(db)
             # Replaced whole, never changed in place: a reader holds one consistent snapshot.
-            # The material first: a reader of the new keys never finds an old key's material.
-            self._material, self._born = material, born
-            self._keys, self._tokens = keys, tokens
+            # The material first: a reader of the new keys finds their material (by slot: never
+            # an old key's, whatever it read when).
+            with self._swap_lock:
+                self._material = material
+                self._keys, self._tokens = keys, tokens
             self._generation = generation
 
-    def _unwrapped(
-        self, db: Db, keys: dict[str, KeyInfo | None]
-    ) -> tuple[dict[tuple[str, int], bytes], dict[str, float]]:
-        """The material of every version of ``keys``, and the creation times that go with it
-        (``forget_replaced``): what is cached of a key still the same (a version never changes
-        while its key lives), the rest unwrapped now. Built in copies, so that readers of the
-        old cache keep what they read meanwhile, and a reload that fails changes nothing: a
-        deleted key's material goes with it, and is never taken for a new key's."""
-        material, born = dict(self._material), dict(self._born)
-        forget_replaced(material, born, keys)
+    def _unwrapped(self, db: Db, keys: dict[str, KeyInfo | None]) -> dict[Slot, bytes]:
+        """The material of every version of ``keys``, by slot (``forget_replaced``): what is
+        cached of a key still the same (a version never changes while its key lives), the rest
+        unwrapped now. Built in a copy, so that readers of the old cache keep what they read
+        meanwhile, and a reload that fails changes nothing: a deleted key's material goes with
+        it, and is never taken for a new key's (another slot)."""
+        material = dict(self._material)
+        forget_replaced(material, keys)
         for info in keys.values():
             if info is None:
                 continue
             for v in info.versions:
-                if (info.name, v.version) in material:
+                slot = info.slot(v.version)
+                if slot in material:
                     continue
                 # One that does not unwrap is left out (refused, logged): key_material says so.
                 with contextlib.suppress(KeyStoreCorrupt):
                     found = self._tables.material(db, info, v.version)
                     if found is not None:
-                        material[info.name, v.version] = found
-        return material, born
+                        material[slot] = found
+        return material
 
     # -- connections
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from sealflow.engine import Algorithm
 
-from ._base import KeyInfo, KeyVersionInfo, TokenInfo
+from ._base import KeyInfo, KeyVersionInfo, Slot, TokenInfo
 from ._integrity import (
     KEY_ROW,
     LIMITS_ROW,
@@ -195,35 +195,23 @@ def policy_row(
     return info.name, least, int(allowed), int(made and not info.created_exportable)
 
 
-def forget_replaced(
-    material: dict[tuple[str, int], bytes],
-    born: dict[str, float],
-    keys: dict[str, KeyInfo | None],
-) -> None:
+def forget_replaced(material: dict[Slot, bytes], keys: dict[str, KeyInfo | None]) -> None:
     """Drop cached material of keys deleted, or deleted and created again, since it was cached.
 
-    A version never changes while its key lives, but ``delete_key`` ends a key, and a new key
-    of the same name has new material under the same (name, version). ``born`` holds, per name
-    with material cached, the creation time of its version 1 (a new key has another); it is
-    updated here for the keys present. A key refused (None) keeps its material: it is refused
-    on every call anyway, and a refusal may be lifted by restoring the row.
+    Material is cached by ``Slot`` (name, ``KeyInfo.born``, version): a lookup by a key's slot
+    never finds another key's material, whatever a reload did meanwhile, so this only frees what
+    no present key can ask for. A key refused (None) keeps its material: it is refused on every
+    call anyway, and a refusal may be lifted by restoring the row.
     """
-    gone = set()
-    for name, when in born.items():
-        if name not in keys:
-            gone.add(name)
-            continue
-        info = keys[name]
-        if info is not None and info.versions[0].created_at != when:
-            gone.add(name)
-    if gone:
-        for k in [k for k in material if k[0] in gone]:
-            del material[k]
-        for name in gone:
-            del born[name]
-    for name, info in keys.items():
-        if info is not None and name not in born:
-            born[name] = info.versions[0].created_at
+    for slot in [s for s in material if _replaced(keys, s)]:
+        del material[slot]
+
+
+def _replaced(keys: dict[str, KeyInfo | None], slot: Slot) -> bool:
+    if slot.name not in keys:
+        return True
+    info = keys[slot.name]
+    return info is not None and info.born != slot.born
 
 
 # Sealings reserved at a time, at most, and the share of what is left one reservation takes.

@@ -18,7 +18,7 @@ from contextlib import closing, contextmanager
 from pathlib import Path
 
 from . import _sqlite_file
-from ._base import KeyInfo, KeyStoreHealth, TokenInfo
+from ._base import KeyInfo, KeyStoreHealth, Slot, TokenInfo
 from ._dialect import Dialect, Sql, TableNames
 from ._integrity import Integrity
 from ._masterkey import KeyWrapper
@@ -57,8 +57,9 @@ class SQLiteKeyStore(Writes[sqlite3.Connection]):
     ``PRAGMA data_version`` changes whenever another connection (in this process or another)
     has committed, so one cheap pragma per call keeps the cache exact. Every row is checked
     against its MAC when it is read into the cache; unwrapped material is kept across
-    refreshes (a key version is immutable while its key lives), behind its key's checked row,
-    and dropped when a refresh finds its key deleted (``_rows.forget_replaced``).
+    refreshes by key identity (``Slot``: a key version is immutable while its key lives),
+    behind its key's checked row, and dropped when a refresh finds its key deleted
+    (``_rows.forget_replaced``).
 
     ``max_staleness`` (seconds) skips the pragma when the last one is more recent: at
     thousands of requests a second one pragma (~4 us) per request was a tenth of the cost
@@ -82,8 +83,7 @@ class SQLiteKeyStore(Writes[sqlite3.Connection]):
         # None for a key whose row failed its check: known, and refused.
         self._keys: dict[str, KeyInfo | None] | None = None
         self._tokens: dict[bytes, tuple[bytes, TokenInfo]] | None = None
-        self._material: dict[tuple[str, int], bytes] = {}
-        self._born: dict[str, float] = {}  # _rows.forget_replaced
+        self._material: dict[Slot, bytes] = {}  # by key identity: _rows.forget_replaced
         if not os.path.lexists(path):
             with _errors(f"cannot create keystore {path}"):
                 _sqlite_file.create(path, self._integrity)
@@ -143,24 +143,35 @@ class SQLiteKeyStore(Writes[sqlite3.Connection]):
             return [info for info in self._key_cache().values() if info is not None]
 
     def key_material(self, name: str, version: int) -> bytes:
+        return self._material_of(name, None, version)
+
+    def material(self, slot: Slot) -> bytes:
+        return self._material_of(slot.name, slot.born, slot.version)
+
+    def _material_of(self, name: str, born: float | None, version: int) -> bytes:
+        """A version's material, of the key born then (``born`` None: the key of the name now)."""
         if not 1 <= version <= MAX_VERSION:
             raise KeyNotFound(f"key {name!r} version {version} not found")
         keys = self._keys
         if keys is not None and self._fresh():
             # The common case, without the lock: a fresh cache and a version seen before.
-            present(keys, name)
-            material = self._material.get((name, version))
-            if material is not None:
-                return material
+            info = present(keys, name)
+            if born is None or info.born == born:
+                material = self._material.get(info.slot(version))
+                if material is not None:
+                    return material
         with self._connection() as db:
             # The key's row is checked on every call; a cached version cannot change.
             info = present(self._key_cache(), name)
-            material = self._material.get((name, version))
+            if born is not None and info.born != born:
+                raise KeyNotFound(f"key {name!r} not found (deleted; a new key has its name)")
+            slot = info.slot(version)
+            material = self._material.get(slot)
             if material is None:
                 material = self._tables.material(db, info, version)
                 if material is None:
                     raise KeyNotFound(f"key {name!r} version {version} not found")
-                self._material[name, version] = material
+                self._material[slot] = material
             return material
 
     def list_tokens(self) -> list[TokenInfo]:
@@ -208,7 +219,7 @@ class SQLiteKeyStore(Writes[sqlite3.Connection]):
         if self._keys is None:
             keys = self._tables.keys(self._conn)
             # Before the new cache is seen: material of a deleted key never outlives it.
-            forget_replaced(self._material, self._born, keys)
+            forget_replaced(self._material, keys)
             self._keys = keys
         return self._keys
 

@@ -135,7 +135,8 @@ class UsageMeter:
         if not 1 <= asked <= latest:
             raise KeyNotFound(f"key {name!r} version {asked} not found")
         for _ in range(_ROTATIONS):
-            material, slot = self._store.key_material(name, asked), key.slot(asked)
+            slot = key.slot(asked)
+            material = self._store.material(slot)
             got = self._take(key, slot, n)
             if got:
                 return Lease(key, asked, got, material, slot)

@@ -20,8 +20,10 @@ def reserve(
     """Sealings granted (``_rows.grant``) and the total reserved after them, in the caller's
     write transaction; KeyNotFound if the slot's key is gone."""
     name, born, version = slot
-    # PostgreSQL reads the key's version 1 FOR SHARE: the key cannot be deleted (delete_key)
-    # before this transaction ends.
+    # PostgreSQL locks the key's row FOR SHARE: the key cannot be deleted (delete_key) before
+    # this transaction ends. Its row first, then the usage row: delete_key's order (the key's
+    # row FOR UPDATE, then usage, then versions), so the two never wait for each other in a
+    # circle (before, this locked version 1 first: a deadlock with a deletion, a 503).
     if db.execute(sql.same_key, (name, born)).fetchone() is None:
         raise KeyNotFound(f"key {name!r} not found")
     db.execute(sql.usage_row, (name, version))

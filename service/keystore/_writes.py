@@ -15,7 +15,16 @@ from typing import Generic, TypeVar
 from sealflow.engine import Algorithm
 
 from . import _root_scopes, _usage_rows
-from ._base import KeyInfo, Slot, TokenInfo, VersionUsage, valid_key_name, valid_scope, valid_secret
+from ._base import (
+    ChangeHook,
+    KeyInfo,
+    Slot,
+    TokenInfo,
+    VersionUsage,
+    valid_key_name,
+    valid_scope,
+    valid_secret,
+)
 from ._dialect import Connection
 from ._rows import MAX_VERSION, digest, limits_row, policy_row, token_info
 from ._tables import Tables
@@ -30,6 +39,12 @@ class Writes(ABC, Generic[Db]):
     fresh its own way) and sets ``_tables``."""
 
     _tables: Tables
+    on_change: ChangeHook | None = None
+
+    def _changed(self, operation: str, **fields: object) -> None:
+        hook = self.on_change
+        if hook is not None:
+            hook(operation, fields)
 
     @abstractmethod
     def _transaction(self, changes: bool = True) -> AbstractContextManager[Db]:
@@ -64,7 +79,9 @@ class Writes(ABC, Generic[Db]):
             if max_encryptions is not None or auto_rotate_period is not None:
                 info = self._tables.locked_key(db, name)
                 self._tables.write_limits(db, limits_row(info, max_encryptions, auto_rotate_period))
-            return self._tables.locked_key(db, name)
+            info = self._tables.locked_key(db, name)
+        self._changed("key_create", key=name, version=1)
+        return info
 
     def rotate_key(self, name: str) -> KeyInfo:
         with self._transaction() as db:
@@ -76,7 +93,9 @@ class Writes(ABC, Generic[Db]):
             self._tables.add_version(
                 db, name, info.latest + 1, info.algorithm, info.created_exportable
             )
-            return self._tables.locked_key(db, name)
+            info = self._tables.locked_key(db, name)
+        self._changed("key_rotate", key=name, version=info.latest)
+        return info
 
     def rotate_if_latest(self, name: str, version: int) -> KeyInfo:
         with self._transaction() as db:
@@ -87,6 +106,7 @@ class Writes(ABC, Generic[Db]):
                 db, name, info.latest + 1, info.algorithm, info.created_exportable
             )
             info = self._tables.locked_key(db, name)
+        self._changed("key_rotate", key=name, version=info.latest, mode="automatic")
         log.warning(
             "key %r rotated automatically to version %d",
             name,
@@ -101,7 +121,9 @@ class Writes(ABC, Generic[Db]):
         with self._transaction() as db:
             info = self._tables.locked_key(db, name)
             self._tables.write_limits(db, limits_row(info, max_encryptions, auto_rotate_period))
-            return self._tables.locked_key(db, name)
+            info = self._tables.locked_key(db, name)
+        self._changed("key_config", key=name)
+        return info
 
     def set_min_decryption_version(
         self, name: str, version: int, allow_lowering: bool = False
@@ -143,6 +165,7 @@ class Writes(ABC, Generic[Db]):
                 self._tables.write_policy(db, row)
             info = self._tables.locked_key(db, name)
         _log_changes(before, info)
+        self._changed("key_config", key=name)
         return info
 
     def delete_key(self, name: str) -> KeyInfo:
@@ -152,6 +175,7 @@ class Writes(ABC, Generic[Db]):
             if not info.deletion_allowed:
                 raise DeletionNotAllowed(f"deletion is not allowed for key {name!r}")
             self._tables.delete_key(db, name)
+        self._changed("key_delete", key=name, version=info.latest)
         log.warning(
             "key %r deleted with its %d versions (deletion_allowed was set)",
             name,
@@ -174,12 +198,16 @@ class Writes(ABC, Generic[Db]):
         row = (token_id, digest(secret), " ".join(scopes), label, time.time(), None)
         with self._transaction() as db:
             self._tables.insert_token(db, row)
-        return token_info(row), secret
+        info = token_info(row)
+        self._changed("token_create", target_accessor=info.id, target_label=label)
+        return info, secret
 
     def revoke_token(self, token_id: str) -> TokenInfo:
         with self._transaction() as db:
             row = self._tables.revoke_token(db, token_id)
-        return token_info(row)
+        info = token_info(row)
+        self._changed("token_revoke", target_accessor=info.id, target_label=info.label)
+        return info
 
     def _grant_root_export(self) -> None:
         """At open: ``export:*`` to the root token of a keystore made before that scope, once

@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -36,7 +37,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from sealflow.service.config import Settings
 from sealflow.service.keystore import KeyStoreError, TokenInfo
 
-from . import _auth, _metrics, data, errors, transit
+from . import _audit, _auth, _metrics, data, errors, transit
 from ._body import drop_connection, refuse, send_error
 from ._logging import AccessLog, AccessRecord
 from ._state import DRAINING, Services
@@ -80,6 +81,7 @@ class Plan:
     refused: bool = False
     counted: bool = True  # takes a concurrency slot (probes and metrics do not)
     taken: bool = False  # holds a slot (``_take``)
+    ticket: int = 0  # its audit record's (``_audit.Trail.record``); 0: none made yet
 
 
 class Front:
@@ -162,6 +164,11 @@ class Front:
                 _auth.require_admin(token)
         if route is None and vault is None and length > MAX_OTHER_BODY:
             raise errors.too_large(MAX_OTHER_BODY)  # beyond any admin body: refused unread
+        trail = None if svc is None else svc.audit
+        if token is not None and trail is not None and trail.failing:
+            # Mode required: nothing is served that could not be put on record.
+            _metrics.AUTH_FAILURES.labels("audit_unavailable").inc()
+            raise errors.audit_unavailable()
         if counted and self.active >= self.limit:
             raise errors.overloaded()
         if token is not None and self.by_token.get(token.id, 0) >= self.per_token:
@@ -193,32 +200,46 @@ class Front:
         self._take(plan)
 
     def answer(self, plan: Plan, body: bytes | None) -> errors.Whole | None:
-        deferred = False
         try:
-            if plan.refused:
-                assert plan.error is not None
-                return self._refused(plan, plan.error, plan.head.has_body)
-            if body is None:  # the protocol's receive deadline passed
-                return self._refused(plan, errors.timeout(), close=True)
-            svc, token = self.svc, plan.token
-            assert svc is not None
-            assert token is not None
-            if plan.route is not None:
-                answer = data.answer(svc, plan.route, token, plan.head, plan.log, body)
-            else:
-                assert plan.vault is not None
-                answer = self.transit.answer(svc, token, plan.head, plan.log, body)
-            # None: its sealing needs the keystore first, which the event loop never waits
-            # for (``UsageMeter.bind_loop``): the protocol hands it to the ASGI path, which
-            # asks off the loop; the plan keeps its slot and is recorded there.
-            deferred = answer is None
-            return answer
-        finally:
-            if not deferred:
-                if not plan.refused:
-                    _metrics.count_lane()
-                self._give(plan)
-                self.record(plan, plan.vault if plan.refused else plan.route or plan.vault)
+            answer = self._answer(plan, body)
+        except BaseException:
+            self._answered(plan)
+            raise
+        if answer is None:
+            # Its sealing needs the keystore first, which the event loop never waits for
+            # (``UsageMeter.bind_loop``): the protocol hands it to the ASGI path, which asks
+            # off the loop; the plan keeps its slot and is recorded there.
+            return None
+        self._answered(plan)
+        trail = None if self.svc is None else self.svc.audit
+        recorded = (
+            not plan.ticket or trail is None or answer.status >= 400 or trail.recorded(plan.ticket)
+        )
+        if not recorded:  # no success leaves before its record
+            error = errors.audit_unavailable()
+            plan.log.status, plan.log.error = error.status, error.code
+            return error.whole(plan.head.has_body, vault=plan.vault is not None)
+        return answer
+
+    def _answered(self, plan: Plan) -> None:
+        if not plan.refused:
+            _metrics.count_lane()
+        self._give(plan)
+        self.record(plan, plan.vault if plan.refused else plan.route or plan.vault)
+
+    def _answer(self, plan: Plan, body: bytes | None) -> errors.Whole | None:
+        if plan.refused:
+            assert plan.error is not None
+            return self._refused(plan, plan.error, plan.head.has_body)
+        if body is None:  # the protocol's receive deadline passed
+            return self._refused(plan, errors.timeout(), close=True)
+        svc, token = self.svc, plan.token
+        assert svc is not None
+        assert token is not None
+        if plan.route is not None:
+            return data.answer(svc, plan.route, token, plan.head, plan.log, body)
+        assert plan.vault is not None
+        return self.transit.answer(svc, token, plan.head, plan.log, body)
 
     def abandon(self, plan: Plan) -> None:
         plan.log.error = "client_disconnected"
@@ -254,6 +275,11 @@ class Front:
         if kind is Kind.APP:  # for FastAPI's routes (admin._deps)
             scope["sealflow.token"] = token
         self._take(plan)
+        asked = None
+        if svc is not None and svc.audit is not None and token is not None:
+            send = self._auditing(svc.audit, plan, scope, send)
+            # Who asks, for the records of the keystore changes this request makes.
+            asked = _audit.asking.set(self._asker(plan))
         try:
             if kind is Kind.DATA and svc is not None and token is not None:
                 assert plan.route is not None
@@ -270,8 +296,58 @@ class Front:
             else:
                 await self.app(scope, receive, _noting_status(send, log))
         finally:
+            if asked is not None:
+                _audit.asking.reset(asked)
             self._give(plan)
             self.record(plan, scope.get("route"))
+
+    def _auditing(self, trail: _audit.Trail, plan: Plan, scope: Scope, send: Send) -> Send:
+        """``send``, with the request's record written before its success can leave (mode
+        required). A response of a declared length is put on record as it starts, and
+        replaced by 503 ``audit_unavailable`` if the record cannot be written; a streamed one
+        (its length unknown until it ends) before its last piece, and if the record cannot be
+        written then, the connection is dropped instead: the client never sees it end."""
+        replaced = False
+        vault = plan.vault is not None
+
+        async def sending(message: Message) -> None:
+            nonlocal replaced
+            if replaced:
+                return  # the app's response, after its replacement went out
+            log = plan.log
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                length = _declared_length(message.get("headers", ()))
+                if status < 400 and length is not None and not plan.ticket:
+                    log.status = status
+                    if log.bytes_out is None:
+                        log.bytes_out = length
+                    self._audit(plan, scope.get("route"))
+                    if not trail.recorded(plan.ticket):
+                        replaced = True
+                        error = errors.audit_unavailable()
+                        log.status, log.error = error.status, error.code
+                        body, headers = error.rendered(vault)
+                        await send(
+                            {"type": "http.response.start", "status": 503, "headers": headers}
+                        )
+                        await send({"type": "http.response.body", "body": body})
+                        return
+            elif message["type"] == "http.response.body" and not message.get("more_body"):
+                if not plan.ticket:
+                    self._audit(plan, scope.get("route"))
+                if plan.ticket and log.status < 400 and not trail.recorded(plan.ticket):
+                    log.error = "audit_unavailable"
+                    drop_connection(scope)
+                    return
+            await send(message)
+
+        return sending
+
+    def _asker(self, plan: Plan) -> dict[str, object]:
+        fields = _audit.caller(plan.token)
+        fields["method"] = plan.head.method
+        return fields
 
     def _transit(
         self, svc: Services | None, route: transit.Route, token: TokenInfo | None
@@ -350,6 +426,63 @@ class Front:
         _metrics.count_request(template, method, log.status, elapsed)
         log.method, log.route, log.duration_ms = method, template, round(elapsed * 1000, 3)
         self.access.write(log, ended)
+        svc = self.svc
+        if svc is not None and svc.audit is not None and not plan.ticket:
+            self._audit(plan, route)
+
+    def _audit(self, plan: Plan, route: object) -> None:
+        """The request's audit record (a request with a token, or a failed authentication);
+        its ticket in ``plan.ticket``."""
+        svc = self.svc
+        assert svc is not None
+        assert svc.audit is not None
+        trail, log, token = svc.audit, plan.log, plan.token
+        error = plan.error
+        if token is None:
+            if error is None or error.code not in _AUTH_FAILURES:
+                return  # no token, and not a failed authentication: probes, docs
+            fields: dict[str, object] = {"type": "auth_failure", "origin": "http"}
+            secret = _presented(plan.head)
+            if secret:
+                fields["token_hmac"] = trail.hmac(secret)
+        elif error is not None and error.code == "audit_unavailable":
+            return  # could not be written anyway: counted in the metrics
+        else:
+            fields = {"type": "request", "origin": "http", "operation": _operation(plan, route)}
+            fields.update(_audit.caller(token))
+            key = log.key
+            if key is None and plan.route is not None and plan.route is not data.DECRYPT_ANY_ROUTE:
+                path = plan.head.path  # /v1/keys/{name}/encrypt|decrypt: refused before its key
+                key = path[len(_ADMIN) + 1 : path.rindex("/")]
+            if key is not None:
+                fields["key"] = key
+            if log.version is not None:
+                fields["version"] = log.version
+            if log.mode is not None:
+                fields["mode"] = log.mode
+            if log.bytes_in is not None:
+                fields["bytes_in"] = log.bytes_in
+            if log.bytes_out is not None:
+                fields["bytes_out"] = log.bytes_out
+            aad = plan.head.x_aad
+            if aad:
+                fields["aad_hmac"] = trail.hmac(aad)
+        fields["method"] = plan.head.method
+        template = getattr(route or plan.route or plan.vault, "path", None)
+        if template is not None:  # the template, never the raw path; unknown: left out
+            fields["route"] = template
+        fields["status"] = log.status or (error.status if error is not None else 0)
+        if log.error is not None:
+            fields["error"] = log.error
+        request_id = getattr(log, "request_id", None)
+        if request_id is not None:
+            fields["request_id"] = request_id
+        remote = getattr(log, "remote_addr", None)
+        if remote is not None:
+            fields["remote_addr"] = remote
+        if not fields["status"]:
+            fields["status"] = 499  # the client went away before an answer (nginx's code)
+        plan.ticket = trail.record(fields)
 
 
 def _watching(receive: Receive, watch: Watch) -> Receive:
@@ -370,3 +503,55 @@ def _noting_status(send: Send, log: AccessRecord) -> Send:
         await send(message)
 
     return sending
+
+
+# Refusals that are failed authentications (a token missing, malformed or unknown; Vault's
+# 403 for the same on Transit).
+_AUTH_FAILURES = frozenset(("unauthorized", "forbidden"))
+# What a request of a route does, for the audit record: (method, template) of the native
+# admin routes; Transit's by its route's kind; the data routes by their direction.
+_ADMIN_OPERATIONS = {
+    ("POST", "/v1/keys"): "key_create",
+    ("GET", "/v1/keys"): "key_list",
+    ("GET", "/v1/keys/{name}"): "key_read",
+    ("PATCH", "/v1/keys/{name}"): "key_config",
+    ("DELETE", "/v1/keys/{name}"): "key_delete",
+    ("POST", "/v1/keys/{name}/rotate"): "key_rotate",
+    ("GET", "/v1/keys/{name}/export"): "export",
+}
+_TRANSIT_OPERATIONS = {
+    "keys": "key_list",
+    "config": "key_config",
+    "rotate": "key_rotate",
+    "lookup-self": "token_lookup",
+}
+
+
+def _operation(plan: Plan, route: object) -> str:
+    method = plan.head.method
+    if plan.route is not None:
+        return "encrypt" if plan.route is data.ENCRYPT_ROUTE else "decrypt"
+    if plan.vault is not None:
+        kind = plan.vault.kind
+        if kind == "key":
+            return {"GET": "key_read", "DELETE": "key_delete"}.get(method, "key_create")
+        return _TRANSIT_OPERATIONS.get(kind, kind)
+    template = getattr(route, "path", "")
+    return _ADMIN_OPERATIONS.get((method, template), method.lower())
+
+
+def _presented(head: Head) -> str | None:
+    """The token a failed authentication presented (only ever HMAC'd into its record)."""
+    if head.vault_token:
+        return head.vault_token.decode("latin-1")
+    if head.authorization is not None:
+        return _auth.bearer(head.authorization.decode("latin-1")) or None
+    return None
+
+
+def _declared_length(headers: Iterable[tuple[bytes, bytes]]) -> int | None:
+    """A response's Content-Length, if its app declared one."""
+    for name, value in headers:
+        if name == b"content-length":
+            return int(value)
+    return None

@@ -41,7 +41,8 @@ AUTH_FAILURES = Counter(
     "sealflow_auth_failures",
     "Refused requests by reason",
     # missing, malformed, invalid, forbidden, token_limit (429), keystore_stale (503: the
-    # keystore silent for longer than the max cache age, tokens not checked)
+    # keystore silent for longer than the max cache age, tokens not checked),
+    # audit_unavailable (503: mode required, and the audit trail cannot be written)
     ["reason"],
 )
 CONNECTIONS_REFUSED = Counter(
@@ -148,6 +149,10 @@ KEYS_NEAR_LIMIT = Gauge(
     "Keys whose latest version has counted 90 % or more of its max_encryptions",
     multiprocess_mode="livemax",
 )
+AUDIT_DROPPED = Counter(
+    "sealflow_audit_dropped",
+    "Audit records lost (mode best_effort: a sink did not take them)",
+)
 KEYS_NEXT_ROTATION = Gauge(
     "sealflow_keys_next_rotation_timestamp_seconds",
     "The soonest rotation by auto_rotate_period of any key (0: no key has one)",
@@ -157,7 +162,14 @@ KEYS_NEXT_ROTATION = Gauge(
 # Fixed label sets are exported from the start, at zero.
 for _reason in ("authentication", "malformed_envelope", "version_retired"):
     DECRYPTION_FAILURES.labels(_reason)
-for _reason in ("missing", "malformed", "invalid", "forbidden", "keystore_stale"):
+for _reason in (
+    "missing",
+    "malformed",
+    "invalid",
+    "forbidden",
+    "keystore_stale",
+    "audit_unavailable",
+):
     AUTH_FAILURES.labels(_reason)
 for _event in ("allocation", "reuse", "growth"):
     BUFFER_EVENTS.labels(_event)

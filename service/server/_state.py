@@ -9,6 +9,7 @@ from sealflow import engine
 from sealflow.service.config import Settings
 from sealflow.service.keystore import KeyStore, UsageMeter
 
+from ._audit import Trail
 from ._budget import MemoryBudget, SpoolBudget
 from ._watchdog import Watchdog
 
@@ -27,3 +28,4 @@ class Services:
     budget: MemoryBudget
     spool_budget: SpoolBudget
     usage: UsageMeter
+    audit: Trail | None = None  # the audit trail, when a sink is set (``_audit``)

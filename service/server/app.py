@@ -74,6 +74,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.services = app.front.svc = svc
         _drain.install(settings.drain_seconds)
         sync = asyncio.create_task(_sync_metrics(app))
+        audit = None if svc.audit is None else asyncio.create_task(svc.audit.run())
         capacity = http.capacity(settings)
         _log_capacity(capacity)
         # For each connection uvicorn makes (it hands the lifespan state to the protocol).
@@ -96,6 +97,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             app.state.services = app.front.svc = None
             sync.cancel()
             app.access_log.flush()
+            if audit is not None and svc.audit is not None:
+                audit.cancel()
+                svc.audit.close()  # the last records and a final checkpoint
             svc.crypto.close()
             svc.usage.close()  # gives back unused reservations, before the store closes
             svc.store.close()

@@ -201,6 +201,12 @@ def keystore_unavailable() -> ApiError:
     return ApiError(503, "keystore_unavailable", "the keystore is unavailable")
 
 
+def audit_unavailable() -> ApiError:
+    """Mode required: the audit trail cannot be written, so nothing is served that would go
+    unrecorded (docs/AUDIT.md)."""
+    return ApiError(503, "audit_unavailable", "the audit trail cannot be written; retry later")
+
+
 def keystore_stale() -> ApiError:
     """A replica that has not heard from its keystore for longer than the max cache age may
     have missed a revocation: it checks no token (``SEALFLOW_KEYSTORE_STALE_CACHE``)."""

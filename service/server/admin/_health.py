@@ -38,6 +38,9 @@ async def readyz(request: Request) -> JSONResponse:
     # Unheard of for a moment is fine (the cache serves); for longer than the setting, what
     # the cache says may be out of date (a revocation missed): take this replica out of
     # rotation, whether the database said no or said nothing (a watcher stuck on a silent peer).
+    if svc.audit is not None and svc.audit.failing:
+        # Mode required, and the trail cannot be written: requests with a token are refused.
+        return JSONResponse({"status": "audit_unavailable"}, status_code=503)
     if svc.store.stale(svc.settings.keystore_max_cache_age):
         age = time.monotonic() - svc.store.health().synced_at
         body = {"status": "keystore_unreachable", "cache_age_seconds": round(age, 1)}

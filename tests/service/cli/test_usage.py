@@ -7,10 +7,12 @@ import os
 import re
 import subprocess
 import sys
+import typing
 from pathlib import Path
 
 import pytest
 
+from sealflow.service.config import Settings
 from tests.service.cli.test_cli import run
 
 
@@ -59,7 +61,18 @@ def test_help_reads_as_words(command: list[str]) -> None:
     # Flags and variables, never pydantic field names (data_dir, TLS_CERT, ...).
     words = set(re.findall(r"[A-Za-z][A-Za-z0-9_]*", text))
     fields = {w for w in words if "_" in w and not w.startswith("SEALFLOW_")}
-    assert fields == set(), fields
+    assert fields - _choices() == set(), fields
+    assert not fields & set(Settings.model_fields)
+
+
+def _choices() -> set[str]:
+    """The values a setting may take (``best_effort``): words a user types, not field names."""
+    return {
+        value
+        for field in Settings.model_fields.values()
+        if typing.get_origin(field.annotation) is typing.Literal
+        for value in typing.get_args(field.annotation)
+    }
 
 
 def test_a_closed_pipe_ends_quietly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

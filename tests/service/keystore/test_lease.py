@@ -5,14 +5,18 @@ reservations that belong to a key's identity, never to its name."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any, cast
 
 import pytest
 
 from sealflow.engine import Algorithm
 from sealflow.service.keystore import (
+    KeyInfo,
     KeyNotFound,
     KeyStore,
     Lease,
@@ -43,6 +47,15 @@ def sealed(leases: list[Lease]) -> Counter[int]:
     for lease in leases:
         counted[lease.version] += lease.sealings
     return counted
+
+
+def seen(store: KeyStore, key: KeyInfo) -> None:
+    """Wait until the store's cache shows ``key`` (PostgreSQL learns of others' writes by
+    notification, a moment later)."""
+    deadline = time.monotonic() + 10
+    while key.born not in [k.born for k in store.list_keys() if k.name == key.name]:
+        assert time.monotonic() < deadline, "the new key never showed"
+        time.sleep(0.01)
 
 
 def test_the_latest_seals_exactly_its_limit_then_rotates_once(store: KeyStore) -> None:
@@ -138,6 +151,7 @@ def test_reservations_belong_to_the_key_not_to_its_name(
         elsewhere.delete_key("k")
         new = elsewhere.create_key("k", Algorithm.AES_256_GCM)
         assert new.born != old.born
+        seen(store, new)
         with pytest.raises(KeyNotFound):
             store.reserve_usage(old.slot(1), 1, 100)
         for _ in range(3):
@@ -148,3 +162,59 @@ def test_reservations_belong_to_the_key_not_to_its_name(
         assert store.reserved([old.slot(1)]) == {}
     # Closed: what the meter held of the new key is given back, nothing of the old one lands.
     assert store.usage("k") == {1: VersionUsage(3, 0)}
+
+
+class Interleaved:
+    """A real store as a lease sees it, but for one thing: right after the next ``get_key`` the
+    test's thread makes, ``between()`` runs (another process deletes and re-creates the key)."""
+
+    def __init__(self, store: KeyStore, between: Callable[[], None]) -> None:
+        self._store, self._between = store, between
+        self._armed: int | None = None
+
+    def arm(self) -> None:
+        self._armed = threading.get_ident()
+
+    def get_key(self, name: str) -> KeyInfo:
+        key = self._store.get_key(name)
+        if self._armed == threading.get_ident():
+            self._armed = None
+            self._between()
+        return key
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self._store, attr)
+
+
+def test_a_lease_never_pairs_one_keys_info_with_anothers_material(
+    open_store: Open, master_key: bytes
+) -> None:
+    """The key deleted and created again elsewhere between the lease's look-up of the key and of
+    its material, while this process holds a block of the old key: the lease is refused (the key
+    it began with is gone), never the old key's slot and block with the new key's material. By
+    name, the material was the new key's, sealed from the old block, counted for no key."""
+    store, elsewhere = open_store(master_key), open_store(master_key)
+    old = store.create_key("k", Algorithm.AES_256_GCM)
+    made: list[KeyInfo] = []
+
+    def delete_and_create() -> None:
+        elsewhere.configure("k", deletion_allowed=True)
+        elsewhere.delete_key("k")
+        made.append(elsewhere.create_key("k", Algorithm.AES_256_GCM))
+        seen(store, made[0])
+
+    view = Interleaved(store, delete_and_create)
+    with metered(cast(KeyStore, view)) as meter:
+        first = meter.lease("k")  # and a block of 65,536 held for the old key
+        assert (first.key.born, first.material) == (old.born, store.key_material("k", 1))
+        view.arm()
+        with pytest.raises(KeyNotFound):  # by name: the old key's block, the new key's material
+            meter.lease("k")
+        (new,) = made
+        assert new.born != old.born
+        lease = meter.lease("k")
+        assert (lease.key.born, lease.slot) == (new.born, new.slot(1))
+        assert lease.material == store.material(new.slot(1)) == store.key_material("k", 1)
+        with pytest.raises(KeyNotFound):
+            store.material(old.slot(1))
+    assert store.usage("k") == {1: VersionUsage(1, 0)}

@@ -1,0 +1,23 @@
+"""The sinks and mode the settings name (``SEALFLOW_AUDIT_FILE`` and the rest), for the
+server and the CLI alike."""
+
+from __future__ import annotations
+
+from sealflow.service.config import Settings
+
+from ._auditor import Auditor
+from ._chain import writer_id
+from ._keys import audit_key
+from ._sinks import FileSink, Sink, StdoutSink
+
+
+def open_auditor(settings: Settings, master_key: bytes) -> Auditor | None:
+    """A new writer's ``Auditor`` over the sinks the settings set, or None when they set none."""
+    sinks: list[Sink] = []
+    if settings.audit_file is not None:
+        sinks.append(FileSink(settings.audit_file, settings.audit_rotate_bytes))
+    if settings.audit_stdout:
+        sinks.append(StdoutSink())
+    if not sinks:
+        return None
+    return Auditor(audit_key(master_key), sinks, writer_id(), settings.audit_mode)

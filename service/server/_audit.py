@@ -1,0 +1,181 @@
+"""The server's side of the audit trail (``sealflow.service.audit``, docs/AUDIT.md): what a
+request, a refusal and a keystore change put on record, and when a record must be written.
+
+``Front.record`` hands every request that presented a token (and every failed
+authentication) to ``Trail.request``, which builds its record from what the request path
+already knows (the plan's token, the access record) and queues it; the queue is written
+once per turn of the event loop (``flush``, a ``call_soon`` made by the turn's first record),
+and every second (an idle flush seals the chain with a checkpoint when one is due).
+
+Mode ``required`` (the default once a sink is set): no success leaves before its own record is
+written. ``record`` hands back a ticket; ``recorded(ticket)`` writes what is queued if that
+record is not written yet and says whether it is. A fast answer is checked before the
+protocol gets it (replaced by 503 ``audit_unavailable`` if its record could not be written),
+an ASGI response before its last piece is sent (the connection is dropped instead, so the
+client never sees it end). Once a write has failed, ``failing`` holds until a write succeeds:
+the front door then refuses every request that presents a token with 503
+``audit_unavailable`` before any key is used, and ``/readyz`` answers 503. Mode
+``best_effort``: nothing waits and nothing is refused; lost records are counted
+(``sealflow_audit_dropped_total``) and logged at most once a second.
+
+Changes: the keystore tells ``change`` of each committed write (``KeyStore.on_change``); who
+asked comes from ``asking``, set by the front door for the request being served (a context
+variable: it follows the request into FastAPI's and ``asyncio.to_thread``'s threads). A change
+made with no request behind it (an automatic rotation from the usage meter's thread) is
+recorded without a caller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Mapping
+
+from sealflow.service.audit import Auditor, audit_key, hmac_field, open_auditor
+from sealflow.service.config import Settings
+from sealflow.service.keystore import TokenInfo
+
+from . import _metrics
+
+log = logging.getLogger("sealflow.audit")
+
+# Who is asking, for the records of the keystore changes a request makes.
+asking: contextvars.ContextVar[Mapping[str, object] | None] = contextvars.ContextVar(
+    "sealflow_audit_asking", default=None
+)
+
+_FLUSH_EVERY = 1.0  # seconds: an idle flush, which seals the chain when a checkpoint is due
+_LOG_EVERY = 1.0  # seconds between two log lines about lost records (best_effort)
+
+
+def open_trail(settings: Settings, master_key: bytes) -> Trail | None:
+    """The trail the settings ask for, or None when no sink is set."""
+    auditor = open_auditor(settings, master_key)
+    if auditor is None:
+        return None
+    log.info(
+        "audit trail",
+        extra={"fields": {"audit_writer": auditor.writer, "audit_mode": settings.audit_mode}},
+    )
+    return Trail(auditor, audit_key(master_key), settings.audit_mode == "required")
+
+
+class Trail:
+    """One process's audit trail; see the module docstring."""
+
+    def __init__(self, auditor: Auditor, key: bytes, required: bool) -> None:
+        self._auditor = auditor
+        self._key = key
+        self.required = required
+        self.replica = f"{socket.gethostname()}:{os.getpid()}"
+        self._lock = threading.Lock()
+        self._queued = 0  # tickets handed out
+        self._written = 0  # every record up to this ticket is written
+        self._scheduled = False
+        self._dropped = 0
+        self._logged_at = 0.0
+
+    # -- state
+
+    @property
+    def failing(self) -> bool:
+        """Mode required: the last write failed (requests are refused until one succeeds)."""
+        return self._auditor.failing
+
+    def hmac(self, value: bytes | str) -> str:
+        return hmac_field(self._key, value)
+
+    # -- records
+
+    def record(self, fields: dict[str, object]) -> int:
+        """Queue a record; its ticket (``recorded``)."""
+        fields["replica"] = self.replica
+        with self._lock:
+            self._auditor.record(fields)
+            self._queued += 1
+            ticket = self._queued
+            schedule = not self._scheduled
+            self._scheduled = True
+        if schedule:
+            try:
+                asyncio.get_running_loop().call_soon(self._turn_ended)
+            except RuntimeError:  # not on the event loop (a thread): written by the next flush
+                with self._lock:
+                    self._scheduled = False
+        return ticket
+
+    def recorded(self, ticket: int) -> bool:
+        """Whether the record of ``ticket`` is written, writing what is queued if it is not
+        yet. Always True in mode best_effort (nothing waits for the trail)."""
+        if not self.required or self._written >= ticket:
+            return True
+        self.flush()
+        return self._written >= ticket
+
+    def change(self, operation: str, fields: dict[str, object]) -> None:
+        """The keystore's ``on_change``: a committed change, with who asked for it."""
+        record: dict[str, object] = {"type": "change", "origin": "http", "operation": operation}
+        who = asking.get()
+        if who is not None:
+            record.update(who)
+        record.update(fields)
+        self.record(record)
+
+    # -- writing
+
+    def flush(self) -> bool:
+        with self._lock:
+            upto = self._queued
+        wrote = self._auditor.flush()
+        if wrote:
+            with self._lock:
+                self._written = max(self._written, upto)
+        self._count_dropped()
+        return wrote
+
+    def _turn_ended(self) -> None:
+        with self._lock:
+            self._scheduled = False
+        self.flush()
+
+    async def run(self) -> None:
+        """Flush every second (sealing the chain when a checkpoint is due), until cancelled."""
+        while True:
+            await asyncio.sleep(_FLUSH_EVERY)
+            self.flush()
+
+    def close(self) -> bool:
+        """At shutdown: the last records and a final checkpoint."""
+        wrote = self._auditor.close()
+        self._count_dropped()
+        return wrote
+
+    def _count_dropped(self) -> None:
+        dropped = self._auditor.dropped
+        if dropped == self._dropped:
+            return
+        _metrics.AUDIT_DROPPED.inc(dropped - self._dropped)
+        self._dropped = dropped
+        now = time.monotonic()
+        if now - self._logged_at >= _LOG_EVERY:
+            self._logged_at = now
+            log.error(
+                "audit records lost: %d so far (the sink does not take them; mode best_effort)",
+                dropped,
+                extra={"fields": {"audit_dropped": dropped}},
+            )
+
+
+def caller(token: TokenInfo | None) -> dict[str, object]:
+    """The fields that name who asked: the token's accessor and label."""
+    if token is None:
+        return {}
+    fields: dict[str, object] = {"accessor": token.id}
+    if token.label:
+        fields["label"] = token.label
+    return fields
