@@ -2,8 +2,8 @@
 
 This package makes, writes and checks the records; the server and the CLI decide what to
 record (docs/AUDIT.md has the schema, ``schema.json`` beside this file the same as a JSON
-Schema). It imports nothing of the server, the CLI or the keystore: the master key comes in
-as bytes.
+Schema). It imports nothing of the server, the CLI or the keystore (the settings only, for
+``open_auditor``): the master key comes in as bytes.
 
 The API (all of it thread-safe except ``Chain``, which the ``Auditor`` locks):
 
@@ -18,18 +18,19 @@ The API (all of it thread-safe except ``Chain``, which the ``Auditor`` locks):
   adds ``writer``, ``seq`` (1, 2, ...) and ``prev`` (hex SHA-256 of the previous line as
   written, without its newline; null first) and returns the JSON line without a newline;
   ``checkpoint(now: float) -> bytes`` is a ``{"type": "checkpoint", "time", "hmac"}`` line,
-  chained the same way, whose hmac covers the writer, its seq, prev and time.
+  chained the same way, whose hmac (HMAC-SHA-256 under a key HKDF-derived from the audit key,
+  never the key of ``hmac_field``) covers the writer, its seq, prev and time.
 - ``Sink`` (Protocol: ``write(lines: list[bytes]) -> None``, all lines or OSError;
   ``close() -> None``), ``FileSink(path: Path, rotate_bytes: int)`` (0600, O_APPEND, rotated
   to ``<path>.<UTC time>`` past ``rotate_bytes``, 0 never; shared by processes) and
-  ``StdoutSink()``.
+  ``StdoutSink()``. ``FileSink.CHECK_SECONDS`` (0.1): how often the path itself is checked.
 - ``Auditor(key, sinks, writer, mode, checkpoint_every=1000, checkpoint_seconds=10.0)``,
   ``mode`` ``"required"`` or ``"best_effort"``: ``record(fields: Mapping[str, object]) ->
   None`` queues one record (``time`` added if absent; values must be JSON's);
   ``flush() -> bool`` writes the queue as one batch to every sink, with the checkpoints due,
   True if every sink took it; ``failing`` (required: the last flush left lines unwritten;
   they stay queued for the next one), ``dropped`` (best_effort: lines lost), ``close() ->
-  bool`` (a final checkpoint, flush, sinks closed).
+  bool`` (a final checkpoint if a record is unsealed, flush, sinks closed); ``writer``.
 - ``verify(paths: Iterable[Path], key: bytes, strict: bool) -> Report``: every writer's chain
   and checkpoints through the files (rotated files first, by time, the live file last);
   ``Report.ok``, ``records``, ``first`` and ``last`` (record times), ``error`` (the first bad
@@ -38,12 +39,20 @@ The API (all of it thread-safe except ``Chain``, which the ``Auditor`` locks):
 - ``open_auditor(settings, master_key) -> Auditor | None``: a new writer over the sinks the
   settings name (``SEALFLOW_AUDIT_FILE``, ``_STDOUT``, ``_ROTATE_BYTES``, ``_MODE``), None
   when they name none: the server's and the CLI's.
-- ``SCHEMA``: the path of ``schema.json``.
+- ``SCHEMA``: the path of ``schema.json``; ``MODES``, ``Mode``: the two failure modes.
+
+For whoever calls it: ``record`` costs one ``orjson.dumps`` and a lock, and raises at once on
+a value JSON cannot hold (TypeError), a field the chain sets (ValueError) or after ``close``
+(RuntimeError). ``flush`` does the file I/O (an flock, an fstat and a write per sink and
+batch): call it once per event-loop turn, from a thread if the loop must not wait, and at
+least every ``checkpoint_seconds`` so that an idle writer's records get sealed; ``close`` at
+shutdown. In mode required a sink that keeps failing holds at most ``MAX_PENDING`` lines (the
+rest are counted in ``dropped``).
 """
 
 from pathlib import Path
 
-from ._auditor import MODES, Auditor, Mode
+from ._auditor import MAX_PENDING, MODES, Auditor, Mode
 from ._chain import Chain, writer_id
 from ._keys import audit_key, hmac_field
 from ._settings import open_auditor
@@ -53,6 +62,7 @@ from ._verify import Finding, Report, verify
 SCHEMA = Path(__file__).with_name("schema.json")
 
 __all__ = [
+    "MAX_PENDING",
     "MODES",
     "SCHEMA",
     "Auditor",

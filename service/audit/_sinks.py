@@ -8,9 +8,11 @@ anything about a failure to write the next batch cleanly.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
+import stat
 import time
 from pathlib import Path
 from typing import Protocol
@@ -18,8 +20,9 @@ from typing import Protocol
 from ._files import rotated_name
 
 _FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
-# How often the live path may be found replaced in a row before a write gives up: each time
-# means another process rotated the file in the meantime, so this is only a bound on a spin.
+# How often the file opened at the path may be found not live in a row before a write gives up:
+# each time means another writer rotated it meanwhile, so this only bounds a spin (or finds a
+# live file made read-only by hand).
 _REOPENS = 100
 
 
@@ -51,23 +54,32 @@ class FileSink:
     ``rotate_bytes`` (0: never) to ``<path>.<UTC time>``.
 
     Several processes may write one path (uvicorn's workers, the CLI next to the server).
-    They agree through an exclusive ``flock`` on the live file, held for one batch: under it a
-    writer checks that its descriptor is still the file at ``path`` (another writer may have
-    rotated it, or someone removed it: then it opens the path again, which fails if the folder
-    is gone), rotates if the batch would take the file past ``rotate_bytes``, and appends the
-    batch in one write. Because nobody else appends meanwhile, a short write (a full disk) is
-    taken back by truncating to the size before it, so the file only ever holds whole lines.
-    That costs a stat, an fstat and two flocks per batch (about a microsecond each), which
-    is what makes a removed file or folder fail the very next write instead of vanishing into a
-    file with no name.
+    They agree through an exclusive ``flock`` on the live file, held for one batch: under it
+    a writer checks that its descriptor is still the live file, rotates if the batch would
+    take the file past ``rotate_bytes``, and appends the batch in one write. Because nobody
+    else appends meanwhile, a short write (a full disk) is taken back by truncating to the
+    size before it, so the file only ever holds whole lines.
+
+    The check costs one ``fstat`` per batch (a stat of the path costs twice that, and
+    syscalls are most of a batch's cost): a file removed (with its folder or not) has no
+    link left, so the next write opens the path again, which fails while the folder is gone
+    rather than vanish into a file with no name; a file rotated by another writer was made
+    read-only (0400) by it before it let go of the lock. Only a path replaced by someone
+    else (a file moved away by hand, another file mounted over it) is found by a stat of the
+    path, every ``CHECK_SECONDS``: until then lines still go to the file that was there,
+    which keeps them.
     """
+
+    CHECK_SECONDS = 0.1
 
     def __init__(self, path: Path, rotate_bytes: int) -> None:
         if rotate_bytes < 0:
             raise ValueError("rotate_bytes must be 0 (never) or more")
         self.path = path
         self.rotate_bytes = rotate_bytes
-        self._fd = os.open(path, _FLAGS, 0o600)
+        self._fd = -1
+        self._checked = 0.0
+        self._open()
 
     def write(self, lines: list[bytes]) -> None:
         if not lines:
@@ -75,8 +87,10 @@ class FileSink:
         data = b"\n".join(lines) + b"\n"
         size = self._lock_live()
         try:
-            if self.rotate_bytes and size and size + len(data) > self.rotate_bytes:
-                size = self._rotate()
+            while self.rotate_bytes and size and size + len(data) > self.rotate_bytes:
+                self._rotate()
+                # The new file may have filled up while this writer waited for its lock.
+                size = self._lock_live()
             done, error = _write_all(self._fd, data)
             if error is not None:
                 if done:
@@ -86,40 +100,47 @@ class FileSink:
             if self._fd >= 0:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
 
+    def _open(self) -> None:
+        self._fd = os.open(self.path, _FLAGS, 0o600)
+        self._checked = time.monotonic()
+
     def _lock_live(self) -> int:
-        """Lock the file at ``path``, opening it again if it is not the one held; its size."""
+        """Lock the live file, opening the path again if the one held is not it; its size."""
         for _ in range(_REOPENS):
             if self._fd < 0:
-                self._fd = os.open(self.path, _FLAGS, 0o600)
+                self._open()
             fcntl.flock(self._fd, fcntl.LOCK_EX)
             try:
                 held = os.fstat(self._fd)
-                try:
-                    live = os.stat(self.path)
-                except FileNotFoundError:
-                    live = None
+                live = held.st_nlink > 0 and held.st_mode & stat.S_IWUSR
+                if live and time.monotonic() - self._checked >= self.CHECK_SECONDS:
+                    live = self._at_path(held)
+                    self._checked = time.monotonic()
             except BaseException:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
                 raise
-            if live is not None and (live.st_ino, live.st_dev) == (held.st_ino, held.st_dev):
+            if live:
                 return held.st_size
             self._drop()
-        raise OSError(errno.EAGAIN, f"{self.path} keeps being replaced")
+        raise OSError(errno.EAGAIN, f"{self.path} is read-only, or keeps being replaced")
 
-    def _rotate(self) -> int:
-        """Rename the live file (locked) to its rotated name and lock a new one; its size
-        (another writer may have reached the new file first)."""
-        os.rename(self.path, rotated_name(self.path, time.time()))
-        fd = os.open(self.path, _FLAGS, 0o600)
+    def _at_path(self, held: os.stat_result) -> bool:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            size = os.fstat(fd).st_size
-        except BaseException:
-            os.close(fd)
-            raise
+            at = os.stat(self.path)
+        except FileNotFoundError:
+            return False
+        return (at.st_ino, at.st_dev) == (held.st_ino, held.st_dev)
+
+    def _rotate(self) -> None:
+        """Rename the live file (locked, so no one writes to it meanwhile) and let it go."""
+        if self._at_path(os.fstat(self._fd)):  # never rename a file another writer put there
+            os.rename(self.path, rotated_name(self.path, time.time()))
+            # Read-only: how the writers still holding it learn, at their next fstat, that it
+            # was rotated. If the mode cannot be changed (another user's file), their check
+            # of the path finds out a little later.
+            with contextlib.suppress(OSError):
+                os.fchmod(self._fd, 0o400)
         self._drop()
-        self._fd = fd
-        return size
 
     def _drop(self) -> None:
         if self._fd >= 0:

@@ -3,7 +3,8 @@ and a value's HMAC to search them for (docs/AUDIT.md).
 
 Both need the audit key, so both open the master key as ``sealflow keys`` does (the same
 flags and variables), and open the keystore with it: a wrong master key is refused there,
-rather than making every checkpoint fail or every search find nothing.
+rather than making every checkpoint fail or every search find nothing. Unlike ``keys``, they
+never make a keystore where there is none.
 """
 
 from __future__ import annotations
@@ -16,11 +17,15 @@ from typing import Any
 
 from sealflow.service.audit import audit_key, hmac_field, verify
 from sealflow.service.config import Settings
-from sealflow.service.keystore import master_key, open_store
+from sealflow.service.keystore import KeyStoreUnavailable, keystore_url, master_key, open_store
 
 
 def _audit_key(args: argparse.Namespace) -> bytes:
     settings = Settings(**args.settings)
+    path = settings.keystore_path
+    # Opening a missing SQLite keystore would make a new one, under whatever key was given.
+    if keystore_url(settings) is None and not path.exists():
+        raise KeyStoreUnavailable(f"no keystore at {path} (--data-dir names its folder)")
     with closing(open_store(settings, watch=False)):
         pass
     return audit_key(master_key(settings))
@@ -57,7 +62,12 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
         parents=[common],
         help="check the hash chains and checkpoints of audit files (give the rotated ones too)",
     )
-    check.add_argument("files", nargs="+", metavar="FILE")
+    check.add_argument(
+        "files",
+        nargs="+",
+        metavar="FILE",
+        help="an audit file and its rotated files, in any order (they are read oldest first)",
+    )
     check.add_argument(
         "--strict",
         action="store_true",

@@ -49,7 +49,10 @@ def test_help_works_whatever_the_environment_says() -> None:
     assert done.stderr == b""
 
 
-@pytest.mark.parametrize("command", [[], ["serve"], ["keys", "create"], ["selftest"]])
+@pytest.mark.parametrize(
+    "command",
+    [[], ["serve"], ["keys", "create"], ["selftest"], ["audit", "verify"], ["audit", "hmac"]],
+)
 def test_help_reads_as_words(command: list[str]) -> None:
     text = run(*command, "--help").stdout.decode()
     assert "usage: sealflow" in text
@@ -93,7 +96,7 @@ def test_a_closed_pipe_ends_quietly(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert '"latest": 2' in shown
 
 
-def test_keys_tokens_encrypt_decrypt_load_no_server_module(
+def test_keys_tokens_audit_encrypt_decrypt_load_no_server_module(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("SEALFLOW_MASTER_KEY", base64.b64encode(os.urandom(32)).decode())
@@ -102,6 +105,7 @@ def test_keys_tokens_encrypt_decrypt_load_no_server_module(
         "from sealflow.service.cli import main\n"
         f"main(['keys', 'create', 'k', '--data-dir', {str(tmp_path)!r}])\n"
         f"main(['tokens', 'list', '--data-dir', {str(tmp_path)!r}])\n"
+        f"main(['audit', 'hmac', 'x', '--data-dir', {str(tmp_path)!r}])\n"
         "loaded = [m for m in sys.modules if m.split('.')[0] in ('uvicorn', 'fastapi')"
         " or m.startswith('sealflow.service.server')]\n"
         "print(loaded)\n"
