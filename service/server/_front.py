@@ -212,13 +212,11 @@ class Front:
             return None
         self._answered(plan)
         trail = None if self.svc is None else self.svc.audit
-        recorded = (
-            not plan.ticket or trail is None or answer.status >= 400 or trail.recorded(plan.ticket)
-        )
-        if not recorded:  # no success leaves before its record
-            error = errors.audit_unavailable()
-            plan.log.status, plan.log.error = error.status, error.code
-            return error.whole(plan.head.has_body, vault=plan.vault is not None)
+        if plan.ticket and trail is not None and trail.required and answer.status < 400:
+            # No success leaves before its record: the protocol writes the turn's records
+            # together before the turn's answers go out (``http.Options.recorded``), and drops
+            # the connection of an answer whose record could not be written.
+            answer.ticket = plan.ticket
         return answer
 
     def _answered(self, plan: Plan) -> None:

@@ -85,6 +85,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             planner=app.front,
             fast=settings.small_lane,
             gate=http.Gate(capacity.connections),
+            recorded=None if svc.audit is None else svc.audit.recorded,
         )
         # What start-up made lives as long as the process: out of the collector's way, so that a
         # full collection walks only what requests make, not every loaded module's objects too

@@ -86,12 +86,14 @@ _NO_STORE = (b"cache-control", b"no-store")
 @dataclass(slots=True)
 class Whole:
     """A whole response, answered by the protocol (``http.Answer``): status, header lines
-    (each ending in CRLF), body pieces, and whether the connection closes after it."""
+    (each ending in CRLF), body pieces, whether the connection closes after it, and the
+    ticket of the audit record that must be written before it leaves (0: none)."""
 
     status: int
     headers: bytes
     body: Sequence[bytes]
     close: bool = False
+    ticket: int = 0
 
 
 def header_lines(headers: list[tuple[bytes, bytes]]) -> bytes:

@@ -48,7 +48,7 @@ import asyncio
 import logging
 import urllib.parse
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
@@ -70,12 +70,14 @@ _LINGER = 2.0
 
 
 class Answer(Protocol):
-    """A whole response the planner made: status, header lines (each ending in CRLF), body."""
+    """A whole response the planner made: status, header lines (each ending in CRLF), body;
+    ``ticket``: the audit record that must be written before it leaves (0: none)."""
 
     status: int
     headers: bytes
     body: Sequence[bytes]
     close: bool
+    ticket: int
 
 
 class Plan(Protocol):
@@ -117,6 +119,9 @@ class Options:
     planner: Planner | None = None
     fast: bool = True  # answer whole-body plans here (off: every request through the app)
     gate: Gate | None = None  # the process's open connections, capped (None: not counted)
+    # The audit trail's ``recorded(ticket)``: whether that record is written, writing what is
+    # queued if not (None: no trail). An answer whose record is not written never leaves.
+    recorded: Callable[[int], bool] | None = None
 
 
 _REFUSALS = {
@@ -205,6 +210,7 @@ class HttpProtocol(asyncio.Protocol):
         self._last = False  # no request after the ones under way (an Upgrade, shutdown)
         self._draining = False  # reading (and dropping) a body whose answer has gone
         self._held: list[bytes] = []
+        self._ticket = 0  # the last audit record the held answers need written (``hold``)
         self._refusal: int | None = None  # a refusal waiting for the answers before it
         self._head_timer: asyncio.TimerHandle | None = None
         self._idle_timer: asyncio.TimerHandle | None = None
@@ -490,11 +496,17 @@ class HttpProtocol(asyncio.Protocol):
         if head.method != "HEAD":
             lines.extend(answer.body)
         self.server_state.total_requests += 1
+        ticket = answer.ticket
         if close:
             self.send_held()
+            if ticket and not self._recorded(ticket):
+                self._unrecorded()
+                return
             self.transport.writelines(lines)
             self._close_after_answer(head)
         else:
+            if ticket:
+                self._ticket = ticket
             self.hold(*lines)
 
     def _through_app(self, whole: _Whole, body: bytes) -> None:
@@ -640,8 +652,25 @@ class HttpProtocol(asyncio.Protocol):
         pieces = self._held
         if pieces:
             self._held = []
+            ticket, self._ticket = self._ticket, 0
+            if ticket and not self._recorded(ticket):
+                self._unrecorded()
+                return
             if not self.transport.is_closing():
                 self.transport.writelines(pieces)
+
+    def _recorded(self, ticket: int) -> bool:
+        """Whether the audit record of ``ticket`` is written: the first connection to ask in a
+        turn writes the turn's records (one batch), the others find theirs written."""
+        recorded = self.options.recorded
+        return recorded is None or recorded(ticket)
+
+    def _unrecorded(self) -> None:
+        """Answers whose audit record could not be written (mode required) never leave: the
+        connection is dropped, so the client sees no answer rather than an unrecorded one."""
+        self._phase = _CLOSED
+        self._cancel_timers()
+        self.transport.abort()
 
     def write_now(self, *pieces: bytes) -> None:
         self.send_held()
