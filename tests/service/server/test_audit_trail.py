@@ -164,7 +164,7 @@ def test_required_mode_on_a_full_disk(tmp_path: Path) -> None:
                 # A warm key's sealings are fast answers, whose records are written together
                 # at the end of the event loop's turn: one that cannot be is never sent (its
                 # connection is dropped); the others answer 200 only once theirs is written.
-                answers = []
+                answers: list[int] = []
                 while answers.count(200) == len(answers):
                     answers.append(status_of(srv, "/v1/keys/default/encrypt?mode=single"))
                     assert len(answers) < 1000, "the audit file never filled up"
