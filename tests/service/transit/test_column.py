@@ -5,8 +5,10 @@ Every batch goes through ``_encrypt.encrypt`` (the column first, the general pat
 declines) and through the general path alone (``_Items``); the two answers must have the same
 status and the same JSON bytes once the random parts are set aside (``request_id``, and each
 ciphertext, which is opened instead: through Transit's decrypt and with ``cryptography`` and the
-version's key material alone), and the same sealings and bytes counted per key version.
-Both providers.
+version's key material alone), and the same sealings and bytes counted per key version. A
+single request (the column of one, without the plan: ``_items.single``) goes through the fast
+answer's ``_encrypt.encrypt_now`` too, and pays the memory budget and takes its lease (off the
+event loop when it may wait) as the plan does. Both providers.
 """
 
 from __future__ import annotations
