@@ -11,7 +11,10 @@ A profile of the same loop: ``--profile``.
 ``--budget`` also times the parts of the request on their own (the table in
 docs/BENCHMARKS.md, "Small requests"). ``--transit-batch`` times a Transit ``batch_input``
 encrypt of 1,000 items of 100 bytes instead, whole and in parts, and the general path for
-comparison (docs/BENCHMARKS.md, "Transit"). ``--large`` times a 256 MiB stream encrypt and
+comparison (docs/BENCHMARKS.md, "Transit"). ``--transit-single`` times one Transit encrypt of a
+1 KiB plaintext (``{"plaintext": ...}``) as the fast answer calls it (``_encrypt.encrypt_now``)
+and as the ASGI route does (``_encrypt.encrypt``), against real Services (docs/BENCHMARKS.md,
+"Single Transit encrypt, in-process"). ``--large`` times a 256 MiB stream encrypt and
 its decrypt in request-then-response instead, spool and all (docs/BENCHMARKS.md, "The
 spool").
 """
@@ -256,6 +259,63 @@ async def transit_batch(items: int = 1000, size: int = 100, rounds: int = 300) -
     print(f"| **the whole request through the ASGI app, in-process** | **{whole:,.0f}** |")
 
 
+def transit_single(calls: int = 10_000, rounds: int = 15) -> None:
+    """A single Transit encrypt of 1 KiB, called directly: us of the calling thread's CPU per
+    call (``time.thread_time``: the time another process takes the core does not count, on a
+    shared machine), median and best of ``rounds`` loops of ``calls`` (no HTTP, no app: the
+    encrypt alone, key warm; the leases and the seal run in this thread)."""
+    import base64
+    import statistics
+
+    import orjson
+
+    from sealflow.service.config import Settings
+    from sealflow.service.keystore import prepare
+    from sealflow.service.server._startup import start_services
+    from sealflow.service.server.transit import _encrypt
+
+    settings = Settings(crypto_threads=1)
+    prepare(settings)
+    svc = start_services(settings)
+    body = orjson.dumps({"plaintext": base64.b64encode(os.urandom(1024)).decode()})
+
+    def now() -> None:
+        assert _encrypt.encrypt_now(svc, "default", body)[0] == 200
+
+    async def routed(n: int) -> float:
+        start = time.thread_time()
+        for _ in range(n):
+            with svc.budget.hold() as hold:
+                await _encrypt.encrypt(svc, "default", body, hold)
+        return time.thread_time() - start
+
+    def loop_now(n: int) -> float:
+        start = time.thread_time()
+        for _ in range(n):
+            now()
+        return time.thread_time() - start
+
+    try:
+        for _ in range(calls // 10):
+            now()
+        svc.usage.bind_loop()  # as the server does: a lease that needs the keystore would raise
+        rows: dict[str, list[float]] = {"encrypt_now": [], "encrypt (ASGI route)": []}
+        runner = asyncio.Runner()
+        runner.run(routed(calls // 10))
+        for _ in range(rounds):  # interleaved, so that the machine's load hits both alike
+            rows["encrypt_now"].append(loop_now(calls) / calls * 1e6)
+            rows["encrypt (ASGI route)"].append(runner.run(routed(calls)) / calls * 1e6)
+        runner.close()
+    finally:
+        svc.usage.close()
+        svc.crypto.close()
+        svc.store.close()
+    print(f"\n| single Transit encrypt, 1 KiB, {rounds} x {calls:,} calls | median CPU us | best |")
+    print("|---|---:|---:|")
+    for label, us in rows.items():
+        print(f"| {label} | {statistics.median(us):.2f} | {min(us):.2f} |")
+
+
 Times = tuple[float, float, float]  # seconds, user and system CPU seconds
 
 
@@ -340,6 +400,9 @@ def main() -> int:
         "--transit-batch", action="store_true", help="a Transit batch of 1,000 items instead"
     )
     parser.add_argument(
+        "--transit-single", action="store_true", help="a single Transit encrypt of 1 KiB instead"
+    )
+    parser.add_argument(
         "--large", action="store_true", help="a 256 MiB stream encrypt and decrypt instead"
     )
     args = parser.parse_args()
@@ -350,6 +413,12 @@ def main() -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         saved = os.dup(2)
         os.dup2(devnull, 2)
+        if args.transit_single:
+            try:
+                transit_single()
+            finally:
+                os.dup2(saved, 2)
+            return 0
         if args.transit_batch or args.large:
             try:
                 asyncio.run(transit_batch() if args.transit_batch else large())

@@ -9,7 +9,10 @@ pool (inline when small) and the fast answer on the spot.
 
 A group in the common shape (``_column``), or a single request of a plaintext, goes as a
 column: checked once for the whole group, leased at once, sealed by one engine call that writes
-the answer's bytes (a single request: one ``engine.seal`` and Vault's single answer). A column
+the answer's bytes (a single request: one ``engine.seal`` and Vault's single answer). A single
+request (``_items.single``: no ``batch_input`` can be in its bytes) skips the plan: its one step,
+the same ``_step``, is made and run by ``_run.run_single`` (the budget taken alike, the lease in
+a thread when it may wait), with no reading generator and no groups. A column
 that any item would fail (bad base64, an unknown key or version, bad or reserved
 associated_data, a version used up) goes item by item instead, decided before anything is
 counted, so that every item gets its own error; so does a column whose lease does not cover it
@@ -50,13 +53,26 @@ _MISSING = "missing plaintext to encrypt"
 
 async def encrypt(svc: Services, name: str, raw: bytes, hold: Hold) -> Answer:
     """``POST encrypt/:name`` with the body's bytes, sealed on the crypto pool."""
-    return await _run.run(svc, encryption(svc, name, raw, hold), hold, len(raw))
+    fields = _items.single(raw, hold)
+    if fields is None:
+        return await _run.run(svc, encryption(svc, name, raw, hold), hold, len(raw))
+    waits = _waits(svc, name, 1, asks_version(raw))
+    return await _run.run_single(svc, hold, len(raw), waits, _single_step(svc, name, fields))
 
 
 def encrypt_now(svc: Services, name: str, raw: bytes) -> Answer:
     """The same, sealed on the spot (the protocol's fast answer, for a small body)."""
     with svc.budget.hold() as hold:
-        return _run.run_now(encryption(svc, name, raw, hold), hold, len(raw))
+        fields = _items.single(raw, hold)
+        if fields is None:
+            return _run.run_now(encryption(svc, name, raw, hold), hold, len(raw))
+        return _run.run_single_now(hold, len(raw), _single_step(svc, name, fields))
+
+
+def _single_step(svc: Services, name: str, fields: Body) -> Callable[[], tuple[int, Sealing]]:
+    """A single request's one step, to make (its checks and lease) when its turn comes: the
+    plan's step for it (``_Encryption.steps``), without the plan."""
+    return functools.partial(_step, svc, name, fields, 0, True)
 
 
 def encryption(
@@ -102,7 +118,7 @@ class _Encryption:
         self._versions = versions
 
     def waits(self) -> bool:
-        return self._versions or not self.svc.usage.ready(self.name, max(self.count, 1))
+        return _waits(self.svc, self.name, self.count, self._versions)
 
     def steps(self) -> Iterator[tuple[int, Sealing]]:
         if self._unparsed is not None:
@@ -118,21 +134,34 @@ class _Encryption:
             yield self._step({"batch_input": entries}, offset)
 
     def _step(self, group: Body | _column.Column, offset: int) -> tuple[int, Sealing]:
-        """A group's checks and lease (the column's, else item by item), and its sealing."""
-        taken: dict[int, Lease] = {}
-        column = group if isinstance(group, _column.Column) else None
-        if column is None and self._columns:
-            assert isinstance(group, dict)
-            column = _column.column(group)
-        if column is not None:
-            found = _by_column(self.svc, self.name, column, taken)
-            if found is not None:
-                return found
-            if isinstance(group, _column.Column):
-                group = {"batch_input": _column.entries(group)}
+        return _step(self.svc, self.name, group, offset, self._columns)
+
+
+def _waits(svc: Services, name: str, count: int, versions: bool) -> bool:
+    """Whether making the sealings of ``count`` items may need the keystore (``_run.Plan``):
+    one asked for by version always may, and so may the latest when this process does not
+    hold enough of it."""
+    return versions or not svc.usage.ready(name, max(count, 1))
+
+
+def _step(
+    svc: Services, name: str, group: Body | _column.Column, offset: int, columns: bool
+) -> tuple[int, Sealing]:
+    """A group's checks and lease (the column's, else item by item), and its sealing."""
+    taken: dict[int, Lease] = {}
+    column = group if isinstance(group, _column.Column) else None
+    if column is None and columns:
         assert isinstance(group, dict)
-        sealing = _Items(self.svc, self.name, group, taken, offset)
-        return sum(map(len, sealing.plaintexts.values())), sealing
+        column = _column.column(group)
+    if column is not None:
+        found = _by_column(svc, name, column, taken)
+        if found is not None:
+            return found
+        if isinstance(group, _column.Column):
+            group = {"batch_input": _column.entries(group)}
+    assert isinstance(group, dict)
+    sealing = _Items(svc, name, group, taken, offset)
+    return sum(map(len, sealing.plaintexts.values())), sealing
 
 
 def _by_column(

@@ -60,6 +60,9 @@ def read(raw: bytes, field: str, hold: Hold, limit: int) -> Reading[Request]:
     ``ciphertext``), at most ``limit`` of them; Transit's error for the first problem. A
     generator that pauses between two groups (``_run`` lets other requests run then) and
     returns the request."""
+    fields = single(raw, hold)
+    if fields is not None:
+        return Request(fields, 1, None)
     found = _groups.split(raw)
     request = None if found is None else (yield from _read_split(raw, found, field, hold, limit))
     if request is not None:
@@ -83,6 +86,15 @@ def read(raw: bytes, field: str, hold: Hold, limit: int) -> Reading[Request]:
         check.group(offset, entries)
     check.done()
     return Request(fields, len(batch), groups)
+
+
+def single(raw: bytes, hold: Hold) -> Body | None:
+    """The fields of a body that can only be a single request, read as ``read`` reads it (the
+    same parse, paid alike, the same errors); None if it may hold a ``batch_input``: a body
+    whose bytes have neither that name nor a JSON escape (which could spell it) has none."""
+    if b"batch_input" in raw or b"\\" in raw:
+        return None
+    return _wire.parse(raw, hold)
 
 
 def too_many_items(limit: int) -> ApiError:

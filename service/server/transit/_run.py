@@ -28,6 +28,7 @@ from ._wire import Body
 ROW_BYTES = 160
 _ENVELOPE = 4096  # the envelope around the results, warnings included
 P = TypeVar("P", bound="Plan")
+Step = tuple[int, Callable[[], Part]]  # a single request's step: the bytes it seals, the call
 
 
 class Plan(Protocol):
@@ -84,6 +85,23 @@ def run_now(reading: Reading[Plan], hold: Hold, size: int) -> Answer:
     hold.take(answer_bound(size, plan.count))
     done = (step() for _, step in plan.steps())
     return _finish(plan, [part for part in done if part is not None])
+
+
+async def run_single(
+    svc: Services, hold: Hold, size: int, waits: bool, make: Callable[[], Step]
+) -> Answer:
+    """``run`` for a single request (one item, no ``batch_input``: ``_items.single``), without
+    a plan: the memory its answer may take taken, its one step made (checked and leased; in a
+    thread when ``waits``, as ``Plan.waits``), then run."""
+    hold.take(answer_bound(size, 1))
+    n, step = await asyncio.to_thread(make) if waits else make()
+    return 200, (await svc.crypto.run(n, step))[0]
+
+
+def run_single_now(hold: Hold, size: int, make: Callable[[], Step]) -> Answer:
+    """``run_single`` on the spot (the fast answer)."""
+    hold.take(answer_bound(size, 1))
+    return 200, make()[1]()[0]
 
 
 def planned(reading: Reading[P]) -> P:

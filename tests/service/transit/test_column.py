@@ -5,8 +5,10 @@ Every batch goes through ``_encrypt.encrypt`` (the column first, the general pat
 declines) and through the general path alone (``_Items``); the two answers must have the same
 status and the same JSON bytes once the random parts are set aside (``request_id``, and each
 ciphertext, which is opened instead: through Transit's decrypt and with ``cryptography`` and the
-version's key material alone), and the same sealings and bytes counted per key version.
-Both providers.
+version's key material alone), and the same sealings and bytes counted per key version. A
+single request (the column of one, without the plan: ``_items.single``) goes through the fast
+answer's ``_encrypt.encrypt_now`` too, and pays the memory budget and takes its lease (off the
+event loop when it may wait) as the plan does. Both providers.
 """
 
 from __future__ import annotations
@@ -30,11 +32,13 @@ from hypothesis import strategies as st
 from sealflow import engine
 from sealflow.engine import Algorithm
 from sealflow.service.config import Settings
-from sealflow.service.keystore import Lease, UsageMeter, prepare
+from sealflow.service.keystore import Lease, WouldWait, prepare
+from sealflow.service.server._budget import MemoryBudget
 from sealflow.service.server._startup import start_services
 from sealflow.service.server._state import Services
 from sealflow.service.server.errors import ApiError
-from sealflow.service.server.transit import _column, _data, _encrypt, _run
+from sealflow.service.server.transit import _column, _data, _encrypt, _items, _run, _wire
+from tests.service.transit.tally import counting
 
 KEYS = {
     "k": Algorithm.AES_256_GCM,
@@ -42,26 +46,6 @@ KEYS = {
     "s": Algorithm.AES_128_GCM,
     "m": Algorithm.AES_256_GCM,  # versions 1 to 3, min_encryption_version 2
 }
-
-
-class Tally:
-    """The real meter, with what was counted through it kept per (key, version)."""
-
-    def __init__(self, meter: UsageMeter) -> None:
-        self.meter = meter
-        self.seen: Counter[tuple[str, int, str]] = Counter()
-
-    def lease(self, name: str, version: int | None = None, n: int = 1) -> Lease:
-        lease = self.meter.lease(name, version, n)
-        self.seen[name, lease.version, "sealings"] += lease.sealings
-        return lease
-
-    def ready(self, name: str, n: int = 1) -> bool:
-        return self.meter.ready(name, n)
-
-    def add_bytes(self, lease: Lease, nbytes: int) -> None:
-        self.seen[lease.key.name, lease.version, "bytes"] += nbytes
-        self.meter.add_bytes(lease, nbytes)
 
 
 @pytest.fixture(scope="module", params=sorted(engine.PROVIDERS))
@@ -95,9 +79,13 @@ def joined(answer: tuple[int, Any]) -> tuple[int, bytes]:
 
 def general(svc: Services, name: str, body: dict[str, Any]) -> tuple[int, bytes]:
     """The general path alone: every item checked, grouped and sealed on its own."""
-    raw = orjson.dumps(body)
+    return by_plan(svc, name, orjson.dumps(body), columns=False)
+
+
+def by_plan(svc: Services, name: str, raw: bytes, columns: bool = True) -> tuple[int, bytes]:
+    """A body through the plan (``_encrypt.encryption``, ``_run``), whatever its shape."""
     with svc.budget.hold() as hold:
-        plan = _encrypt.encryption(svc, name, raw, hold, columns=False)
+        plan = _encrypt.encryption(svc, name, raw, hold, columns=columns)
         return joined(_run.run_now(plan, hold, len(raw)))
 
 
@@ -112,8 +100,7 @@ def sealed_at_once(svc: Services, name: str, raw: bytes) -> tuple[Any, bytes]:
 
 
 def answer(how: Any, svc: Services, name: str, body: dict[str, Any]) -> tuple[Any, Counter[Any]]:
-    tally = Tally(svc.usage)
-    counted = dataclasses.replace(svc, usage=tally)  # type: ignore[arg-type]
+    counted, tally = counting(svc)
     try:
         status, raw = how(counted, name, body)
     except ApiError as exc:
@@ -144,7 +131,7 @@ def comparable(svc: Services, name: str, body: dict[str, Any], raw: bytes) -> An
     assert orjson.dumps(orjson.loads(raw)) == raw  # orjson's own bytes, as the general path's
     answer = orjson.loads(raw)
     assert len(answer.pop("request_id")) == 36
-    if "batch_input" not in body:  # a single request
+    if body.get("batch_input") is None:  # a single request
         one = answer["data"]
         one["ciphertext"] = opened_both_ways(
             svc, name, one["ciphertext"], body.get("associated_data") or ""
@@ -168,20 +155,32 @@ def production(svc: Services, name: str, raw: bytes) -> tuple[int, bytes]:
         return joined(asyncio.run(_encrypt.encrypt(svc, name, raw, hold)))
 
 
-def check_same(svc: Services, name: str, body: dict[str, Any], raw: bytes | None = None) -> Any:
-    """The route's way and the general path on one batch (raw: how it is serialized, by
-    default as hvac sends it); the route's answer (parsed, random parts opened)."""
+def fast(svc: Services, name: str, raw: bytes) -> tuple[int, bytes]:
+    """What the protocol's fast answer does with a (small) body."""
+    return joined(_encrypt.encrypt_now(svc, name, raw))
+
+
+def check_same(
+    svc: Services, name: str, body: dict[str, Any], raw: bytes | None = None, now: bool = False
+) -> Any:
+    """The route's way (and, ``now``, the fast answer's) and the general path on one batch
+    (raw: how it is serialized, by default as hvac sends it); the route's answer (parsed,
+    random parts opened)."""
     raw = json.dumps(body).encode() if raw is None else raw
-    ours, ours_counted = answer(lambda s, n, b: production(s, n, raw), svc, name, body)
     theirs, their_counted = answer(general, svc, name, orjson.loads(raw))
-    assert ours_counted == their_counted
-    if ours[0] == "error":
-        assert ours == theirs
-        return ours
-    assert ours[0] == theirs[0]
-    mine = comparable(svc, name, body, ours[1])
-    assert mine == comparable(svc, name, body, theirs[1])
-    return ours[0], mine
+    found = []
+    for way in (production, fast) if now else (production,):
+        ours, ours_counted = answer(lambda s, n, b, way=way: way(s, n, raw), svc, name, body)
+        assert ours_counted == their_counted, way.__name__
+        if ours[0] == "error":
+            assert ours == theirs, way.__name__
+            found.append(ours)
+            continue
+        assert ours[0] == theirs[0], way.__name__
+        mine = comparable(svc, name, body, ours[1])
+        assert mine == comparable(svc, name, body, theirs[1]), way.__name__
+        found.append((ours[0], mine))
+    return found[0]
 
 
 def b64(n: int) -> str:
@@ -197,8 +196,7 @@ def test_the_common_batch_takes_the_column(svc: Services) -> None:
     for how in hows:  # hvac's serialization, and Go's (with its trailing newline)
         raw = json.dumps(body, **how).encode() + (b"\n" if how else b"")
         assert _column.from_body(raw) is not None
-        tally = Tally(svc.usage)
-        counted = dataclasses.replace(svc, usage=tally)  # type: ignore[arg-type]
+        counted, tally = counting(svc)
         sealing, rows = sealed_at_once(counted, "k", raw)  # read as a column, never parsed
         assert not isinstance(sealing, _encrypt._Items)
         assert len(orjson.loads(b"[" + rows + b"]")) == 1000
@@ -213,8 +211,8 @@ def test_the_common_batch_takes_the_column(svc: Services) -> None:
     ]
     assert {r["key_version"] for r in results} == {3}
     # The column made the answer: one seal of 1,000 items counted once, as 1,000 sealings.
-    tally = Tally(svc.usage)
-    assert _encrypt._by_column(dataclasses.replace(svc, usage=tally), "k", column, {}) is not None  # type: ignore[arg-type]
+    counted, tally = counting(svc)
+    assert _encrypt._by_column(counted, "k", column, {}) is not None
     assert tally.seen == {("k", 3, "sealings"): 1000, ("k", 3, "bytes"): 100_000}
 
 
@@ -249,8 +247,7 @@ def test_one_bad_item_answers_as_before(svc: Services) -> None:
     body = {"batch_input": items}
     column = _column.column(body)
     assert column is not None
-    tally = Tally(svc.usage)
-    counted = dataclasses.replace(svc, usage=tally)  # type: ignore[arg-type]
+    counted, tally = counting(svc)
     taken: dict[int, Lease] = {}
     assert _encrypt._by_column(counted, "k", column, taken) is None
     raw = json.dumps(body).encode()
@@ -326,7 +323,7 @@ def test_both_paths_answer_alike(
     column = _column.column(body)
     event("column" if column is not None else "not a column")
     if column is not None:
-        counted = dataclasses.replace(svc, usage=Tally(svc.usage))  # type: ignore[arg-type]
+        counted = counting(svc)[0]
         seal = _encrypt._by_column(counted, name, column, {})
         event("sealed by the column" if seal is not None else "declined")
     raw = json.dumps(body, **how).encode()
@@ -344,10 +341,12 @@ def singles(draw: st.DrawFn) -> dict[str, Any]:
         draw(AADS if odd else st.sampled_from([MISSING, None, "", "YWFk", RESERVED])),
         draw(REFERENCES) if draw(st.integers(0, 4)) == 0 else MISSING,
     )
-    if draw(st.integers(0, 4)) == 0:
-        body["context"] = "eA=="
+    if draw(st.integers(0, 4)) == 0:  # some with a JSON escape (json.dumps writes \u00e9)
+        body["context"] = draw(st.sampled_from(["eA==", "é"]))
     if draw(st.integers(0, 9)) == 0:
         del body["plaintext"]
+    if draw(st.integers(0, 9)) == 0:  # a single request all the same: read by the plan
+        body["batch_input"] = None
     return body
 
 
@@ -358,24 +357,101 @@ def singles(draw: st.DrawFn) -> dict[str, Any]:
 def test_single_requests_answer_alike(
     svc: Services, body: dict[str, Any], name: str, how: dict[str, Any]
 ) -> None:
-    """A single request of a plaintext is the column of one; the answer is the general
-    path's, counted alike, and so is every refusal."""
+    """A single request of a plaintext is the column of one, and goes without the plan
+    (``_items.single``) unless its bytes may hold a ``batch_input``; the answer, the route's
+    and the fast answer's, is the general path's, counted alike, and so is every refusal."""
+    raw = json.dumps(body, **how).encode()
+    with svc.budget.hold() as hold:
+        try:
+            alone = _items.single(raw, hold) is not None
+        except ApiError:
+            alone = True  # refused as it is read, the same way on every path
+    event("read as a single request" if alone else "read by the plan")
+    assert alone or b"\\" in raw or "batch_input" in body
     column = _column.column(body)
     event("column of one" if column is not None else "not a column")
     if column is not None:
         assert column.single
         assert column.count == 1
-        counted = dataclasses.replace(svc, usage=Tally(svc.usage))  # type: ignore[arg-type]
+        counted = counting(svc)[0]
         seal = _encrypt._by_column(counted, name, column, {})
         event("sealed by the column" if seal is not None else "declined")
-    check_same(svc, name, body, json.dumps(body, **how).encode())
+    check_same(svc, name, body, raw, now=True)
+
+
+def test_a_single_request_takes_from_the_memory_budget_as_a_batch_does(svc: Services) -> None:
+    """Without the plan, a single request still pays the budget as the plan does: its
+    parse before parsing, then the bound of its answer before any check (503 ``overloaded``
+    past either); a body that does not parse is a 400 once its parse is paid for."""
+    raw = json.dumps({"plaintext": b64(100)}).encode()
+    cost, bound = _wire.parse_cost(raw), _run.answer_bound(len(raw), 1)
+    bad = raw[:-1]  # not JSON: the same parse cost, almost
+    unknown = ("absent", raw)  # refused by the checks, after both are paid
+    cases = [
+        (("k", raw), cost - 1, 503),
+        (("k", raw), cost + bound - 1, 503),
+        (("k", raw), cost + bound, 200),
+        (unknown, cost + bound - 1, 503),
+        (unknown, cost + bound, 400),
+        (("k", bad), _wire.parse_cost(bad) - 1, 503),
+        (("k", bad), _wire.parse_cost(bad), 400),
+    ]
+    for (name, body), limit, status in cases:
+        tight = dataclasses.replace(svc, budget=MemoryBudget(limit))
+        for way in (production, fast, by_plan):
+            try:
+                got = way(tight, name, body)[0]
+            except ApiError as exc:
+                got = exc.status
+            assert got == status, (name, limit, way.__name__)
+            assert tight.budget.used == 0  # all of it given back
+
+
+def test_a_single_lease_that_may_wait_is_taken_off_the_event_loop(tmp_path: Path) -> None:
+    """On the event loop (``UsageMeter.bind_loop``) a lease that needs the keystore raises
+    ``WouldWait`` before anything is counted: the fast answer gives such a request up (the
+    protocol then serves it through the route), and the route takes its lease in a thread. A
+    key never sealed under holds nothing yet; a ``key_version`` other than the latest is
+    reserved from the store each time."""
+    config = Settings(data_dir=tmp_path, crypto_threads=1, provider="native")
+    prepare(config)
+    services = start_services(config)
+    try:
+        services.store.create_key("cold", Algorithm.AES_256_GCM, False, None, None)
+        services.store.rotate_key("cold")  # versions 1 and 2
+        plain = {"plaintext": b64(10)}
+        older = {**plain, "key_version": 1}
+
+        async def on_the_loop() -> None:
+            services.usage.bind_loop()
+            for body, version in ((plain, 2), (older, 1)):
+                counted, tally = counting(services)
+                raw = json.dumps(body).encode()
+                with pytest.raises(WouldWait):
+                    _encrypt.encrypt_now(counted, "cold", raw)
+                assert not tally.seen  # given up before counting
+                with services.budget.hold() as hold:
+                    status, _ = await _encrypt.encrypt(counted, "cold", raw, hold)
+                assert status == 200
+                assert tally.seen == {
+                    ("cold", version, "sealings"): 1,
+                    ("cold", version, "bytes"): 10,
+                }
+            # The latest is warm now (a block held): the fast answer serves it on the spot.
+            assert _encrypt.encrypt_now(services, "cold", json.dumps(plain).encode())[0] == 200
+
+        asyncio.run(on_the_loop())
+    finally:
+        services.usage.close()
+        services.crypto.close()
+        services.store.close()
+        engine.set_provider(None)
 
 
 def test_a_single_plaintext_is_sealed_as_a_column_of_one(svc: Services) -> None:
     plaintext = b64(1024)
     body = {"plaintext": plaintext, "associated_data": "YWFk", "key_version": 2}
-    tally = Tally(svc.usage)
-    counted = dataclasses.replace(svc, usage=tally)  # type: ignore[arg-type]
+    counted, tally = counting(svc)
     sealing, raw = sealed_at_once(counted, "k", json.dumps(body).encode())
     assert not isinstance(sealing, _encrypt._Items)
     assert tally.seen == {("k", 2, "sealings"): 1, ("k", 2, "bytes"): 1024}
@@ -436,8 +512,7 @@ def test_min_encryption_version_alike(svc: Services) -> None:
         body = {"batch_input": items}
         column = _column.column(body)
         assert column is not None
-        tally = Tally(svc.usage)
-        counted = dataclasses.replace(svc, usage=tally)  # type: ignore[arg-type]
+        counted, tally = counting(svc)
         assert (_encrypt._by_column(counted, "m", column, {}) is not None) is sealed
         assert bool(tally.seen) is sealed
         status, answered = check_same(svc, "m", body)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import dataclasses
 import json
 import os
 from collections import Counter
@@ -25,33 +24,14 @@ from hypothesis import strategies as st
 
 from sealflow.engine import Algorithm
 from sealflow.service.config import Settings
-from sealflow.service.keystore import Lease, UsageMeter, prepare
+from sealflow.service.keystore import prepare
 from sealflow.service.server._startup import start_services
 from sealflow.service.server._state import Services
 from sealflow.service.server.errors import ApiError
 from sealflow.service.server.transit import _data, _encrypt, _groups, _items
+from tests.service.transit.tally import counting
 
 TINY = 64  # bytes of JSON per group: a few items each
-
-
-class Tally:
-    """The real meter, with the sealings and bytes counted through it kept per version."""
-
-    def __init__(self, meter: UsageMeter) -> None:
-        self.meter = meter
-        self.seen: Counter[tuple[int, str]] = Counter()
-
-    def lease(self, name: str, version: int | None = None, n: int = 1) -> Lease:
-        lease = self.meter.lease(name, version, n)
-        self.seen[lease.version, "sealings"] += lease.sealings
-        return lease
-
-    def ready(self, name: str, n: int = 1) -> bool:
-        return self.meter.ready(name, n)
-
-    def add_bytes(self, lease: Lease, nbytes: int) -> None:
-        self.seen[lease.version, "bytes"] += nbytes
-        self.meter.add_bytes(lease, nbytes)
 
 
 @pytest.fixture(scope="module")
@@ -74,8 +54,7 @@ def call(svc: Services, kind: str, raw: bytes, grouped: bool) -> tuple[Any, Coun
     """The route's operation on a body, in groups of ``TINY`` bytes or in one group: its
     status and parsed answer (or its refusal), and what it counted."""
     operation = {"encrypt": _encrypt.encrypt, "decrypt": _data.decrypt, "rewrap": _data.rewrap}
-    tally = Tally(svc.usage)
-    counted = dataclasses.replace(svc, usage=tally)  # type: ignore[arg-type]
+    counted, tally = counting(svc)
     sizes = (TINY, TINY, 3) if grouped else (1 << 30, 1 << 30, 1 << 30)
     saved = _groups.GROUP_BYTES, _groups.COLUMN_BYTES, _items.GROUP_ITEMS
     _groups.GROUP_BYTES, _groups.COLUMN_BYTES, _items.GROUP_ITEMS = sizes
