@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import os
 import re
 import stat
 import sys
 import types
-from typing import IO, Any
+from typing import IO, Any, BinaryIO
 
 from sealflow.service.client import Client, SealflowError
 
@@ -61,7 +62,12 @@ def _bar(src: IO[bytes]) -> Any:
 
 
 def _run(args: argparse.Namespace, command: str) -> int:
-    src, out, ok = sys.stdin.buffer, None, False
+    # Standard input unbuffered (its descriptor, left open): the client reads it on a daemon
+    # thread, and a thread blocked in a *buffered* read holds that buffer's lock, which the
+    # interpreter then cannot take at exit (a fatal error and SIGABRT when the command ends
+    # early, a failed decrypt with input still coming).
+    stdin: BinaryIO = io.FileIO(0, "rb", closefd=False)
+    src, out, ok = stdin, None, False
     bar: Any = _NO_BAR
     try:
         with _client(args) as client:
@@ -105,7 +111,7 @@ def _run(args: argparse.Namespace, command: str) -> int:
         bar.close()
         if out is not None and not ok:
             out.discard()
-        if src is not sys.stdin.buffer:
+        if src is not stdin:
             src.close()
 
 
