@@ -110,11 +110,10 @@ class Front:
         path = head.path
         route = data.match(path)
         vault = None if route is not None else self.transit.match(path)
+        record = AccessRecord()  # its fields set one by one: keywords cost 0.3 us more
+        record.request_id = head.request_id
         proxies = self.proxies
-        record = AccessRecord(
-            request_id=head.request_id,
-            remote_addr=head.peer if proxies is None else proxies.client(head),
-        )
+        record.remote_addr = head.peer if proxies is None else proxies.client(head)
         plan = Plan(Kind.APP, head, record, started, route, vault)
         plan.counted = head.path not in _UNLIMITED
         try:

@@ -70,6 +70,7 @@ class Head:
         "vault_token",
         "x_aad",
     )
+    request_id: str  # set by ``complete``
 
     def __init__(
         self, method: str, raw_path: bytes, query: bytes, path: str, peer: str | None = None
@@ -93,7 +94,6 @@ class Head:
         self.given_id: bytes | None = None  # X-Request-Id as it came
         self.forwarded: bytes | None = None  # Forwarded, its fields joined by commas
         self.forwarded_for: bytes | None = None  # X-Forwarded-For, the same
-        self.request_id = ""  # set by ``complete``
         # The body's declared length; None when it has none or is chunked (``complete``).
         self.length: int | None = None
 
