@@ -119,6 +119,7 @@ async def run(requests: int, profile: bool, parts: list[tuple[str, float]] | Non
         "path": "/v1/keys/default/encrypt",
         "query_string": b"mode=single",
         "headers": headers,
+        "client": ("127.0.0.1", 50000),  # the access log's remote_addr
     }
 
     async def receive() -> dict[str, Any]:
@@ -167,7 +168,8 @@ def _lane(app: Any, token: str, body: bytes, requests: int) -> float:
     ]
 
     def once() -> None:
-        head = Head("POST", b"/v1/keys/default/encrypt", b"mode=single", "/v1/keys/default/encrypt")
+        head = Head("POST", b"/v1/keys/default/encrypt", b"mode=single",
+                    "/v1/keys/default/encrypt", "127.0.0.1")  # fmt: skip
         for name, value in headers:
             head.add(name, value)
         plan = front.plan(head.complete())

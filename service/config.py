@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 from typing import Literal
 
@@ -13,6 +14,11 @@ MiB = 1 << 20
 
 # First path segments under /v1/ that the native API and the Vault routes outside the mount use.
 _NATIVE_V1 = frozenset(("keys", "decrypt", "sys", "auth"))
+
+
+def networks(text: str) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    """A comma-separated list of addresses and CIDR networks (an address is its /32 or /128)."""
+    return tuple(ipaddress.ip_network(item.strip()) for item in text.split(",") if item.strip())
 
 
 class Settings(BaseSettings):
@@ -164,6 +170,12 @@ class Settings(BaseSettings):
     )
     tls_cert: Path | None = Field(None, description="PEM certificate: serve HTTPS")
     tls_key: Path | None = Field(None, description="PEM private key of --tls-cert")
+    trusted_proxies: str = Field(
+        "",
+        description="addresses or CIDR networks, comma-separated, of the proxies in front: only"
+        " from such a peer is the client address taken from its Forwarded or X-Forwarded-For"
+        " header (for the access log); empty: the peer is the client",
+    )
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         "info", description="debug, info, warning or error"
     )
@@ -192,6 +204,14 @@ class Settings(BaseSettings):
             raise ValueError(f"the Transit mount cannot be under /v1/{first} (the native API's)")
         return mount
 
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _proxies_parse(cls, text: str) -> str:
+        # Refused at start, not at the first request: a network with host bits set
+        # (10.0.0.1/8) is refused too, as a typo that would trust more than was meant.
+        networks(text)
+        return text
+
     @model_validator(mode="after")
     def _poll_within_cache_age(self) -> Settings:
         # Polling less often than that would make a replica stale between two polls.
@@ -209,6 +229,10 @@ class Settings(BaseSettings):
                 "--tls-cert and --tls-key (SEALFLOW_TLS_CERT, SEALFLOW_TLS_KEY) go together"
             )
         return self
+
+    @property
+    def trusted_proxy_networks(self) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+        return networks(self.trusted_proxies)
 
     @property
     def keystore_path(self) -> Path:

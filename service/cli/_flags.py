@@ -30,6 +30,7 @@ _NAMED = {
     "max_header_bytes": "BYTES",
     "max_json_bytes": "BYTES",
     "keystore_url": "URL",
+    "trusted_proxies": "ADDRESSES",
 }
 
 

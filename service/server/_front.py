@@ -10,7 +10,9 @@ whole-body plan itself once its body has come (``begin``, ``answer``, ``abandon`
 request reaches ``__call__`` through the ASGI app with its plan in the scope. An ASGI client
 that did not come through the protocol (an in-process one) gets its plan made here, the same
 way. ``record`` writes the metrics and the access-log line for every request, however it was
-answered.
+answered; the line names the request by its head's ``request_id`` (the response's
+``X-Request-Id``) and the client by its address (``_forwarded``: the peer, or the client a
+trusted proxy names).
 
 Fairness: a request to ``/v1/`` is authenticated from its head before it may take a
 concurrency slot or have a byte of its body read, so an unauthenticated client never holds a
@@ -37,7 +39,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from sealflow.service.config import Settings
 from sealflow.service.keystore import KeyStoreError, TokenInfo
 
-from . import _audit, _auth, _metrics, data, errors, transit
+from . import _audit, _auth, _forwarded, _metrics, data, errors, transit
 from ._body import drop_connection, refuse, send_error
 from ._logging import AccessLog, AccessRecord
 from ._state import DRAINING, Services
@@ -96,6 +98,9 @@ class Front:
         self.max_cache_age = settings.keystore_max_cache_age
         self.refuse_stale = settings.keystore_stale_cache == "refuse"
         self.access = access
+        # None without trusted proxies: the peer is the client, nothing to look up.
+        proxies = settings.trusted_proxy_networks
+        self.proxies = _forwarded.Proxies(proxies) if proxies else None
         self.active = 0  # requests in flight, probes aside; also the in-flight gauge
         self.by_token: dict[str, int] = {}
         self.trimmer = Trimmer(lambda: self.active > 0)
@@ -107,7 +112,11 @@ class Front:
         path = head.path
         route = data.match(path)
         vault = None if route is not None else self.transit.match(path)
-        plan = Plan(Kind.APP, head, AccessRecord(), started, route, vault)
+        record = AccessRecord()  # its fields set one by one: keywords cost 0.3 us more
+        record.request_id = head.request_id
+        proxies = self.proxies
+        record.remote_addr = head.peer if proxies is None else proxies.client(head)
+        plan = Plan(Kind.APP, head, record, started, route, vault)
         plan.counted = head.path not in _UNLIMITED
         try:
             plan.token = token = self._admit(head, route, vault, plan.counted)

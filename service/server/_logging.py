@@ -1,8 +1,8 @@
 """Structured logs: one JSON object per line, on stderr.
 
 Only fields passed explicitly are logged; the access log's fields come from a
-fixed list (method, route, status, bytes, duration, key name and version), so
-key material, tokens and bodies cannot reach the log by accident.
+fixed list (method, route, status, bytes, duration, key name and version, request id,
+client address), so key material, tokens and bodies cannot reach the log by accident.
 """
 
 from __future__ import annotations
@@ -69,6 +69,8 @@ class AccessRecord:
     error: str | None = None
     duplex: bool | None = None  # True when answered in full duplex (Sealflow-Duplex: 1)
     aborted: bool | None = None  # True when a started response was cut off
+    request_id: str | None = None  # X-Request-Id, as the response has it
+    remote_addr: str | None = None  # the client's IP address (``_forwarded``)
 
 
 # A line: '{"ts":"<second>' (kept for the second), then this with the milliseconds.
@@ -128,6 +130,10 @@ class AccessLog:
             fields["duplex"] = r.duplex
         if r.aborted is not None:
             fields["aborted"] = r.aborted
+        if r.request_id is not None:
+            fields["request_id"] = r.request_id
+        if r.remote_addr is not None:
+            fields["remote_addr"] = r.remote_addr
         # '{"ts":...,"msg":"request",' then the fields' object without its opening brace.
         t = self._wall_clock + ended
         second, text = self._second

@@ -13,6 +13,7 @@ import asyncio
 import http
 from typing import TYPE_CHECKING, Any
 
+from . import _request_id
 from ._head import Head
 
 if TYPE_CHECKING:
@@ -174,7 +175,11 @@ class Cycle:
 
     def _render_head(self, status: int, headers: Any) -> bytes:
         conn = self._conn
-        lines = [STATUS_LINES.get(status) or status_line(status), conn.default_lines()]
+        lines = [
+            STATUS_LINES.get(status) or status_line(status),
+            conn.default_lines(),
+            _request_id.line(self.head.request_id),
+        ]
         for name, value in headers:
             lower = name.lower()
             if lower == b"content-length":

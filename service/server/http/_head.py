@@ -7,12 +7,19 @@ header (``add``); an ASGI scope that did not come through the protocol is scanne
 A header that must appear once (``Authorization``, ``X-Vault-Token``, ``X-AAD``,
 ``Content-Length``, ``Host``) appearing twice makes the head ``error``: refused with 400 before
 anything reads either value, since a proxy's rule may have checked the one that is not used.
+
+Every head has a ``request_id`` once complete: the client's ``X-Request-Id`` when it is
+well-formed, else a new one (``_request_id``). ``peer`` is the address of the connection's other
+end; ``Forwarded`` and ``X-Forwarded-For`` are kept as they came, read only when that peer is a
+trusted proxy (the app's ``_forwarded``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+
+from . import _request_id
 
 # The headers that must appear at most once, and the slot each fills.
 _ONCE = {
@@ -23,6 +30,18 @@ _ONCE = {
     b"host": "host",
 }
 DUPLEX = b"sealflow-duplex"
+# The other headers the head notes, each by a number: one lookup for a header it does not.
+_DUPLEX, _CHUNKED, _EXPECT, _ID, _FORWARDED, _FORWARDED_FOR = range(6)
+_NOTED = {
+    DUPLEX: _DUPLEX,
+    b"transfer-encoding": _CHUNKED,
+    b"expect": _EXPECT,
+    _request_id.HEADER: _ID,
+    b"forwarded": _FORWARDED,
+    b"x-forwarded-for": _FORWARDED_FOR,
+}
+# Where a second X-Request-Id leaves the first: a value no id can have, so both are replaced.
+_TWICE = b"\n"
 
 
 class Head:
@@ -35,23 +54,32 @@ class Head:
         "continue_",
         "duplex",
         "error",
+        "forwarded",
+        "forwarded_for",
+        "given_id",
         "headers",
         "host",
         "length",
         "method",
         "path",
+        "peer",
         "query",
         "raw_path",
+        "request_id",
         "size",
         "vault_token",
         "x_aad",
     )
+    request_id: str  # set by ``complete``
 
-    def __init__(self, method: str, raw_path: bytes, query: bytes, path: str) -> None:
+    def __init__(
+        self, method: str, raw_path: bytes, query: bytes, path: str, peer: str | None = None
+    ) -> None:
         self.method = method
         self.raw_path = raw_path
         self.query = query
         self.path = path  # percent-decoded
+        self.peer = peer  # the connection's other end (an IP address), if known
         self.headers: list[tuple[bytes, bytes]] = []  # names lowercased, in order
         self.size = 0  # bytes of header names and values
         self.authorization: bytes | None = None
@@ -63,6 +91,9 @@ class Head:
         self.duplex = False  # Sealflow-Duplex: 1
         self.continue_ = False  # Expect: 100-continue
         self.error: str | None = None  # why the head is refused (400), if it is
+        self.given_id: bytes | None = None  # X-Request-Id as it came
+        self.forwarded: bytes | None = None  # Forwarded, its fields joined by commas
+        self.forwarded_for: bytes | None = None  # X-Forwarded-For, the same
         # The body's declared length; None when it has none or is chunked (``complete``).
         self.length: int | None = None
 
@@ -76,12 +107,25 @@ class Head:
                 self.error = f"more than one {name.decode('latin-1')} header"
             else:
                 setattr(self, slot, value)
-        elif name == DUPLEX:
+            return
+        noted = _NOTED.get(name)
+        if noted is None:
+            return
+        if noted == _DUPLEX:
             self.duplex = value.strip() == b"1"
-        elif name == b"transfer-encoding":
+        elif noted == _CHUNKED:
             self.chunked = True
-        elif name == b"expect":
+        elif noted == _EXPECT:
             self.continue_ = value.strip().lower() == b"100-continue"
+        elif noted == _ID:
+            self.given_id = value if self.given_id is None else _TWICE
+        elif noted == _FORWARDED:
+            # Fields of a list header, in order, are one list (RFC 9110 section 5.3).
+            old = self.forwarded
+            self.forwarded = value if old is None else old + b"," + value
+        else:
+            old = self.forwarded_for
+            self.forwarded_for = value if old is None else old + b"," + value
 
     def complete(self) -> Head:
         """The head is whole: what its headers say of the body, read once."""
@@ -89,6 +133,11 @@ class Head:
         # The parser took digits only, of a value that fits 64 bits, but any number of leading
         # zeros: int() refuses more than 4,300 digits.
         self.length = None if value is None or self.chunked else int(value.lstrip(b"0") or b"0")
+        given = self.given_id
+        if given is not None and _request_id.well_formed(given):
+            self.request_id = given.decode("ascii")
+        else:
+            self.request_id = _request_id.new()
         return self
 
     @property
@@ -98,8 +147,13 @@ class Head:
     @classmethod
     def from_scope(cls, scope: Mapping[str, Any]) -> Head:
         """The head of a request that came as an ASGI scope (an in-process client)."""
+        client = scope.get("client")
         head = cls(
-            scope["method"], scope.get("raw_path") or b"", scope["query_string"], scope["path"]
+            scope["method"],
+            scope.get("raw_path") or b"",
+            scope["query_string"],
+            scope["path"],
+            None if not client else str(client[0]),
         )
         for name, value in scope["headers"]:
             head.add(name, value)

@@ -31,6 +31,8 @@ Rules this enforces for every request on a connection, the first or a pipelined 
   read, answered or waiting, and no head begun;
 - per-request state, Vault's ``LIST`` method included, lives in the request's ``Head`` and
   ``Cycle`` and ends with them;
+- every response names its request in ``X-Request-Id`` (the head's ``request_id``; a refusal
+  of bytes that never made a head gets a new one: ``_request_id``);
 - the process keeps at most so many connections open (``Options.gate``, ``_gate``): a new one
   beyond makes room by closing an idle one, one that never authenticated first.
 
@@ -54,6 +56,7 @@ from typing import Any, Protocol, cast
 
 import httptools
 
+from . import _request_id
 from ._cycle import STATUS_LINES, Cycle, status_line
 from ._gate import Gate
 from ._head import Head
@@ -134,11 +137,17 @@ _REFUSALS = {
 
 
 def _refusal(status: int) -> bytes:
+    """A refusal of the connection's bytes, not of a request: no head came whole, so its id is
+    a new one (the refused request is not in the access log, only counted)."""
     code, message = _REFUSALS[status]
     body = b'{"error": {"code": "%s", "message": "%s"}}' % (code, message)
-    return status_line(status) + (
-        b"content-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n%s"
-        % (len(body), body)
+    return (
+        status_line(status)
+        + _request_id.line(_request_id.new())
+        + (
+            b"content-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n"
+            b"\r\n%s" % (len(body), body)
+        )
     )
 
 
@@ -192,6 +201,7 @@ class HttpProtocol(asyncio.Protocol):
         self.transport: asyncio.Transport = None  # type: ignore[assignment]
         self.server: tuple[str, int] | None = None
         self.client: tuple[str, int] | None = None
+        self._peer: str | None = None  # the client's IP address, for each head
         self.scheme = "http"
         self._phase = _HEAD_PHASE
         self._count = 0  # bytes of the head being read, or of a chunked body's framing
@@ -229,7 +239,8 @@ class HttpProtocol(asyncio.Protocol):
         self.transport = transport = cast(asyncio.Transport, transport)
         self.server_state.connections.add(self)
         self.server = _address(transport.get_extra_info("sockname"))
-        self.client = _address(transport.get_extra_info("peername"))
+        self.client = client = _address(transport.get_extra_info("peername"))
+        self._peer = None if client is None else client[0]
         if transport.get_extra_info("sslcontext"):
             self.scheme = "https"
         # A connection that never sends a request is closed like one that never finishes it.
@@ -383,7 +394,7 @@ class HttpProtocol(asyncio.Protocol):
             method = LIST_METHOD
         text = raw_path.decode("ascii", "replace")
         path = urllib.parse.unquote(text) if b"%" in raw_path else text
-        return Head(method, raw_path, query, path)
+        return Head(method, raw_path, query, path, self._peer)
 
     def on_headers_complete(self) -> None:
         try:
@@ -490,6 +501,7 @@ class HttpProtocol(asyncio.Protocol):
         lines = [
             STATUS_LINES.get(answer.status) or status_line(answer.status),
             self.default_lines(),
+            _request_id.line(head.request_id),
             answer.headers,
             b"connection: close\r\n\r\n" if close else b"\r\n",
         ]
@@ -721,6 +733,7 @@ class HttpProtocol(asyncio.Protocol):
             body = b"Internal Server Error"
             self.write_now(
                 status_line(500),
+                _request_id.line(cycle.head.request_id),
                 b"content-type: text/plain; charset=utf-8\r\ncontent-length: %d\r\n"
                 b"connection: close\r\n\r\n%s" % (len(body), body),
             )

@@ -25,6 +25,7 @@ def serve(settings: Settings) -> None:
         ssl_certfile=settings.tls_cert,
         ssl_keyfile=settings.tls_key,
         server_header=False,
-        # Client addresses are never used (not logged either): no X-Forwarded-For handling.
+        # The access log's client address is the app's to find (``trusted_proxies``, believed
+        # only from the proxies named there: server/_forwarded.py), not uvicorn's.
         proxy_headers=False,
     )
