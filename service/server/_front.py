@@ -354,6 +354,11 @@ class Front:
     def _asker(self, plan: Plan) -> dict[str, object]:
         fields = _audit.caller(plan.token)
         fields["method"] = plan.head.method
+        log = plan.log
+        if log.request_id is not None:
+            fields["request_id"] = log.request_id
+        if log.remote_addr is not None:
+            fields["remote_addr"] = log.remote_addr
         return fields
 
     def _transit(
@@ -481,12 +486,10 @@ class Front:
         fields["status"] = log.status or (error.status if error is not None else 0)
         if log.error is not None:
             fields["error"] = log.error
-        request_id = getattr(log, "request_id", None)
-        if request_id is not None:
-            fields["request_id"] = request_id
-        remote = getattr(log, "remote_addr", None)
-        if remote is not None:
-            fields["remote_addr"] = remote
+        if log.request_id is not None:
+            fields["request_id"] = log.request_id
+        if log.remote_addr is not None:
+            fields["remote_addr"] = log.remote_addr
         if not fields["status"]:
             fields["status"] = 499  # the client went away before an answer (nginx's code)
         plan.ticket = trail.record(fields)

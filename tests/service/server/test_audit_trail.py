@@ -113,9 +113,12 @@ def test_two_callers_are_on_record_with_nothing_secret(tmp_path: Path) -> None:
         ("bob", "decrypt", None, 403),
     } <= by_caller
     for r in requests:
+        assert r["remote_addr"] == "127.0.0.1"
+        assert len(r["request_id"]) >= 8
         if r["label"] in ("alice", "bob"):
             assert r["accessor"] == {"alice": alice_id, "bob": bob_id}[r["label"]]
             assert r["key"] == "default"
+    assert len({r["request_id"] for r in requests}) == len(requests)
     sealed = [r for r in requests if r["operation"] == "encrypt" and r["status"] == 200]
     assert all(r["version"] == 1 for r in sealed if "version" in r)
     streamed = next(r for r in requests if r.get("mode") == "stream")
