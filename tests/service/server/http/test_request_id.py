@@ -13,7 +13,7 @@ from sealflow.service.server.http import Head, _request_id
 from tests.service.server.http.conftest import Conn, Run, Service
 from tests.service.server.http.test_protocol import ENCRYPT, get, post
 
-MADE = re.compile(r"[0-9a-f]{16}-[0-9a-f]+")  # an id made by the server
+MADE = re.compile(r"[0-9a-f]{16}-[0-9]+")  # an id made by the server
 _RESPONSE = re.compile(rb"HTTP/1\.1 (\d{3}) [^\r\n]*\r\n((?:[^\r\n]+\r\n)*)\r\n")
 
 
