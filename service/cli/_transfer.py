@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import io
 import os
 import re
 import stat
@@ -62,11 +61,11 @@ def _bar(src: IO[bytes]) -> Any:
 
 
 def _run(args: argparse.Namespace, command: str) -> int:
-    # Standard input unbuffered (its descriptor, left open): the client reads it on a daemon
-    # thread, and a thread blocked in a *buffered* read holds that buffer's lock, which the
-    # interpreter then cannot take at exit (a fatal error and SIGABRT when the command ends
-    # early, a failed decrypt with input still coming).
-    stdin: BinaryIO = io.FileIO(0, "rb", closefd=False)
+    # Standard input unbuffered (the buffer's raw file, when it has one): the client reads it
+    # on a daemon thread, and a thread blocked in a *buffered* read holds that buffer's lock,
+    # which the interpreter then cannot take at exit (a fatal error and SIGABRT when the
+    # command ends early, a failed decrypt with input still coming).
+    stdin: BinaryIO = getattr(sys.stdin.buffer, "raw", sys.stdin.buffer)
     src, out, ok = stdin, None, False
     bar: Any = _NO_BAR
     try:
