@@ -25,8 +25,10 @@ The API (all of it thread-safe except ``Chain``, which the ``Auditor`` locks):
   to ``<path>.<UTC time>`` past ``rotate_bytes``, 0 never; shared by processes) and
   ``StdoutSink()``. ``FileSink.CHECK_SECONDS`` (0.1): how often the path itself is checked.
 - ``Auditor(key, sinks, writer, mode, checkpoint_every=1000, checkpoint_seconds=10.0)``,
-  ``mode`` ``"required"`` or ``"best_effort"``: ``record(fields: Mapping[str, object]) ->
-  None`` queues one record (``time`` added if absent; values must be JSON's);
+  ``mode`` ``"required"`` or ``"best_effort"``: ``record(fields: Mapping[str, object], when:
+  float | None = None) -> int`` queues one record of an event at ``when`` (Unix time, now if
+  None; values must be JSON's) and returns its ticket; ``written`` (every record up to that
+  ticket is written); ``hmac(value)``;
   ``flush() -> bool`` writes the queue as one batch to every sink, with the checkpoints due,
   True if every sink took it; ``failing`` (required: the last flush left lines unwritten;
   they stay queued for the next one), ``dropped`` (best_effort: lines lost), ``close() ->
@@ -41,9 +43,11 @@ The API (all of it thread-safe except ``Chain``, which the ``Auditor`` locks):
   when they name none: the server's and the CLI's.
 - ``SCHEMA``: the path of ``schema.json``; ``MODES``, ``Mode``: the two failure modes.
 
-For whoever calls it: ``record`` costs one ``orjson.dumps`` and a lock, and raises at once on
-a value JSON cannot hold (TypeError), a field the chain sets (ValueError) or after ``close``
-(RuntimeError). ``flush`` does the file I/O (an flock, an fstat and a write per sink and
+For whoever calls it: ``record`` costs one ``orjson.dumps`` and a lock and returns a ticket
+(``written`` says when it is written), and raises at once on a value JSON cannot hold
+(TypeError), a field the auditor sets (ValueError: ``time`` is the ``when`` argument) or after
+``close`` (RuntimeError); ``hmac(value)`` is ``hmac_field`` under the auditor's key.
+``flush`` does the file I/O (an flock, an fstat and a write per sink and
 batch): call it once per event-loop turn, from a thread if the loop must not wait, and at
 least every ``checkpoint_seconds`` so that an idle writer's records get sealed; ``close`` at
 shutdown. In mode required a sink that keeps failing holds at most ``MAX_PENDING`` lines (the

@@ -23,7 +23,8 @@ from typing import Literal
 
 import orjson
 
-from ._chain import Chain, timestamp
+from ._chain import Chain, stamped
+from ._keys import hmac_field
 from ._sinks import Sink
 
 Mode = Literal["required", "best_effort"]
@@ -56,12 +57,15 @@ class Auditor:
             raise ValueError(f"mode must be one of {', '.join(MODES)}")
         if checkpoint_every < 1:
             raise ValueError("checkpoint_every must be 1 or more")
+        self._key = key
         self._chain = Chain(key, writer)
         self._sinks = list(sinks)
         self._mode = mode
         self._every = checkpoint_every
         self._seconds = checkpoint_seconds
         self._queue: list[bytes] = []
+        self._queued = 0  # records queued (the last ticket handed out)
+        self._written = 0  # every record up to this ticket is written
         self._queue_lock = threading.Lock()  # record() takes only this one: never held on I/O
         self._lock = threading.Lock()  # one flush at a time: the chain, pending lines, sinks
         self._pending: list[list[bytes]] = [[] for _ in self._sinks]
@@ -86,19 +90,34 @@ class Auditor:
         sinks."""
         return self._dropped
 
-    def record(self, fields: Mapping[str, object]) -> None:
-        """Queue a record; ``time`` is added (now) if it is absent. Raises TypeError for a
-        value JSON cannot hold, ValueError for a field the chain sets, RuntimeError once
+    def record(self, fields: Mapping[str, object], when: float | None = None) -> int:
+        """Queue a record of the event at ``when`` (Unix time; now if None): its ticket, the
+        count of records queued so far (``written``). Raises TypeError for a value JSON cannot
+        hold, ValueError for a field the auditor or the chain sets, RuntimeError once
         closed."""
-        if "writer" in fields or "seq" in fields or "prev" in fields:  # CHAIN_FIELDS, unrolled
-            raise ValueError("writer, seq and prev are set by the chain")
-        if "time" not in fields:
-            fields = {"time": timestamp(time.time()), **fields}
-        body = orjson.dumps(fields)
+        if "time" in fields or "writer" in fields or "seq" in fields or "prev" in fields:
+            raise ValueError("time, writer, seq and prev are set by the auditor")
+        # '{"time":"..."' and the fields' object without its brace: no dict merged per record.
+        body = stamped(time.time() if when is None else when)
+        if fields:
+            body += b"," + orjson.dumps(fields)[1:]
+        else:
+            body += b"}"
         with self._queue_lock:
             if self._closed:
                 raise RuntimeError("the auditor is closed")
             self._queue.append(body)
+            self._queued += 1
+            return self._queued
+
+    def hmac(self, value: bytes | str) -> str:
+        """``value`` as a record may name it: ``hmac-sha256:<hex>`` under the audit key."""
+        return hmac_field(self._key, value)
+
+    @property
+    def written(self) -> int:
+        """Every record up to this ticket is written to every sink."""
+        return self._written
 
     def flush(self) -> bool:
         """Chain and write everything queued (and every sink's pending lines): True if every
@@ -125,6 +144,7 @@ class Auditor:
     def _flush(self, final: bool) -> bool:
         with self._queue_lock:
             queued, self._queue = self._queue, []
+            upto = self._queued
         lines = self._link(queued, final)
         wrote = True
         for sink, pending in zip(self._sinks, self._pending, strict=True):
@@ -141,6 +161,8 @@ class Auditor:
                 continue
             pending.clear()
         self._failing = self._mode == "required" and not wrote
+        if wrote:
+            self._written = upto
         return wrote
 
     def _link(self, queued: list[bytes], final: bool) -> list[bytes]:

@@ -24,6 +24,7 @@ from ._keys import checkpoint_key, checkpoint_mac
 CHAIN_FIELDS = frozenset({"writer", "seq", "prev"})
 
 _second: tuple[int, str] = (-1, "")
+_stamped: tuple[int, bytes] = (-1, b"")
 
 
 def timestamp(t: float) -> str:
@@ -35,6 +36,19 @@ def timestamp(t: float) -> str:
         second, text = whole, _time.strftime("%Y-%m-%dT%H:%M:%S", _time.gmtime(whole))
         _second = (second, text)  # one tuple: a reader on another thread sees a matching pair
     return f"{text}.{micros:06d}Z"
+
+
+def stamped(t: float) -> bytes:
+    """``{"time":"<timestamp(t)>"``: a record's opening, as bytes (half the cost of the text
+    and a dict merge, per record)."""
+    global _stamped
+    whole, micros = divmod(int(t * 1_000_000), 1_000_000)
+    second, text = _stamped
+    if whole != second:
+        second = whole
+        text = b'{"time":"' + _time.strftime("%Y-%m-%dT%H:%M:%S", _time.gmtime(whole)).encode()
+        _stamped = (second, text)
+    return b'%b.%06dZ"' % (text, micros)
 
 
 def writer_id() -> str:
@@ -49,14 +63,15 @@ class Chain:
     Not thread-safe: the ``Auditor`` calls it under its lock.
     """
 
-    __slots__ = ("_ckey", "_prev", "_seq", "_writer_json", "writer")
+    __slots__ = ("_ckey", "_prev", "_seq", "_tail", "_writer_json", "writer")
 
     def __init__(self, key: bytes, writer: str) -> None:
         self._ckey = checkpoint_key(key)
         self.writer = writer
         self._writer_json = orjson.dumps(writer)
+        self._tail = b',"writer":%b,"seq":' % self._writer_json
         self._seq = 0
-        self._prev: str | None = None
+        self._prev = b"null"  # the last line's hash as JSON (a quoted hex string)
 
     @property
     def seq(self) -> int:
@@ -77,15 +92,18 @@ class Chain:
         the ``Auditor`` encodes on the caller's thread, so a value JSON cannot hold fails there
         and not in a batch that has been half chained."""
         seq = self._seq + 1
-        prev = orjson.dumps(self._prev)
-        tail = b'"writer":%s,"seq":%d,"prev":%s}' % (self._writer_json, seq, prev)
-        data = body[:-1] + (tail if body == b"{}" else b"," + tail)
-        self._seq, self._prev = seq, hashlib.sha256(data).hexdigest()
+        if body == b"{}":
+            data = b'{"writer":%b,"seq":%d,"prev":%b}' % (self._writer_json, seq, self._prev)
+        else:
+            data = b'%b%b%d,"prev":%b}' % (body[:-1], self._tail, seq, self._prev)
+        self._seq = seq
+        self._prev = b'"%b"' % hashlib.sha256(data).hexdigest().encode()
         return data
 
     def checkpoint(self, now: float) -> bytes:
         """A checkpoint line: its ``hmac`` covers this writer, its seq and its prev, so the
         whole chain before it, and its time."""
         when = timestamp(now)
-        mac = checkpoint_mac(self._ckey, self.writer, self._seq + 1, self._prev, when)
+        prev = None if self._prev == b"null" else self._prev[1:-1].decode()
+        mac = checkpoint_mac(self._ckey, self.writer, self._seq + 1, prev, when)
         return self.line({"type": "checkpoint", "time": when, "hmac": mac})

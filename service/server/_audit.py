@@ -32,11 +32,10 @@ import contextvars
 import logging
 import os
 import socket
-import threading
 import time
 from collections.abc import Mapping
 
-from sealflow.service.audit import Auditor, audit_key, hmac_field, open_auditor
+from sealflow.service.audit import Auditor, open_auditor
 from sealflow.service.config import Settings
 from sealflow.service.keystore import TokenInfo
 
@@ -62,20 +61,18 @@ def open_trail(settings: Settings, master_key: bytes) -> Trail | None:
         "audit trail",
         extra={"fields": {"audit_writer": auditor.writer, "audit_mode": settings.audit_mode}},
     )
-    return Trail(auditor, audit_key(master_key), settings.audit_mode == "required")
+    return Trail(auditor, settings.audit_mode == "required")
 
 
 class Trail:
     """One process's audit trail; see the module docstring."""
 
-    def __init__(self, auditor: Auditor, key: bytes, required: bool) -> None:
+    def __init__(self, auditor: Auditor, required: bool) -> None:
         self._auditor = auditor
-        self._key = key
         self.required = required
         self.replica = f"{socket.gethostname()}:{os.getpid()}"
-        self._lock = threading.Lock()
-        self._queued = 0  # tickets handed out
-        self._written = 0  # every record up to this ticket is written
+        # Set and cleared on the event loop's thread only (a thread's record is written by the
+        # turn's flush if one is scheduled, else by the next ``recorded`` or idle flush).
         self._scheduled = False
         self._dropped = 0
         self._logged_at = 0.0
@@ -88,34 +85,31 @@ class Trail:
         return self._auditor.failing
 
     def hmac(self, value: bytes | str) -> str:
-        return hmac_field(self._key, value)
+        return self._auditor.hmac(value)
 
     # -- records
 
-    def record(self, fields: dict[str, object]) -> int:
-        """Queue a record; its ticket (``recorded``)."""
+    def record(self, fields: dict[str, object], when: float | None = None) -> int:
+        """Queue a record of an event at ``when`` (Unix time; now if None); its ticket
+        (``recorded``)."""
         fields["replica"] = self.replica
-        with self._lock:
-            self._auditor.record(fields)
-            self._queued += 1
-            ticket = self._queued
-            schedule = not self._scheduled
-            self._scheduled = True
-        if schedule:
+        ticket = self._auditor.record(fields, when)
+        if not self._scheduled:
             try:
-                asyncio.get_running_loop().call_soon(self._turn_ended)
-            except RuntimeError:  # not on the event loop (a thread): written by the next flush
-                with self._lock:
-                    self._scheduled = False
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # not on the event loop (a thread): see ``_scheduled``
+                return ticket
+            self._scheduled = True
+            loop.call_soon(self._turn_ended)
         return ticket
 
     def recorded(self, ticket: int) -> bool:
         """Whether the record of ``ticket`` is written, writing what is queued if it is not
         yet. Always True in mode best_effort (nothing waits for the trail)."""
-        if not self.required or self._written >= ticket:
+        if not self.required or self._auditor.written >= ticket:
             return True
         self.flush()
-        return self._written >= ticket
+        return self._auditor.written >= ticket
 
     def change(self, operation: str, fields: dict[str, object]) -> None:
         """The keystore's ``on_change``: a committed change, with who asked for it."""
@@ -129,18 +123,12 @@ class Trail:
     # -- writing
 
     def flush(self) -> bool:
-        with self._lock:
-            upto = self._queued
         wrote = self._auditor.flush()
-        if wrote:
-            with self._lock:
-                self._written = max(self._written, upto)
         self._count_dropped()
         return wrote
 
     def _turn_ended(self) -> None:
-        with self._lock:
-            self._scheduled = False
+        self._scheduled = False
         self.flush()
 
     async def run(self) -> None:

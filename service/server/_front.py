@@ -329,7 +329,7 @@ class Front:
                     log.status = status
                     if log.bytes_out is None:
                         log.bytes_out = length
-                    self._audit(plan, scope.get("route"))
+                    self._audit(plan, scope.get("route"), log.fields(), None)
                     if not trail.recorded(plan.ticket):
                         replaced = True
                         error = errors.audit_unavailable()
@@ -342,7 +342,7 @@ class Front:
                         return
             elif message["type"] == "http.response.body" and not message.get("more_body"):
                 if not plan.ticket:
-                    self._audit(plan, scope.get("route"))
+                    self._audit(plan, scope.get("route"), log.fields(), None)
                 if plan.ticket and log.status < 400 and not trail.recorded(plan.ticket):
                     log.error = "audit_unavailable"
                     drop_connection(scope)
@@ -429,7 +429,8 @@ class Front:
     # -- the record ---------------------------------------------------------------------------
 
     def record(self, plan: Plan, route: object) -> None:
-        """The request's metrics and access-log line, whichever path answered it."""
+        """The request's metrics, access-log line and audit record, whichever path answered
+        it."""
         ended = time.perf_counter()
         elapsed = ended - plan.started
         log = plan.log
@@ -437,62 +438,59 @@ class Front:
         method = plan.head.method
         _metrics.count_request(template, method, log.status, elapsed)
         log.method, log.route, log.duration_ms = method, template, round(elapsed * 1000, 3)
-        self.access.write(log, ended)
-        svc = self.svc
-        if svc is not None and svc.audit is not None and not plan.ticket:
-            self._audit(plan, route)
+        access, svc = self.access, self.svc
+        audit = svc is not None and svc.audit is not None and not plan.ticket
+        logged = access.enabled
+        if logged or audit:
+            fields = log.fields()  # one dict for both: the audit record adds to it
+            if logged:
+                access.write(fields, ended)
+            if audit:
+                self._audit(plan, route, fields, access.wall(ended))
 
-    def _audit(self, plan: Plan, route: object) -> None:
-        """The request's audit record (a request with a token, or a failed authentication);
-        its ticket in ``plan.ticket``."""
+    def _audit(
+        self, plan: Plan, route: object, fields: dict[str, object], when: float | None
+    ) -> None:
+        """The request's audit record (a request with a token, or a failed authentication),
+        from its access-log ``fields`` (``AccessRecord.fields``, changed here); its ticket in
+        ``plan.ticket``."""
         svc = self.svc
         assert svc is not None
         assert svc.audit is not None
-        trail, log, token = svc.audit, plan.log, plan.token
-        error = plan.error
+        trail, token, error = svc.audit, plan.token, plan.error
+        del fields["duration_ms"]  # the access log's, as are these when set
+        fields.pop("duplex", None)
         if token is None:
             if error is None or error.code not in _AUTH_FAILURES:
                 return  # no token, and not a failed authentication: probes, docs
-            fields: dict[str, object] = {"type": "auth_failure", "origin": "http"}
+            fields["type"] = "auth_failure"
             secret = _presented(plan.head)
             if secret:
                 fields["token_hmac"] = trail.hmac(secret)
         elif error is not None and error.code == "audit_unavailable":
             return  # could not be written anyway: counted in the metrics
         else:
-            fields = {"type": "request", "origin": "http", "operation": _operation(plan, route)}
-            fields.update(_audit.caller(token))
-            key = log.key
-            if key is None and plan.route is not None and plan.route is not data.DECRYPT_ANY_ROUTE:
+            fields["type"] = "request"
+            fields["operation"] = _operation(plan, route)
+            fields["accessor"] = token.id
+            if token.label:
+                fields["label"] = token.label
+            if "key" not in fields and plan.route not in (None, data.DECRYPT_ANY_ROUTE):
                 path = plan.head.path  # /v1/keys/{name}/encrypt|decrypt: refused before its key
-                key = path[len(_ADMIN) + 1 : path.rindex("/")]
-            if key is not None:
-                fields["key"] = key
-            if log.version is not None:
-                fields["version"] = log.version
-            if log.mode is not None:
-                fields["mode"] = log.mode
-            if log.bytes_in is not None:
-                fields["bytes_in"] = log.bytes_in
-            if log.bytes_out is not None:
-                fields["bytes_out"] = log.bytes_out
+                fields["key"] = path[len(_ADMIN) + 1 : path.rindex("/")]
             aad = plan.head.x_aad
             if aad:
                 fields["aad_hmac"] = trail.hmac(aad)
+        fields["origin"] = "http"
         fields["method"] = plan.head.method
         template = getattr(route or plan.route or plan.vault, "path", None)
-        if template is not None:  # the template, never the raw path; unknown: left out
+        if template is None:  # the template, never the raw path; unknown: left out
+            fields.pop("route", None)
+        else:
             fields["route"] = template
-        fields["status"] = log.status or (error.status if error is not None else 0)
-        if log.error is not None:
-            fields["error"] = log.error
-        if log.request_id is not None:
-            fields["request_id"] = log.request_id
-        if log.remote_addr is not None:
-            fields["remote_addr"] = log.remote_addr
-        if not fields["status"]:
-            fields["status"] = 499  # the client went away before an answer (nginx's code)
-        plan.ticket = trail.record(fields)
+        status = plan.log.status or (error.status if error is not None else 0)
+        fields["status"] = status or 499  # 499: the client went away before an answer (nginx)
+        plan.ticket = trail.record(fields, when)
 
 
 def _watching(receive: Receive, watch: Watch) -> Receive:

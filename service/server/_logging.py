@@ -72,6 +72,38 @@ class AccessRecord:
     request_id: str | None = None  # X-Request-Id, as the response has it
     remote_addr: str | None = None  # the client's IP address (``_forwarded``)
 
+    def fields(self) -> dict[str, object]:
+        """The fields set, for the access log's line and the audit record (which adds its own
+        to the same dict: built once per request)."""
+        # Spelled out, not a loop over the fields: a getattr per field cost 0.5 us a line.
+        fields: dict[str, object] = {
+            "status": self.status,
+            "method": self.method,
+            "route": self.route,
+            "duration_ms": self.duration_ms,
+        }
+        if self.key is not None:
+            fields["key"] = self.key
+        if self.version is not None:
+            fields["version"] = self.version
+        if self.mode is not None:
+            fields["mode"] = self.mode
+        if self.bytes_in is not None:
+            fields["bytes_in"] = self.bytes_in
+        if self.bytes_out is not None:
+            fields["bytes_out"] = self.bytes_out
+        if self.error is not None:
+            fields["error"] = self.error
+        if self.duplex is not None:
+            fields["duplex"] = self.duplex
+        if self.aborted is not None:
+            fields["aborted"] = self.aborted
+        if self.request_id is not None:
+            fields["request_id"] = self.request_id
+        if self.remote_addr is not None:
+            fields["remote_addr"] = self.remote_addr
+        return fields
+
 
 # A line: '{"ts":"<second>' (kept for the second), then this with the milliseconds.
 _HEAD = b'%s.%03dZ","level":"info","logger":"sealflow.access","msg":"request",'
@@ -102,38 +134,17 @@ class AccessLog:
         # again at every flush, so a step of the system clock shows within a flush interval.
         self._wall_clock = time.time() - time.perf_counter()
 
-    def write(self, record: AccessRecord, ended: float) -> None:
-        """Log a request that ended at ``ended`` (``time.perf_counter()``)."""
-        if not access.isEnabledFor(logging.INFO):
-            return
-        # Spelled out, not a loop over the fields: a getattr per field cost 0.5 us a line.
-        r = record
-        fields: dict[str, object] = {
-            "status": r.status,
-            "method": r.method,
-            "route": r.route,
-            "duration_ms": r.duration_ms,
-        }
-        if r.key is not None:
-            fields["key"] = r.key
-        if r.version is not None:
-            fields["version"] = r.version
-        if r.mode is not None:
-            fields["mode"] = r.mode
-        if r.bytes_in is not None:
-            fields["bytes_in"] = r.bytes_in
-        if r.bytes_out is not None:
-            fields["bytes_out"] = r.bytes_out
-        if r.error is not None:
-            fields["error"] = r.error
-        if r.duplex is not None:
-            fields["duplex"] = r.duplex
-        if r.aborted is not None:
-            fields["aborted"] = r.aborted
-        if r.request_id is not None:
-            fields["request_id"] = r.request_id
-        if r.remote_addr is not None:
-            fields["remote_addr"] = r.remote_addr
+    def wall(self, ended: float) -> float:
+        """Unix time of ``ended`` (``time.perf_counter()``)."""
+        return self._wall_clock + ended
+
+    @property
+    def enabled(self) -> bool:
+        return access.isEnabledFor(logging.INFO)
+
+    def write(self, fields: dict[str, object], ended: float) -> None:
+        """Log a request (``AccessRecord.fields``) that ended at ``ended``
+        (``time.perf_counter()``); the caller checks ``enabled`` first."""
         # '{"ts":...,"msg":"request",' then the fields' object without its opening brace.
         t = self._wall_clock + ended
         second, text = self._second

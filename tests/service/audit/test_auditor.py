@@ -92,17 +92,21 @@ def test_closing_an_auditor_that_recorded_nothing_writes_nothing(tmp_path: Path)
 def test_what_record_refuses(tmp_path: Path) -> None:
     path = tmp_path / "audit.log"
     a = auditor(path)
-    with pytest.raises(ValueError, match="set by the chain"):
+    with pytest.raises(ValueError, match="set by the auditor"):
         a.record({**change(1), "seq": 5})
+    with pytest.raises(ValueError, match="set by the auditor"):
+        a.record({**REQUEST, "time": "2020-01-01T00:00:00.000000Z"})  # ``when`` says it
     with pytest.raises(TypeError):
         a.record({**change(1), "key": object()})
-    a.record({**REQUEST, "time": "2020-01-01T00:00:00.000000Z"})  # a time given is kept
+    assert a.record(REQUEST, when=1577836800.25) == 1  # tickets count the records queued
+    assert a.written == 0
     assert a.close()
+    assert a.written == 1
     assert a.close()  # twice is fine
     with pytest.raises(RuntimeError, match="closed"):
         a.record(change(2))
     written = lines([path])
-    assert [x.record["time"] for x in written][:1] == ["2020-01-01T00:00:00.000000Z"]
+    assert [x.record["time"] for x in written][:1] == ["2020-01-01T00:00:00.250000Z"]
     assert kinds(path) == "rc"
 
 

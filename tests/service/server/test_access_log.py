@@ -1,4 +1,4 @@
-"""The access log's line, built field by field (``AccessLog.write``)."""
+"""The access log's line, built field by field (``AccessRecord.fields``, ``AccessLog.write``)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def _line(
 
     async def write() -> None:
         log = AccessLog()
-        log.write(record, ended)
+        log.write(record.fields(), ended)
         wall.append(log._wall_clock + ended)
         log.flush()
 
@@ -48,7 +48,7 @@ def test_every_field_of_the_record_reaches_the_line_in_order(
     entry = _line(record, capfd)
     assert list(entry)[:4] == ["ts", "level", "logger", "msg"]
     names = [field.name for field in dataclasses.fields(AccessRecord)]
-    assert list(entry)[4:] == names  # a field added to the record and not to write() fails
+    assert list(entry)[4:] == names  # a field added to the record and not to fields() fails
     assert {name: entry[name] for name in names} == dataclasses.asdict(record)
 
 
