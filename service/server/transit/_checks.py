@@ -136,6 +136,7 @@ def materials(
 
 def asks_version(raw: bytes) -> bool:
     """Whether a request may ask for a key version by number (leased one sealing at a time
-    from the keystore, never from a block: ``UsageMeter``). A field name written with escapes
-    is missed: its lease then finds out, and the request is answered 503, never waited for."""
-    return b'"key_version"' in raw
+    from the keystore, never from a block: ``UsageMeter``): then its leases are taken off the
+    event loop. Never wrong that way: JSON can spell the name ``key_version`` other than as
+    these bytes only with a ``\\u`` escape, and a body with any escape is taken to ask."""
+    return b'"key_version"' in raw or b"\\u" in raw
