@@ -17,7 +17,7 @@ import asyncio
 import base64
 import binascii
 import functools
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from starlette.types import Receive, Scope, Send
@@ -99,27 +99,22 @@ def serve(
             raise errors.method_not_allowed("POST")
         app = _prepare(svc, route, token, head, log)
     except WouldWait:
-        return _prepared_off_loop(svc, route, token, head, log, scope, receive, send)
+        prepare = functools.partial(_prepare, svc, route, token, head, log)
+        return _prepared_off_loop(prepare, log, scope, receive, send)
     except (ApiError, KeyStoreError) as exc:
         return refuse(errors.api_error(exc), scope, send, log)
     return app(scope, receive, send)
 
 
 async def _prepared_off_loop(
-    svc: Services,
-    route: Route,
-    token: TokenInfo,
-    head: Head,
-    log: AccessRecord,
-    scope: Scope,
-    receive: Receive,
-    send: Send,
+    prepare: Callable[[], Transfer], log: AccessRecord, scope: Scope, receive: Receive, send: Send
 ) -> None:
     """``serve`` for a request whose sealing must be leased from the keystore first (the
-    first under a key in this process, or one near its limit): prepared in a thread, so the
-    event loop never waits for the database (a database that is down answers 503 at once)."""
+    first under a key in this process, or one near its limit): ``prepare`` (``serve``'s own
+    call) made in a thread, so the event loop never waits for the database (a database that
+    is down answers 503 at once)."""
     try:
-        app = await asyncio.to_thread(_prepare, svc, route, token, head, log)
+        app = await asyncio.to_thread(prepare)
     except (ApiError, KeyStoreError) as exc:
         await refuse(errors.api_error(exc), scope, send, log)
         return
