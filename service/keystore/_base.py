@@ -129,6 +129,16 @@ def valid_secret(secret: str) -> bool:
     return SECRET_RE.fullmatch(secret) is not None
 
 
+ACCESSOR_RE = re.compile(r"tok_[0-9a-f]{16}")
+
+
+def valid_accessor(accessor: str) -> bool:
+    """A token's accessor (its public id, ``tok_`` and 16 hex digits, as ``create_token`` makes
+    them). Anything else names no token: the server keeps such a value out of its logs and audit
+    records, where a caller could otherwise write what it likes."""
+    return ACCESSOR_RE.fullmatch(accessor) is not None
+
+
 def valid_scope(scope: str) -> bool:
     """``admin``, or ``encrypt:<glob>`` / ``decrypt:<glob>`` / ``export:<glob>`` over key names
     (fnmatch syntax)."""

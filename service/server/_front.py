@@ -532,6 +532,8 @@ _TRANSIT_OPERATIONS = {
     "config": "key_config",
     "rotate": "key_rotate",
     "lookup-self": "token_lookup",
+    "lookup-accessor": "token_lookup",
+    "revoke-accessor": "token_revoke",
 }
 
 

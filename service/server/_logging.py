@@ -71,6 +71,7 @@ class AccessRecord:
     aborted: bool | None = None  # True when a started response was cut off
     request_id: str | None = None  # X-Request-Id, as the response has it
     remote_addr: str | None = None  # the client's IP address (``_forwarded``)
+    target_accessor: str | None = None  # the token a token route named (its accessor)
 
     def fields(self) -> dict[str, object]:
         """The fields set, for the access log's line and the audit record (which adds its own
@@ -102,6 +103,8 @@ class AccessRecord:
             fields["request_id"] = self.request_id
         if self.remote_addr is not None:
             fields["remote_addr"] = self.remote_addr
+        if self.target_accessor is not None:
+            fields["target_accessor"] = self.target_accessor
         return fields
 
 

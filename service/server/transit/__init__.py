@@ -5,8 +5,9 @@ front of FastAPI like the data routes.
 request's items, ``_checks`` checks them, ``_leases`` leases their sealings, ``_crypto``
 seals and opens them and ``_batch`` answers for them; ``_encrypt`` is encrypt (``_column``: the
 common batch in one engine call), ``_data`` decrypt, rewrap and datakey; ``_ciphertext`` is the
-``vault:v`` format, ``_keys`` the key routes, ``_sys`` health and token lookup, ``_openapi``
-describes the routes in the OpenAPI document. A small encrypt is answered by the same
+``vault:v`` format, ``_keys`` the key routes, ``_sys`` health, ``_tokens`` Vault's token
+routes (lookup, revocation by accessor), ``_openapi`` describes the routes in the OpenAPI
+document. A small encrypt is answered by the same
 ``_encrypt.encryption``, from the ASGI path or by the protocol (``Transit.answer``).
 """
 

@@ -72,7 +72,7 @@ def read(raw: bytes, field: str, hold: Hold, limit: int) -> Reading[Request]:
     if batch is None:
         return Request(body, 1, None)
     if not isinstance(batch, list):
-        raise _parse_error([f"source data must be an array or slice, got {_go_type(batch)}"])
+        raise _parse_error([f"source data must be an array or slice, got {_wire.go_type(batch)}"])
     fields = {name: value for name, value in body.items() if name != "batch_input"}
 
     def groups() -> Iterator[tuple[int, list[Any]]]:
@@ -251,13 +251,13 @@ def _batch(
 ) -> list[Item]:
     """The items; their problems go to ``problems`` if given, else raise here."""
     if not isinstance(raw, list):
-        raise _parse_error([f"source data must be an array or slice, got {_go_type(raw)}"])
+        raise _parse_error([f"source data must be an array or slice, got {_wire.go_type(raw)}"])
     found: list[Item] = []
     own = problems is None
     problems = [] if problems is None else problems
     for i, entry in enumerate(raw, offset):
         if not isinstance(entry, dict):
-            raise _parse_error([f"[{i}] expected a map, got '{_go_type(entry)}'"])
+            raise _parse_error([f"[{i}] expected a map, got '{_wire.go_type(entry)}'"])
         # Inline type checks: this loop runs once per item of batches of thousands.
         text = entry.get(field)
         aad = entry.get("associated_data")
@@ -276,7 +276,7 @@ def _batch(
             except ApiError:
                 problems.append(
                     f"'[{i}].key_version' expected type 'int', got unconvertible type "
-                    f"'{_go_type(version)}'"
+                    f"'{_wire.go_type(version)}'"
                 )
                 version = 0
         found.append(Item(text or "", version or 0, aad or "", reference or ""))
@@ -290,25 +290,10 @@ def _string(entry: dict[str, Any], name: str, i: int, problems: list[str]) -> st
     if value is None or isinstance(value, str):
         return value
     problems.append(
-        f"'[{i}].{name}' expected type 'string', got unconvertible type '{_go_type(value)}'"
+        f"'[{i}].{name}' expected type 'string', got unconvertible type '{_wire.go_type(value)}'"
     )
     return None
 
 
 def _parse_error(problems: list[str]) -> ApiError:
     return _wire.user_error("failed to parse batch input: " + "; ".join(problems))
-
-
-def _go_type(value: object) -> str:
-    """How Go names the type a JSON value decodes to, for messages like OpenBao's."""
-    if value is None:
-        return "<nil>"
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int | float):
-        return "json.Number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "[]interface {}"
-    return "map[string]interface {}"

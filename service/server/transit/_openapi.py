@@ -237,7 +237,29 @@ def paths(mount: str) -> dict[str, Any]:
                 "security": _SECURITY,
             }
         },
+        "/v1/auth/token/lookup-accessor": _by_accessor(
+            "The token an accessor names, as lookup-self shows it but with an empty id (admin);"
+            " 400 invalid accessor for one unknown or revoked",
+            _answers(200, 400, 403, 413),
+        ),
+        "/v1/auth/token/revoke-accessor": _by_accessor(
+            "Revoke the token an accessor names (admin): 204; 200 with the warning 'No token"
+            " found with this accessor' for one unknown or revoked already",
+            _answers(200, 204, 400, 403, 413),
+        ),
     }
+
+
+def _by_accessor(summary: str, responses: dict[str, Any]) -> dict[str, Any]:
+    """A token route that names its token by ``accessor`` in the body (POST or PUT)."""
+    operation = {
+        "tags": _TAG,
+        "summary": summary,
+        "requestBody": _body({"accessor": {"type": "string", "description": "tok_..."}}),
+        "responses": responses,
+        "security": _SECURITY,
+    }
+    return {"post": operation, "put": operation}
 
 
 SECURITY_SCHEMES = {"VaultToken": {"type": "apiKey", "in": "header", "name": "X-Vault-Token"}}

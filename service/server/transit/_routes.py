@@ -12,6 +12,10 @@ needs both; reading a key's metadata needs either (clients read ``latest_version
 ``admin``; every other key route needs ``admin``, and what lets material leave (``export/``,
 and ``exportable`` asked for on create or ``config``) needs ``export:<glob>`` besides, which
 ``admin`` does not imply.
+
+Outside the mount, Vault's token routes (``_tokens``): every token looks itself up
+(``lookup-self``); the routes that name a token by its accessor manage tokens, so they need
+``admin``, refused before the body is read.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from collections.abc import Awaitable, Callable
 
 from starlette.types import Receive, Scope, Send
 
-from sealflow.service.keystore import KeyStore, TokenInfo, WouldWait
+from sealflow.service.keystore import KeyStore, TokenInfo, WouldWait, valid_accessor
 
 from .. import _auth, _metrics, errors
 from .._budget import Hold
@@ -29,14 +33,14 @@ from .._state import Services
 from ..errors import ApiError
 from ..http import LIST_METHOD as LIST
 from ..http import Head
-from . import _data, _encrypt, _keys, _sys, _wire
+from . import _data, _encrypt, _keys, _sys, _tokens, _wire
 from ._wire import Reply
 
 # The largest encrypt body the protocol answers itself (``Transit.answer``), at once on the event
 # loop, as the ASGI path's ``_encrypt.encrypt`` runs it (inline below the pool's threshold).
 WHOLE_MAX = 64 * 1024
 HEALTH_PATH = "/v1/sys/health"
-LOOKUP_SELF_PATH = "/v1/auth/token/lookup-self"
+VAULT_AUTH = "/v1/auth/token/"  # Vault's token routes (``TOKEN_ROUTES``) are under it
 _WRITE = frozenset(("POST", "PUT"))
 
 
@@ -53,7 +57,17 @@ class Route:
 
 
 HEALTH = Route("health", HEALTH_PATH, frozenset(("GET", "HEAD")), token=False)
-LOOKUP_SELF = Route("lookup-self", LOOKUP_SELF_PATH, frozenset(("GET",)))
+# Under VAULT_AUTH, by name. Vault takes the accessor routes as updates only (POST, PUT).
+TOKEN_ROUTES = {
+    name: Route(name, VAULT_AUTH + name, methods)
+    for name, methods in (
+        ("lookup-self", frozenset(("GET",))),
+        ("lookup-accessor", _WRITE),
+        ("revoke-accessor", _WRITE),
+    )
+}
+# The token routes that name a token by its accessor in the body: ``admin`` only.
+_BY_ACCESSOR = frozenset(("lookup-accessor", "revoke-accessor"))
 
 
 class Transit:
@@ -82,8 +96,8 @@ class Transit:
             return self.routes[_kind(path[len(self._under) :].split("/"))]
         if path == HEALTH_PATH:
             return HEALTH
-        if path == LOOKUP_SELF_PATH:
-            return LOOKUP_SELF
+        if path.startswith(VAULT_AUTH):
+            return TOKEN_ROUTES.get(path[len(VAULT_AUTH) :])
         return None
 
     async def serve(
@@ -165,7 +179,17 @@ class Transit:
         store, kind, method = svc.store, route.kind, scope["method"]
         limit = svc.settings.max_json_bytes
         if kind == "lookup-self":
-            return 200, _sys.lookup_self(token, _secret(scope) or "")
+            return 200, _tokens.lookup_self(token, _secret(scope) or "")
+        if kind in _BY_ACCESSOR:
+            if not _auth.is_admin(token):  # before the body is read
+                _metrics.AUTH_FAILURES.labels("forbidden").inc()
+                raise _wire.policy_denied()
+            accessor = _tokens.accessor(_wire.parse(await _read(receive, limit, hold), hold))
+            if valid_accessor(accessor):  # never what a caller made up, of any length
+                log.target_accessor = accessor
+            if kind == "lookup-accessor":
+                return 200, _tokens.lookup_accessor(store, accessor)
+            return await _tokens.revoke_accessor(store, accessor)
         if kind == "keys":
             _admin(token)
             if method != LIST and scope["query_string"] not in (b"list=true", b"list=1"):
@@ -319,13 +343,8 @@ def _denied() -> ApiError:
 
 
 def _unsupported_path() -> ApiError:
-    return ApiError(404, "not_found", _framework_error("unsupported path"))
+    return ApiError(404, "not_found", _wire.framework_error("unsupported path"))
 
 
 def _unsupported_operation() -> ApiError:
-    return ApiError(405, "method_not_allowed", _framework_error("unsupported operation"))
-
-
-def _framework_error(message: str) -> str:
-    """How Vault's request framework words its own refusals (a go-multierror of one)."""
-    return f"1 error occurred:\n\t* {message}\n\n"
+    return ApiError(405, "method_not_allowed", _wire.framework_error("unsupported operation"))

@@ -1,4 +1,4 @@
-"""``/v1/sys/health`` and ``/v1/auth/token/lookup-self``, as Vault answers them.
+"""``/v1/sys/health``, as Vault answers it.
 
 Health maps sealflow's readiness onto Vault's states: ready is active (200), starting is
 sealed (503), draining at shutdown is standby (429), each code overridable by the query
@@ -9,14 +9,12 @@ sealed (503), draining at shutdown is standby (429), each code overridable by th
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qsl
 
 import orjson
 
 import sealflow
-from sealflow.service.keystore import TokenInfo
 
 from .._state import DRAINING, Services
 from . import _wire
@@ -45,34 +43,6 @@ def health(svc: Services | None, query: bytes) -> Answer:
         "cluster_name": "sealflow",
     }
     return status, orjson.dumps(body)
-
-
-def lookup_self(token: TokenInfo, secret: str) -> bytes:
-    """A non-expiring service token. ``id`` echoes the caller's own secret, as Vault does:
-    Vault Agent's ``token_file`` auto-auth takes ``data.id`` as the token it then uses, and
-    the caller sent that secret in this very request (docs/TRANSIT.md)."""
-    created = datetime.fromtimestamp(token.created_at, UTC)
-    return _wire.envelope(
-        {
-            "accessor": token.id,
-            "creation_time": int(token.created_at),
-            "creation_ttl": 0,
-            "display_name": token.label or "token",
-            "entity_id": "",
-            "expire_time": None,
-            "explicit_max_ttl": 0,
-            "id": secret,
-            "issue_time": created.isoformat().replace("+00:00", "Z"),
-            "meta": None,
-            "num_uses": 0,
-            "orphan": True,
-            "path": "auth/token/create",
-            "policies": list(token.scopes),
-            "renewable": False,
-            "ttl": 0,
-            "type": "service",
-        }
-    )
 
 
 def _code(params: dict[str, str], name: str, default: int) -> int:

@@ -42,7 +42,36 @@ def not_found() -> ApiError:
 
 
 def permission_denied() -> ApiError:
+    """A missing or unknown token, as Vault refuses it (and, on the Transit routes, a scope
+    that does not cover the call: docs/TRANSIT.md)."""
     return ApiError(403, "forbidden", "permission denied")
+
+
+def policy_denied() -> ApiError:
+    """A known token whose policy does not cover the call, in Vault's words for that (its
+    framework's): the token routes answer so, as the differential test checks."""
+    return ApiError(403, "forbidden", framework_error("permission denied"))
+
+
+def framework_error(message: str) -> str:
+    """How Vault's request framework words its own refusals (a go-multierror of one): an
+    unsupported path or operation, a handler's 400, a policy's refusal."""
+    return f"1 error occurred:\n\t* {message}\n\n"
+
+
+def go_type(value: object) -> str:
+    """How Go names the type a JSON value decodes to, for messages like OpenBao's."""
+    if value is None:
+        return "<nil>"
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int | float):
+        return "json.Number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "[]interface {}"
+    return "map[string]interface {}"
 
 
 # What parsing JSON may make besides its bytes, per ``,`` or ``:``: each separates two values,

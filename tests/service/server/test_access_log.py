@@ -44,7 +44,8 @@ def test_every_field_of_the_record_reaches_the_line_in_order(
 ) -> None:
     record = AccessRecord(200, "POST", "/v1/keys/{name}/encrypt", 0.125, "k", 3, "single",
                           1024, 1076, "decryption_failed", True, False,
-                          "3f9a0c1d2b4e5f60-26", "203.0.113.7")  # fmt: skip
+                          "3f9a0c1d2b4e5f60-26", "203.0.113.7",
+                          "tok_0123456789abcdef")  # fmt: skip
     entry = _line(record, capfd)
     assert list(entry)[:4] == ["ts", "level", "logger", "msg"]
     names = [field.name for field in dataclasses.fields(AccessRecord)]

@@ -150,6 +150,68 @@ def test_two_callers_are_on_record_with_nothing_secret(tmp_path: Path) -> None:
     assert done.stdout.startswith(f"ok: {len(lines)} records")
 
 
+def test_token_routes_over_http_are_on_record(tmp_path: Path) -> None:
+    """Issue 25, item 1: a lookup by accessor is a ``request`` record naming its target; a
+    revocation by accessor is, besides its request record, the keystore's ``token_revoke``
+    change with ``origin: http`` and who asked, as the CLI's is with ``origin: cli``; a refused
+    or repeated revocation changes nothing, and no change is recorded for it."""
+    audit = tmp_path / "audit.log"
+    srv = start_server(tmp_path / "data", audit_file=audit)
+    try:
+        alice, alice_id = new_token(srv, "alice", "encrypt:default")
+        ops, ops_id = new_token(srv, "ops", "admin")
+        as_ops, as_alice = {"x-vault-token": ops}, {"x-vault-token": alice}
+        lookup, revoke = "/v1/auth/token/lookup-accessor", "/v1/auth/token/revoke-accessor"
+        with httpx.Client(base_url=srv.url) as c:
+            looked = c.post(lookup, json={"accessor": alice_id}, headers=as_ops)
+            assert looked.status_code == 200
+            refused = c.post(revoke, json={"accessor": ops_id}, headers=as_alice)
+            assert refused.status_code == 403
+            revoked = c.post(revoke, json={"accessor": alice_id}, headers=as_ops)
+            assert revoked.status_code == 204
+            again = c.post(revoke, json={"accessor": alice_id}, headers=as_ops)
+            assert again.status_code == 200
+            after = c.post("/v1/transit/encrypt/default", json={"plaintext": "aGk="},
+                           headers=as_alice)  # fmt: skip
+            assert after.status_code == 403
+    finally:
+        srv.stop()
+    lines = records(audit)
+    validator = jsonschema_rs.validator_for(json.loads(SCHEMA.read_text()))
+    for line in lines:
+        validator.validate(line)
+    http = [r for r in lines if r.get("origin") == "http" and r["type"] != "auth_failure"]
+    seen = [
+        (r["type"], r["operation"], r["accessor"], r.get("status"), r.get("target_accessor"))
+        for r in http
+        if r["operation"].startswith("token_")
+    ]
+    assert seen == [
+        ("request", "token_lookup", ops_id, 200, alice_id),
+        ("request", "token_revoke", alice_id, 403, None),  # refused before its body is read
+        ("change", "token_revoke", ops_id, None, alice_id),
+        ("request", "token_revoke", ops_id, 204, alice_id),
+        ("request", "token_revoke", ops_id, 200, alice_id),  # nothing left to revoke
+    ]
+    first, denied, change, done, _ = (r for r in http if r["operation"].startswith("token_"))
+    assert (first["route"], first["label"], first["request_id"]) == (
+        lookup, "ops", looked.headers["x-request-id"],
+    )  # fmt: skip
+    assert (denied["error"], denied["label"]) == ("forbidden", "alice")
+    assert change["target_label"] == "alice"
+    assert change["label"] == "ops"
+    assert change["request_id"] == done["request_id"] == revoked.headers["x-request-id"]
+    assert (change["remote_addr"], change["method"]) == ("127.0.0.1", "POST")
+    failure = next(r for r in lines if r["type"] == "auth_failure")
+    assert failure["request_id"] == after.headers["x-request-id"]
+    assert failure["token_hmac"] == srv.cli("audit", "hmac", alice).stdout.decode().strip()
+    text = audit.read_bytes()
+    assert alice.encode() not in text
+    assert ops.encode() not in text
+    done_verify = verify(audit, srv, "--strict")
+    assert done_verify.returncode == 0, done_verify.stdout + done_verify.stderr
+
+
 def test_required_mode_on_a_full_disk(tmp_path: Path) -> None:
     with tmpfs.mounted(tmp_path / "disk", 256 * KiB) as disk:
         audit = disk / "audit.log"

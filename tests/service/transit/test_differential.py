@@ -19,6 +19,7 @@ import hvac.exceptions
 import pytest
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from tests.service.conftest import Server
 from tests.service.transit.conftest import unique
 
 # Present in OpenBao's health answer only: sealflow has no cluster id.
@@ -249,6 +250,99 @@ def test_tokens_and_health(both: Both, vault: hvac.Client, openbao: hvac.Client)
     strangers.same(lambda c: c.secrets.transit.encrypt_data("k", "aGk="))
     strangers.same(lambda c: c.secrets.transit.list_keys())
     assert [c.is_authenticated() for c in strangers.clients.values()] == [False, False]
+
+
+def sealflow_token(server: Server, *scopes: str) -> tuple[str, str]:
+    """A token made by ``sealflow tokens create``: its secret (stdout) and accessor (stderr)."""
+    flags = [flag for scope in scopes for flag in ("--scope", scope)]
+    done = server.cli("tokens", "create", *flags, "--label", "diff")
+    assert done.returncode == 0, done.stderr
+    accessor = done.stderr.decode().split("token id ", 1)[1].split(",")[0]
+    return done.stdout.decode().strip(), accessor
+
+
+def openbao_token(openbao: hvac.Client, *policies: str) -> tuple[str, str]:
+    auth = openbao.auth.token.create(policies=list(policies))["auth"]
+    return auth["client_token"], auth["accessor"]
+
+
+def test_lookup_and_revoke_by_accessor(
+    both: Both, server: Server, vault: hvac.Client, openbao: hvac.Client
+) -> None:
+    """Issue 25, item 1: ``auth/token/lookup-accessor`` and ``revoke-accessor`` by an admin (the
+    root token), their refusals and errors, and the revoked token refused afterwards. Each
+    server's target is a token that never expires (OpenBao's: the root policy, as only such a
+    token has no TTL), so the two lookups have the same shape; each server's plain token is one
+    a token manager does not hold (``encrypt:*``; OpenBao's default policy)."""
+    target = {
+        "sealflow": sealflow_token(server, "encrypt:*"),
+        "openbao": openbao_token(openbao, "root"),
+    }
+    plain = {
+        "sealflow": sealflow_token(server, "encrypt:*"),
+        "openbao": openbao_token(openbao, "default"),
+    }
+    urls = {"sealflow": vault.url, "openbao": openbao.url}
+
+    def holding(tokens: dict[str, tuple[str, str]]) -> Both:
+        return Both(*(hvac.Client(url=urls[s], token=tokens[s][0], strict_http=True) for s in urls))
+
+    def accessor_of(tokens: dict[str, tuple[str, str]]) -> Callable[[hvac.Client], str]:
+        """The accessor of the token made on the server a client (any client) talks to."""
+        return lambda c: tokens[next(s for s, url in urls.items() if url == c.url)][1]
+
+    target_accessor = accessor_of(target)
+    found = both.same(lambda c: c.auth.token.lookup_accessor(target_accessor(c)))
+    for server_name, answer in found.items():
+        data = answer["data"]
+        assert data["accessor"] == target[server_name][1]
+        assert data["id"] == ""  # the secret never leaves
+        assert target[server_name][0] not in str(answer)
+
+    # Errors: a missing, empty, unknown or mistyped accessor, a method the route does not take.
+    def sent(method: str, path: str, **kwargs: Any) -> Callable[[hvac.Client], Any]:
+        return lambda c: getattr(c.adapter, method)(path, **kwargs)
+
+    def by_accessor(name: str, accessor: str) -> Callable[[hvac.Client], Any]:
+        return lambda c: getattr(c.auth.token, name)(accessor)
+
+    post = "/v1/auth/token/lookup-accessor"
+    values: list[Any] = [None, "", {}, [], True, 1.5]
+    for path in (post, "/v1/auth/token/revoke-accessor"):
+        for body in [{}, *({"accessor": value} for value in values)]:
+            both.same(sent("post", path, json=body))
+        both.same(sent("get", path))
+        both.same(sent("put", path, json={"accessor": 12}))
+    for unknown in ("tok_0123456789abcdef", "nope", "x" * 200):
+        both.same(by_accessor("lookup_accessor", unknown))
+        absent = both.same(by_accessor("revoke_accessor", unknown))
+        assert {a["warnings"][0] for a in absent.values()} == {"No token found with this accessor"}
+    # A body that is not JSON: 400 on both, in each parser's words (docs/TRANSIT.md).
+    broken = both(lambda c: c.adapter.post(post, data='{"accessor":'))
+    assert {kind for kind, _ in broken.values()} == {"InvalidRequest"}
+    for _, body in broken.values():
+        assert body["errors"][0].startswith("failed to "), body
+    # Token management is not a plain token's, not even for itself (Vault's default policy).
+    plains = holding(plain)
+    plain_accessor = accessor_of(plain)
+    refused = plains.same(lambda c: c.auth.token.lookup_accessor(plain_accessor(c)))
+    assert refused["sealflow"] == {"errors": ["1 error occurred:\n\t* permission denied\n\n"]}
+    plains.same(lambda c: c.auth.token.revoke_accessor(target_accessor(c)))
+    strangers = Both(
+        *(hvac.Client(url=url, token=STRANGER, strict_http=True) for url in urls.values())
+    )
+    strangers.same(lambda c: c.auth.token.revoke_accessor(target_accessor(c)))
+    # Revoked: 204, then the token is refused, and its accessor names nothing.
+    targets = holding(target)
+    targets.same(lambda c: c.auth.token.lookup_self())
+    done = both.same(lambda c: c.auth.token.revoke_accessor(target_accessor(c)))
+    assert {answer.status_code for answer in done.values()} == {204}
+    targets.same(lambda c: c.auth.token.lookup_self())
+    targets.same(lambda c: transit(c).list_keys())
+    both.same(lambda c: c.auth.token.lookup_accessor(target_accessor(c)))
+    both.same(lambda c: c.auth.token.revoke_accessor(target_accessor(c)))
+    lives = plains(lambda c: c.auth.token.lookup_self())  # the other token lives on (its
+    assert {kind for kind, _ in lives.values()} == {"ok"}  # TTL on OpenBao: not the same shape)
 
 
 def test_min_encryption_version_deletion_and_vault_names(both: Both) -> None:
