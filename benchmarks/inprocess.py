@@ -14,15 +14,18 @@ encrypt of 1,000 items of 100 bytes instead, whole and in parts, and the general
 comparison (docs/BENCHMARKS.md, "Transit"). ``--transit-single`` times one Transit encrypt of a
 1 KiB plaintext (``{"plaintext": ...}``) as the fast answer calls it (``_encrypt.encrypt_now``)
 and as the ASGI route does (``_encrypt.encrypt``), against real Services (docs/BENCHMARKS.md,
-"Single Transit encrypt, in-process"). ``--large`` times a 256 MiB stream encrypt and
-its decrypt in request-then-response instead, spool and all (docs/BENCHMARKS.md, "The
-spool").
+"Single Transit encrypt, in-process"). ``--audit`` times the fast answer with the audit
+file on against the same with it off, the records written once per 16 requests as the
+protocol writes a turn's (the CPU side of ``python -m benchmarks.http audit``;
+docs/BENCHMARKS.md, "The audit trail"). ``--large`` times a 256 MiB stream encrypt and its
+decrypt in request-then-response instead, spool and all (docs/BENCHMARKS.md, "The spool").
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import cProfile
 import os
 import pstats
@@ -182,6 +185,64 @@ def _lane(app: Any, token: str, body: bytes, requests: int) -> float:
     for _ in range(requests):
         once()
     return (time.perf_counter() - start) / requests
+
+
+async def audit_lane(requests: int, rounds: int = 5) -> tuple[float, float]:
+    """Microseconds per 1 KiB encrypt as the fast answer, audit file off and on (best of
+    ``rounds``, alternating): every 16 requests the turn ends as under wrk's 16 connections,
+    each answer's record checked written (``Trail.recorded``: the first writes the batch)."""
+    from sealflow.service.config import Settings
+    from sealflow.service.keystore import prepare
+    from sealflow.service.server.app import create_app
+    from sealflow.service.server.http import Head
+
+    body = os.urandom(1024)
+    with tempfile.TemporaryDirectory() as tmp:
+        fronts = []
+        async with contextlib.AsyncExitStack() as stack:
+            for audited in (False, True):
+                data = Path(tmp) / ("on" if audited else "off")
+                settings = Settings(
+                    data_dir=data, audit_file=data / "audit.log" if audited else None
+                )
+                token = prepare(settings)
+                assert token is not None
+                app: Any = create_app(settings)
+                await stack.enter_async_context(app.router.lifespan_context(app))
+                # The first sealing under a key leases from the keystore (off the loop).
+                await asyncio.to_thread(app.front.svc.usage.lease, "default", None, 1)
+                fronts.append((app.front, b"Bearer " + token.encode()))
+
+            def once(front: Any, bearer: bytes) -> int:
+                head = Head("POST", b"/v1/keys/default/encrypt", b"mode=single",
+                            "/v1/keys/default/encrypt", "127.0.0.1")  # fmt: skip
+                head.add(b"host", b"x")
+                head.add(b"authorization", bearer)
+                head.add(b"content-length", b"1024")
+                plan = front.plan(head.complete())
+                front.begin(plan)
+                answer = front.answer(plan, body)
+                assert answer.status == 200
+                ticket: int = answer.ticket
+                return ticket
+
+            def turns(front: Any, bearer: bytes, n: int) -> float:
+                trail = front.svc.audit
+                start = time.perf_counter()
+                for _ in range(n // 16):
+                    tickets = [once(front, bearer) for _ in range(16)]
+                    if trail is not None:
+                        assert all(trail.recorded(t) for t in tickets)
+                return (time.perf_counter() - start) / (n // 16 * 16)
+
+            best = [float("inf"), float("inf")]
+            for front, bearer in fronts:
+                turns(front, bearer, requests // 10)  # warm up
+            for _ in range(rounds):
+                for i, (front, bearer) in enumerate(fronts):
+                    best[i] = min(best[i], turns(front, bearer, requests))
+                    await asyncio.sleep(0)  # the loop's own turn: the trail's scheduled flush
+    return best[0] * 1e6, best[1] * 1e6
 
 
 async def transit_batch(items: int = 1000, size: int = 100, rounds: int = 300) -> None:
@@ -407,6 +468,9 @@ def main() -> int:
     parser.add_argument(
         "--large", action="store_true", help="a 256 MiB stream encrypt and decrypt instead"
     )
+    parser.add_argument(
+        "--audit", action="store_true", help="the fast answer with the audit file off and on"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["SEALFLOW_DATA_DIR"] = str(Path(tmp) / "data")
@@ -420,6 +484,14 @@ def main() -> int:
                 transit_single()
             finally:
                 os.dup2(saved, 2)
+            return 0
+        if args.audit:
+            try:
+                off, on = asyncio.run(audit_lane(args.requests))
+            finally:
+                os.dup2(saved, 2)
+            print(f"1 KiB encrypt, fast answer: audit off {off:.2f} us, on {on:.2f} us")
+            print(f"audit adds {on - off:.2f} us a request: on / off throughput {off / on:.3f}x")
             return 0
         if args.transit_batch or args.large:
             try:

@@ -20,6 +20,7 @@ Outside the mount, Vault's token routes (``_tokens``): every token looks itself 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 
 from starlette.types import Receive, Scope, Send
@@ -188,7 +189,8 @@ class Transit:
             if valid_accessor(accessor):  # never what a caller made up, of any length
                 log.target_accessor = accessor
             if kind == "lookup-accessor":
-                return 200, _tokens.lookup_accessor(store, accessor)
+                # A read of the keystore: off the event loop, as every wait on the database.
+                return 200, await asyncio.to_thread(_tokens.lookup_accessor, store, accessor)
             return await _tokens.revoke_accessor(store, accessor)
         if kind == "keys":
             _admin(token)

@@ -52,7 +52,7 @@ def lookup_accessor(store: KeyStore, accessor: str) -> bytes:
 async def revoke_accessor(store: KeyStore, accessor: str) -> tuple[int, bytes]:
     """204 once the token of ``accessor`` is revoked; Vault's 200 and warning if there is none
     (never made, or revoked already: then nothing is written, and no change recorded)."""
-    if live(store, accessor) is None:
+    if await asyncio.to_thread(live, store, accessor) is None:  # a read: off the loop too
         return 200, _wire.envelope(None, [NOT_FOUND])
     try:
         await asyncio.to_thread(store.revoke_token, accessor)  # an fsynced write: off the loop
