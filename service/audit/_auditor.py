@@ -23,7 +23,7 @@ from typing import Literal
 
 import orjson
 
-from ._chain import Chain, stamped
+from ._chain import CHAIN_FIELDS, Chain, stamped
 from ._keys import hmac_field
 from ._sinks import Sink
 
@@ -52,12 +52,19 @@ class Auditor:
         mode: Mode,
         checkpoint_every: int = 1000,
         checkpoint_seconds: float = 10.0,
+        constant: Mapping[str, object] | None = None,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}")
         if checkpoint_every < 1:
             raise ValueError("checkpoint_every must be 1 or more")
         self._key = key
+        # Fields every record of this writer carries (the server's replica and origin), encoded
+        # once: each record's body ends with them.
+        constant = constant or {}
+        if not CHAIN_FIELDS.isdisjoint(constant) or "time" in constant:
+            raise ValueError("time, writer, seq and prev are set by the auditor")
+        self._constant = b"," + orjson.dumps(dict(constant))[1:-1] if constant else b""
         self._chain = Chain(key, writer)
         self._sinks = list(sinks)
         self._mode = mode
@@ -71,18 +78,15 @@ class Auditor:
         self._pending: list[list[bytes]] = [[] for _ in self._sinks]
         self._unsealed = 0  # records chained since the last checkpoint
         self._sealed_at = time.monotonic()
-        self._failing = False
+        # Mode required: the last flush left lines unwritten (True until a flush writes all). An
+        # attribute, not a property: the server reads it for every request.
+        self.failing = False
         self._dropped = 0
         self._closed = False
 
     @property
     def writer(self) -> str:
         return self._chain.writer
-
-    @property
-    def failing(self) -> bool:
-        """Mode required: the last flush left lines unwritten (True until a flush writes all)."""
-        return self._failing
 
     @property
     def dropped(self) -> int:
@@ -97,12 +101,13 @@ class Auditor:
         closed."""
         if "time" in fields or "writer" in fields or "seq" in fields or "prev" in fields:
             raise ValueError("time, writer, seq and prev are set by the auditor")
-        # '{"time":"..."' and the fields' object without its brace: no dict merged per record.
-        body = stamped(time.time() if when is None else when)
+        # '{"time":"...",' then the fields and the constant ones, left open for the chain's
+        # (``Chain.extend``): no dict merged per record.
+        stamp = stamped(time.time() if when is None else when)
         if fields:
-            body += b"," + orjson.dumps(fields)[1:]
+            body = b"%b,%b%b" % (stamp, orjson.dumps(fields)[1:-1], self._constant)
         else:
-            body += b"}"
+            body = stamp + self._constant
         with self._queue_lock:
             if self._closed:
                 raise RuntimeError("the auditor is closed")
@@ -124,7 +129,7 @@ class Auditor:
         sink took every line."""
         with self._lock:
             if self._closed:
-                return not self._failing
+                return not self.failing
             return self._flush(final=False)
 
     def close(self) -> bool:
@@ -132,7 +137,7 @@ class Auditor:
         the last flush wrote everything."""
         with self._lock:
             if self._closed:
-                return not self._failing
+                return not self.failing
             with self._queue_lock:
                 self._closed = True
             try:
@@ -160,7 +165,7 @@ class Auditor:
                     pending.clear()
                 continue
             pending.clear()
-        self._failing = self._mode == "required" and not wrote
+        self.failing = self._mode == "required" and not wrote
         if wrote:
             self._written = upto
         return wrote
@@ -169,7 +174,7 @@ class Auditor:
         """The queued records chained, with the checkpoints that are due."""
         lines = []
         for body in queued:
-            lines.append(self._chain.link(body))
+            lines.append(self._chain.extend(body))
             self._unsealed += 1
             if self._unsealed >= self._every:
                 lines.append(self._seal())

@@ -63,13 +63,12 @@ class Chain:
     Not thread-safe: the ``Auditor`` calls it under its lock.
     """
 
-    __slots__ = ("_ckey", "_prev", "_seq", "_tail", "_writer_json", "writer")
+    __slots__ = ("_ckey", "_prev", "_seq", "_tail", "writer")
 
     def __init__(self, key: bytes, writer: str) -> None:
         self._ckey = checkpoint_key(key)
         self.writer = writer
-        self._writer_json = orjson.dumps(writer)
-        self._tail = b',"writer":%b,"seq":' % self._writer_json
+        self._tail = b'"writer":%b,"seq":' % orjson.dumps(writer)
         self._seq = 0
         self._prev = b"null"  # the last line's hash as JSON (a quoted hex string)
 
@@ -88,17 +87,23 @@ class Chain:
         return self.link(orjson.dumps(record))
 
     def link(self, body: bytes) -> bytes:
-        """``line`` for a record already encoded (a JSON object without the chain's fields):
-        the ``Auditor`` encodes on the caller's thread, so a value JSON cannot hold fails there
-        and not in a batch that has been half chained."""
-        seq = self._seq + 1
+        """``line`` for a record already encoded (a JSON object without the chain's fields)."""
         if body == b"{}":
-            data = b'{"writer":%b,"seq":%d,"prev":%b}' % (self._writer_json, seq, self._prev)
-        else:
-            data = b'%b%b%d,"prev":%b}' % (body[:-1], self._tail, seq, self._prev)
-        self._seq = seq
-        self._prev = b'"%b"' % hashlib.sha256(data).hexdigest().encode()
-        return data
+            return self._chained(b'{%b%d,"prev":%b}' % (self._tail, self._seq + 1, self._prev))
+        return self.extend(body[:-1])
+
+    def extend(self, opened: bytes) -> bytes:
+        """``link`` for a record encoded without its closing brace, not empty (the
+        ``Auditor``'s: it encodes on the caller's thread, so a value JSON cannot hold fails
+        there and not in a batch that has been half chained)."""
+        tail = (opened, self._tail, self._seq + 1, self._prev)
+        return self._chained(b'%b,%b%d,"prev":%b}' % tail)
+
+    def _chained(self, line: bytes) -> bytes:
+        # The hash is kept as the next record's ``prev``: the line must be written as made.
+        self._seq += 1
+        self._prev = b'"%b"' % hashlib.sha256(line).hexdigest().encode()
+        return line
 
     def checkpoint(self, now: float) -> bytes:
         """A checkpoint line: its ``hmac`` covers this writer, its seq and its prev, so the

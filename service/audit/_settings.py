@@ -3,6 +3,8 @@ server and the CLI alike."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from sealflow.service.config import Settings
 
 from ._auditor import Auditor
@@ -11,8 +13,11 @@ from ._keys import audit_key
 from ._sinks import FileSink, Sink, StdoutSink
 
 
-def open_auditor(settings: Settings, master_key: bytes) -> Auditor | None:
-    """A new writer's ``Auditor`` over the sinks the settings set, or None when they set none."""
+def open_auditor(
+    settings: Settings, master_key: bytes, constant: Mapping[str, object] | None = None
+) -> Auditor | None:
+    """A new writer's ``Auditor`` over the sinks the settings set, or None when they set none;
+    ``constant``: fields every record carries."""
     sinks: list[Sink] = []
     if settings.audit_file is not None:
         sinks.append(FileSink(settings.audit_file, settings.audit_rotate_bytes))
@@ -20,4 +25,5 @@ def open_auditor(settings: Settings, master_key: bytes) -> Auditor | None:
         sinks.append(StdoutSink())
     if not sinks:
         return None
-    return Auditor(audit_key(master_key), sinks, writer_id(), settings.audit_mode)
+    key, mode = audit_key(master_key), settings.audit_mode
+    return Auditor(key, sinks, writer_id(), mode, constant=constant)

@@ -54,7 +54,8 @@ _LOG_EVERY = 1.0  # seconds between two log lines about lost records (best_effor
 
 def open_trail(settings: Settings, master_key: bytes) -> Trail | None:
     """The trail the settings ask for, or None when no sink is set."""
-    auditor = open_auditor(settings, master_key)
+    replica = f"{socket.gethostname()}:{os.getpid()}"
+    auditor = open_auditor(settings, master_key, {"replica": replica, "origin": "http"})
     if auditor is None:
         return None
     log.info(
@@ -70,7 +71,6 @@ class Trail:
     def __init__(self, auditor: Auditor, required: bool) -> None:
         self._auditor = auditor
         self.required = required
-        self.replica = f"{socket.gethostname()}:{os.getpid()}"
         # Set and cleared on the event loop's thread only (a thread's record is written by the
         # turn's flush if one is scheduled, else by the next ``recorded`` or idle flush).
         self._scheduled = False
@@ -92,7 +92,6 @@ class Trail:
     def record(self, fields: dict[str, object], when: float | None = None) -> int:
         """Queue a record of an event at ``when`` (Unix time; now if None); its ticket
         (``recorded``)."""
-        fields["replica"] = self.replica
         ticket = self._auditor.record(fields, when)
         if not self._scheduled:
             try:
@@ -113,7 +112,7 @@ class Trail:
 
     def change(self, operation: str, fields: dict[str, object]) -> None:
         """The keystore's ``on_change``: a committed change, with who asked for it."""
-        record: dict[str, object] = {"type": "change", "origin": "http", "operation": operation}
+        record: dict[str, object] = {"type": "change", "operation": operation}
         who = asking.get()
         if who is not None:
             record.update(who)

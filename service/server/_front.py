@@ -446,7 +446,7 @@ class Front:
             if logged:
                 access.write(fields, ended)
             if audit:
-                self._audit(plan, route, fields, access.wall(ended))
+                self._audit(plan, route, fields, access.wall_clock + ended)
 
     def _audit(
         self, plan: Plan, route: object, fields: dict[str, object], when: float | None
@@ -481,7 +481,6 @@ class Front:
             aad = plan.head.x_aad
             if aad:
                 fields["aad_hmac"] = trail.hmac(aad)
-        fields["origin"] = "http"
         fields["method"] = plan.head.method
         template = getattr(route or plan.route or plan.vault, "path", None)
         if template is None:  # the template, never the raw path; unknown: left out

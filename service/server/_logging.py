@@ -133,13 +133,10 @@ class AccessLog:
         self._set_clock()
 
     def _set_clock(self) -> None:
-        # Unix time is perf_counter() plus this: one clock read per request, not two. Set
-        # again at every flush, so a step of the system clock shows within a flush interval.
-        self._wall_clock = time.time() - time.perf_counter()
-
-    def wall(self, ended: float) -> float:
-        """Unix time of ``ended`` (``time.perf_counter()``)."""
-        return self._wall_clock + ended
+        # Unix time is perf_counter() plus this (the audit record's time too): one clock read
+        # per request, not two. Set again at every flush, so a step of the system clock shows
+        # within a flush interval.
+        self.wall_clock = time.time() - time.perf_counter()
 
     @property
     def enabled(self) -> bool:
@@ -149,7 +146,7 @@ class AccessLog:
         """Log a request (``AccessRecord.fields``) that ended at ``ended``
         (``time.perf_counter()``); the caller checks ``enabled`` first."""
         # '{"ts":...,"msg":"request",' then the fields' object without its opening brace.
-        t = self._wall_clock + ended
+        t = self.wall_clock + ended
         second, text = self._second
         if int(t) != second:
             second = int(t)

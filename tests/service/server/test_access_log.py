@@ -21,7 +21,7 @@ def _line(
     async def write() -> None:
         log = AccessLog()
         log.write(record.fields(), ended)
-        wall.append(log._wall_clock + ended)
+        wall.append(log.wall_clock + ended)
         log.flush()
 
     access = logging.getLogger("sealflow.access")
