@@ -481,10 +481,12 @@ class Front:
             if "key" not in fields and plan.route not in (None, data.DECRYPT_ANY_ROUTE):
                 path = plan.head.path  # /v1/keys/{name}/encrypt|decrypt: refused before its key
                 fields["key"] = path[len(_ADMIN) + 1 : path.rindex("/")]
-            aad, log = plan.head.x_aad, plan.log
-            if aad:
-                fields["aad_hmac"] = trail.hmac(aad)
-            elif log.aads:  # Transit's associated_data, as sent: base64 like X-AAD
+            log = plan.log
+            if log.aads is None:  # native: X-AAD as sent (base64)
+                aad = plan.head.x_aad
+                if aad:
+                    fields["aad_hmac"] = trail.hmac(aad)
+            elif log.aads:  # Transit (which ignores X-AAD): its associated_data, as sent
                 fields["aad_hmac"] = _hmacs(trail, log.aads)
             if log.contexts:
                 fields["context_hmac"] = _hmacs(trail, log.contexts)
