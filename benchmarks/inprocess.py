@@ -334,6 +334,7 @@ def transit_single(calls: int = 10_000, rounds: int = 15) -> None:
 
     from sealflow.service.config import Settings
     from sealflow.service.keystore import prepare
+    from sealflow.service.server._logging import AccessRecord
     from sealflow.service.server._startup import start_services
     from sealflow.service.server.transit import _encrypt
 
@@ -341,15 +342,16 @@ def transit_single(calls: int = 10_000, rounds: int = 15) -> None:
     prepare(settings)
     svc = start_services(settings)
     body = orjson.dumps({"plaintext": base64.b64encode(os.urandom(1024)).decode()})
+    log = AccessRecord()  # the request's, as the front door makes one
 
     def now() -> None:
-        assert _encrypt.encrypt_now(svc, "default", body)[0] == 200
+        assert _encrypt.encrypt_now(svc, "default", body, log)[0] == 200
 
     async def routed(n: int) -> float:
         start = time.thread_time()
         for _ in range(n):
             with svc.budget.hold() as hold:
-                await _encrypt.encrypt(svc, "default", body, hold)
+                await _encrypt.encrypt(svc, "default", body, hold, log)
         return time.thread_time() - start
 
     def loop_now(n: int) -> float:

@@ -130,8 +130,11 @@ class Front:
                 plan.whole = self._whole(svc, route, head)
         elif vault is not None:
             plan.kind = Kind.TRANSIT
-            if svc is not None and token is not None and not head.chunked:
-                plan.whole = self.transit.whole(vault, head)
+            if svc is not None and token is not None:
+                if not head.chunked:
+                    plan.whole = self.transit.whole(vault, head)
+                if svc.audit is not None:  # the values its record names by HMAC, collected
+                    record.aads, record.contexts = set(), set()
         elif not plan.counted:
             plan.kind = Kind.OPEN
         return plan
@@ -478,9 +481,15 @@ class Front:
             if "key" not in fields and plan.route not in (None, data.DECRYPT_ANY_ROUTE):
                 path = plan.head.path  # /v1/keys/{name}/encrypt|decrypt: refused before its key
                 fields["key"] = path[len(_ADMIN) + 1 : path.rindex("/")]
-            aad = plan.head.x_aad
-            if aad:
-                fields["aad_hmac"] = trail.hmac(aad)
+            log = plan.log
+            if log.aads is None:  # native: X-AAD as sent (base64)
+                aad = plan.head.x_aad
+                if aad:
+                    fields["aad_hmac"] = trail.hmac(aad)
+            elif log.aads:  # Transit (which ignores X-AAD): its associated_data, as sent
+                fields["aad_hmac"] = _hmacs(trail, log.aads)
+            if log.contexts:
+                fields["context_hmac"] = _hmacs(trail, log.contexts)
         fields["method"] = plan.head.method
         template = getattr(route or plan.route or plan.vault, "path", None)
         if template is None:  # the template, never the raw path; unknown: left out
@@ -547,6 +556,13 @@ def _operation(plan: Plan, route: object) -> str:
         return _TRANSIT_OPERATIONS.get(kind, kind)
     template = getattr(route, "path", "")
     return _ADMIN_OPERATIONS.get((method, template), method.lower())
+
+
+def _hmacs(trail: _audit.Trail, values: set[str]) -> str | list[str]:
+    """The HMAC of the one value, or the sorted HMACs of several (a batch's distinct ones)."""
+    if len(values) == 1:
+        return trail.hmac(next(iter(values)))
+    return sorted({trail.hmac(value) for value in values})
 
 
 def _presented(head: Head) -> str | None:

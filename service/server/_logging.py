@@ -1,8 +1,8 @@
 """Structured logs: one JSON object per line, on stderr.
 
 Only fields passed explicitly are logged; the access log's fields come from a
-fixed list (method, route, status, bytes, duration, key name and version, request id,
-client address), so key material, tokens and bodies cannot reach the log by accident.
+fixed list (method, route, status, bytes, duration, key name and version(s), records, request
+id, client address), so key material, tokens, AADs and bodies cannot reach the log by accident.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,7 +55,9 @@ class JsonFormatter(logging.Formatter):
 class AccessRecord:
     """One request's access-log line, filled in as the request goes.
 
-    Only these fields can reach the log; unset ones (None) are left out of the line.
+    Only these fields can reach the log; unset ones (None) are left out of the line, and so
+    are ``aads`` and ``contexts`` always: values a client sent that only the audit record
+    names, as HMACs.
     """
 
     status: int = 0  # 0 until a response starts (and if it never does)
@@ -62,7 +65,7 @@ class AccessRecord:
     route: str = ""
     duration_ms: float = 0.0
     key: str | None = None
-    version: int | None = None
+    version: int | None = None  # the one key version used (``used``)
     mode: str | None = None
     bytes_in: int | None = None
     bytes_out: int | None = None
@@ -72,6 +75,36 @@ class AccessRecord:
     request_id: str | None = None  # X-Request-Id, as the response has it
     remote_addr: str | None = None  # the client's IP address (``_forwarded``)
     target_accessor: str | None = None  # the token a token route named (its accessor)
+    versions: list[int] | None = None  # the versions used, sorted, when several (never both)
+    records: int | None = None  # the records of mode=records, the items of a batch_input
+    # For the audit record only, never the access log: Transit's associated_data and context
+    # values as sent (base64), distinct. Empty sets only while an audit trail is on (set by
+    # the front door), so that a request without one collects nothing.
+    aads: set[str] | None = None
+    contexts: set[str] | None = None
+
+    def used(self, version: int) -> None:
+        """A key version the request sealed or opened under: ``version`` while it is the
+        only one, ``versions`` once there are several."""
+        known = self.version
+        if known == version:
+            return
+        if known is None and self.versions is None:
+            self.version = version
+            return
+        self.used_all((version,))
+
+    def used_all(self, versions: Iterable[int]) -> None:
+        """``used`` for each of ``versions`` (a group's, once per group)."""
+        seen = set(versions)
+        if self.version is not None:
+            seen.add(self.version)
+        if self.versions is not None:
+            seen.update(self.versions)
+        if len(seen) == 1:
+            self.version, self.versions = seen.pop(), None
+        elif seen:
+            self.version, self.versions = None, sorted(seen)
 
     def fields(self) -> dict[str, object]:
         """The fields set, for the access log's line and the audit record (which adds its own
@@ -105,6 +138,10 @@ class AccessRecord:
             fields["remote_addr"] = self.remote_addr
         if self.target_accessor is not None:
             fields["target_accessor"] = self.target_accessor
+        if self.versions is not None:
+            fields["versions"] = self.versions
+        if self.records is not None:
+            fields["records"] = self.records
         return fields
 
 

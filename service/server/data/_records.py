@@ -12,7 +12,9 @@ in it; a record cut by the batch's end waits for the next.
 The codecs here are sans-IO: bytes in, bytes out, an ``ApiError`` for a request that cannot
 go on (a record over ``max_record_bytes``, more than ``max_batch_records``, a body that ends
 inside a record). A record that fails to open is not an error of the request: its status
-says why.
+says why. What the access log and the audit record say of the request (how many records, the
+versions sealed or opened under) goes to its ``AccessRecord`` batch by batch, so that it is
+there whenever the record is made (as the answer starts, or as it ends).
 """
 
 from __future__ import annotations
@@ -106,13 +108,15 @@ class FrameWatch:
 
 
 class _Framed:
-    """What both directions share: the records complete so far, the rest kept for later."""
+    """What both directions share: the records complete so far (counted in ``log``), the rest
+    kept for later."""
 
-    def __init__(self, max_record: int, max_records: int) -> None:
+    def __init__(self, max_record: int, max_records: int, log: AccessRecord) -> None:
         self._max_record = max_record
         self._max_records = max_records
         self._tail = b""
         self.records = 0
+        self._log = log
 
     def inline(self, size: int) -> bool:
         return True  # opening waits for nothing
@@ -127,6 +131,7 @@ class _Framed:
         if final and self._tail:
             raise errors.bad_request("the body ends inside a record (u32 length || bytes)")
         self.records += len(batch)
+        self._log.records = self.records
         if self.records > self._max_records:
             raise errors.ApiError(
                 413, "too_large", f"the batch exceeds the limit of {self._max_records} records"
@@ -150,8 +155,9 @@ class RecordSealer(_Framed):
         max_records: int,
         add_bytes: Callable[[Lease, int], None],
         ready: Callable[[int], bool],
+        log: AccessRecord,
     ) -> None:
-        super().__init__(max_record, max_records)
+        super().__init__(max_record, max_records, log)
         self._lease, self._aad, self._add_bytes = lease, aad, add_bytes
         self._ready = ready
 
@@ -164,6 +170,7 @@ class RecordSealer(_Framed):
         out = bytearray()
         while rest is not None and len(rest):
             lease = self._lease(len(rest))
+            self._log.used(lease.version)
             part, rest = _split(rest, lease.sealings)
             alg, version, name = lease.key.algorithm, lease.version, lease.key.name
             prefix = Prefix(Mode.SINGLE, alg, version, name).encode()
@@ -190,7 +197,8 @@ class RecordOpener(_Framed):
     One engine call opens every record of the batch whose envelope prefix is the first
     record's (usually all of them: one key version); the records it reports with another
     prefix go round again with theirs. A prefix is resolved (key, version, retirement) once
-    per round, by the route's rules (``resolve``).
+    per round, by the route's rules (``resolve``). The key and versions opened under go to the
+    log (``_opened``).
     """
 
     def __init__(
@@ -199,10 +207,12 @@ class RecordOpener(_Framed):
         aad: bytes,
         max_record: int,
         max_records: int,
+        log: AccessRecord,
     ) -> None:
-        super().__init__(max_record, max_records)
+        super().__init__(max_record, max_records, log)
         self._resolve = resolve
         self._aad = aad
+        self._several_keys = False  # opened under more than one key (``_opened``)
 
     def run(self, pieces: list[bytes], final: bool) -> bytearray:
         batch = self._complete(pieces, final)
@@ -223,6 +233,7 @@ class RecordOpener(_Framed):
             if parsed is not None:
                 found = self._material(parsed)
                 if isinstance(found, bytes):
+                    self._opened(parsed)
                     records = batch if len(pending) == n else [record(i) for i in pending]
                     opened = engine.open_many(
                         parsed.algorithm, found, self._aad, records, prefix=prefix
@@ -254,6 +265,20 @@ class RecordOpener(_Framed):
             out += _STATUS_LENGTH.pack(status[i], len(text))
             out += text
         return out
+
+    def _opened(self, prefix: Prefix) -> None:
+        """A round opens records under this prefix: its key and version on record. Records of
+        several keys (``/v1/decrypt``) name none: a version means nothing without its key."""
+        log = self._log
+        if self._several_keys:
+            return
+        if log.key is None:
+            log.key = prefix.name
+        elif log.key != prefix.name:
+            self._several_keys = True
+            log.key = log.version = log.versions = None
+            return
+        log.used(prefix.version)
 
     def _material(self, prefix: Prefix) -> bytes | Status:
         try:
@@ -297,14 +322,12 @@ class EncryptRecords(Transfer):
         limits = svc.settings.max_record_bytes, svc.settings.max_batch_records
 
         def lease(n: int) -> Lease:
-            leased = svc.usage.lease(key.name, None, n)
-            log.version = leased.version  # the log names the last version sealed under
-            return leased
+            return svc.usage.lease(key.name, None, n)
 
         def ready(n: int) -> bool:
             return svc.usage.ready(key.name, n)
 
-        self.codec = RecordSealer(lease, aad, *limits, svc.usage.add_bytes, ready)
+        self.codec = RecordSealer(lease, aad, *limits, svc.usage.add_bytes, ready, log)
         self.watch = FrameWatch(limits[0])
 
     async def transfer(self, body: Body, reply: Reply) -> None:
@@ -328,7 +351,7 @@ class DecryptRecords(Transfer):
     ) -> None:
         super().__init__(svc, log, aad, length, duplex)
         limits = svc.settings.max_record_bytes, svc.settings.max_batch_records
-        self.codec = RecordOpener(resolve, aad, *limits)
+        self.codec = RecordOpener(resolve, aad, *limits, log)
         self.watch = FrameWatch(limits[0])
 
     async def transfer(self, body: Body, reply: Reply) -> None:

@@ -163,13 +163,14 @@ def _prepare(
             raise errors.transit_only(name)
         resolve = _decrypt_key(svc.store, token, name)
         if records:
+            log.key = name
             return DecryptRecords(svc, log, aad, length, duplex, resolve)
         return Decrypt(svc, log, aad, length, duplex, resolve)
     _auth.require(token, "encrypt", name)
     if records:
         # Each batch of records leases its sealings as it comes (_records): none yet.
         key = sealing_key(svc.store, name)
-        log.key, log.version = name, key.latest
+        log.key = name  # and each version sealed under, as its batch is leased
         return EncryptRecords(svc, log, aad, length, duplex, key)
     mode_and_name = _MODES.get(head.query)
     if mode_and_name is None:

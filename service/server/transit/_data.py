@@ -4,7 +4,9 @@ A batch is read and checked whole (``_items.read``), then run group by group (``
 group every item is checked first (``_checks``: base64, version, prefix), with Transit's
 per-item messages; the items that pass are then opened or sealed in sets of one key version and
 one AAD (``_crypto``), after their sealings are leased (``_leases``: the one usage rule). Each
-answers as Transit does (``_batch``).
+answers as Transit does (``_batch``). The request's ``AccessRecord`` learns the versions used
+(a decrypt's opened, a rewrap's opened and sealed under, a datakey's), a batch's number of
+items and, when audited, the AADs and contexts (``_audited``).
 """
 
 from __future__ import annotations
@@ -19,8 +21,9 @@ from sealflow.engine import Algorithm
 from sealflow.service.keystore import KeyInfo, WouldWait
 
 from .._budget import Hold
+from .._logging import AccessRecord
 from .._state import Services
-from . import _ciphertext, _items, _run, _wire
+from . import _audited, _ciphertext, _items, _run, _wire
 from ._batch import Answer, Part, Results, b64, decrypted, encrypted, part, single
 from ._checks import aads, asks_version, key_of, materials, parse_all, wanted_versions
 from ._ciphertext import CiphertextError
@@ -39,17 +42,21 @@ _AUTH_FAILED = {
 }
 
 
-async def decrypt(svc: Services, name: str, raw: bytes, hold: Hold) -> Answer:
-    return await _run.run(svc, _opening(svc, name, raw, hold, rewrap=False), hold, len(raw))
+async def decrypt(svc: Services, name: str, raw: bytes, hold: Hold, log: AccessRecord) -> Answer:
+    opening = _opening(svc, name, raw, hold, log, rewrap=False)
+    return await _run.run(svc, opening, hold, len(raw))
 
 
-async def rewrap(svc: Services, name: str, raw: bytes, hold: Hold) -> Answer:
-    return await _run.run(svc, _opening(svc, name, raw, hold, rewrap=True), hold, len(raw))
+async def rewrap(svc: Services, name: str, raw: bytes, hold: Hold, log: AccessRecord) -> Answer:
+    opening = _opening(svc, name, raw, hold, log, rewrap=True)
+    return await _run.run(svc, opening, hold, len(raw))
 
 
-def _opening(svc: Services, name: str, raw: bytes, hold: Hold, rewrap: bool) -> Reading[_Opening]:
+def _opening(
+    svc: Services, name: str, raw: bytes, hold: Hold, log: AccessRecord, rewrap: bool
+) -> Reading[_Opening]:
     request = yield from _items.read(raw, "ciphertext", hold, svc.settings.max_batch_items)
-    return _Opening(svc, name, request, rewrap, rewrap and asks_version(raw))
+    return _Opening(svc, name, request, rewrap, rewrap and asks_version(raw), log)
 
 
 class _Opening:
@@ -58,7 +65,13 @@ class _Opening:
     rewrap's then leased on the event loop and sealed on the pool."""
 
     def __init__(
-        self, svc: Services, name: str, request: Request, rewrap: bool, versions: bool
+        self,
+        svc: Services,
+        name: str,
+        request: Request,
+        rewrap: bool,
+        versions: bool,
+        log: AccessRecord,
     ) -> None:
         self.svc = svc
         self._versions = versions
@@ -70,6 +83,9 @@ class _Opening:
         self.name = name
         self._single = None if self.batch else items(request.fields, "ciphertext", _MISSING)[0]
         self._key: KeyInfo | None = None
+        self._log = log
+        if self.batch:
+            log.records = self.count
 
     def waits(self) -> bool:
         if not self.rewrap:
@@ -77,14 +93,19 @@ class _Opening:
         return self._versions or not self.svc.usage.ready(self.name, max(self.count, 1))
 
     def steps(self) -> Iterator[tuple[int, Callable[[], Part | None]]]:
-        groups = self.request.groups
+        groups, log = self.request.groups, self._log
         if groups is None:
             assert self._single is not None
+            if log.aads is not None:
+                _audited.note(log, self.fields)
             yield from self._group(self._single, 0)
             return
         for offset, entries in groups():
-            work = items({"batch_input": entries}, "ciphertext", _MISSING, offset)[0]
-            del entries
+            group = {"batch_input": entries}
+            work = items(group, "ciphertext", _MISSING, offset)[0]
+            if log.aads is not None:
+                _audited.note(log, group)
+            del entries, group
             yield from self._group(work, offset)
 
     def _group(
@@ -97,6 +118,8 @@ class _Opening:
         versions, payloads = parse_all(key, work, results)
         aad = aads(work, results, offset)
         opening = materials(svc.store, key, versions, results)
+        log = self._log
+        log.used_all(opening)  # the versions opened (a ciphertext whose tag fails too)
         opened: dict[int, bytes | None] = {}
         size = sum(map(len, payloads.values()))
         alg = key.algorithm
@@ -114,6 +137,7 @@ class _Opening:
             return
         wanted = wanted_versions(key, work, results)
         new, sealing = lease_items(svc, key, wanted, plaintexts, results)
+        log.used_all(sealing)  # and the versions sealed under
         yield size, functools.partial(_reseal, alg, sealing, new, aad, plaintexts, results)
         yield 0, functools.partial(self._answer, work, results, encrypted)
 
@@ -152,7 +176,7 @@ DATAKEY_KINDS = ("plaintext", "wrapped")
 _DATAKEY_BYTES = {128: 16, 256: 32, 512: 64}
 
 
-async def datakey(svc: Services, kind: str, name: str, body: Body) -> Answer:
+async def datakey(svc: Services, kind: str, name: str, body: Body, log: AccessRecord) -> Answer:
     """A fresh random key sealed under the named key (``datakey/plaintext|wrapped/:name``).
 
     As in Transit, what is sealed is the data key itself (so ``decrypt`` answers it in
@@ -193,4 +217,7 @@ async def datakey(svc: Services, kind: str, name: str, body: Body) -> Answer:
     }
     if kind == "plaintext":
         found["plaintext"] = b64(data_key)
+    log.used(version)
+    if log.contexts is not None and context:
+        log.contexts.add(context)
     return 200, _wire.envelope(found)

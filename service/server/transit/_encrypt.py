@@ -19,6 +19,10 @@ counted, so that every item gets its own error; so does a column whose lease doe
 under one version (the latest used up on the way, or a version asked for running out), with the
 lease it took. The answer is the same either way (tests/service/transit/test_column.py compares
 them).
+
+The request's ``AccessRecord`` learns the versions sealed under as each group is leased (a
+column's one lease, an item group's distinct versions), how many items a ``batch_input`` has,
+and, with an audit trail on, the AADs and contexts it carried (``_audited``).
 """
 
 from __future__ import annotations
@@ -31,8 +35,9 @@ from sealflow import engine
 from sealflow.service.keystore import KeyNotFound, Lease, VersionUsedUp
 
 from .._budget import Hold
+from .._logging import AccessRecord
 from .._state import Services
-from . import _batch, _ciphertext, _column, _crypto, _items, _run, _wire
+from . import _audited, _batch, _ciphertext, _column, _crypto, _items, _run, _wire
 from ._batch import Answer, Part, Results, encrypted
 from ._checks import (
     aads,
@@ -51,32 +56,35 @@ Sealing = Callable[[], Part]
 _MISSING = "missing plaintext to encrypt"
 
 
-async def encrypt(svc: Services, name: str, raw: bytes, hold: Hold) -> Answer:
+async def encrypt(svc: Services, name: str, raw: bytes, hold: Hold, log: AccessRecord) -> Answer:
     """``POST encrypt/:name`` with the body's bytes, sealed on the crypto pool."""
     fields = _items.single(raw, hold)
     if fields is None:
-        return await _run.run(svc, encryption(svc, name, raw, hold), hold, len(raw))
+        return await _run.run(svc, encryption(svc, name, raw, hold, log), hold, len(raw))
     waits = _waits(svc, name, 1, asks_version(raw))
-    return await _run.run_single(svc, hold, len(raw), waits, _single_step(svc, name, fields))
+    step = _single_step(svc, name, fields, log)
+    return await _run.run_single(svc, hold, len(raw), waits, step)
 
 
-def encrypt_now(svc: Services, name: str, raw: bytes) -> Answer:
+def encrypt_now(svc: Services, name: str, raw: bytes, log: AccessRecord) -> Answer:
     """The same, sealed on the spot (the protocol's fast answer, for a small body)."""
     with svc.budget.hold() as hold:
         fields = _items.single(raw, hold)
         if fields is None:
-            return _run.run_now(encryption(svc, name, raw, hold), hold, len(raw))
-        return _run.run_single_now(hold, len(raw), _single_step(svc, name, fields))
+            return _run.run_now(encryption(svc, name, raw, hold, log), hold, len(raw))
+        return _run.run_single_now(hold, len(raw), _single_step(svc, name, fields, log))
 
 
-def _single_step(svc: Services, name: str, fields: Body) -> Callable[[], tuple[int, Sealing]]:
+def _single_step(
+    svc: Services, name: str, fields: Body, log: AccessRecord
+) -> Callable[[], tuple[int, Sealing]]:
     """A single request's one step, to make (its checks and lease) when its turn comes: the
     plan's step for it (``_Encryption.steps``), without the plan."""
-    return functools.partial(_step, svc, name, fields, 0, True)
+    return functools.partial(_step, svc, name, fields, 0, True, log)
 
 
 def encryption(
-    svc: Services, name: str, raw: bytes, hold: Hold, columns: bool = True
+    svc: Services, name: str, raw: bytes, hold: Hold, log: AccessRecord, columns: bool = True
 ) -> Reading[_Encryption]:
     """An encrypt request read and checked (pausing between groups): the plan of its
     sealings. ``columns=False`` takes every group item by item (the tests compare both)."""
@@ -86,11 +94,12 @@ def encryption(
     versions = asks_version(raw)
     if unparsed is None:
         request = yield from _items.read(raw, "plaintext", hold, limit)
-        return _Encryption(svc, name, request, None, columns, versions)
+        return _Encryption(svc, name, request, None, columns, versions, log)
     count = sum(group.count or 0 for group in unparsed)
     if count > limit:
         raise _items.too_many_items(limit)
-    return _Encryption(svc, name, Request({}, count, None), unparsed, columns, versions)
+    request = Request({}, count, None)
+    return _Encryption(svc, name, request, unparsed, columns, versions, log)
 
 
 class _Encryption:
@@ -107,6 +116,7 @@ class _Encryption:
         unparsed: list[_column.Column] | None,
         columns: bool,
         versions: bool,
+        log: AccessRecord,
     ) -> None:
         self.svc = svc
         self.name = name
@@ -116,6 +126,9 @@ class _Encryption:
         self._unparsed = unparsed
         self._columns = columns
         self._versions = versions
+        self._log = log
+        if self.batch:
+            log.records = self.count
 
     def waits(self) -> bool:
         return _waits(self.svc, self.name, self.count, self._versions)
@@ -134,7 +147,7 @@ class _Encryption:
             yield self._step({"batch_input": entries}, offset)
 
     def _step(self, group: Body | _column.Column, offset: int) -> tuple[int, Sealing]:
-        return _step(self.svc, self.name, group, offset, self._columns)
+        return _step(self.svc, self.name, group, offset, self._columns, self._log)
 
 
 def _waits(svc: Services, name: str, count: int, versions: bool) -> bool:
@@ -145,9 +158,15 @@ def _waits(svc: Services, name: str, count: int, versions: bool) -> bool:
 
 
 def _step(
-    svc: Services, name: str, group: Body | _column.Column, offset: int, columns: bool
+    svc: Services,
+    name: str,
+    group: Body | _column.Column,
+    offset: int,
+    columns: bool,
+    log: AccessRecord,
 ) -> tuple[int, Sealing]:
-    """A group's checks and lease (the column's, else item by item), and its sealing."""
+    """A group's checks and lease (the column's, else item by item), and its sealing; the
+    versions it seals under noted in ``log`` (and its AADs and contexts, when audited)."""
     taken: dict[int, Lease] = {}
     column = group if isinstance(group, _column.Column) else None
     if column is None and columns:
@@ -156,21 +175,28 @@ def _step(
     if column is not None:
         found = _by_column(svc, name, column, taken)
         if found is not None:
-            return found
+            n, sealed, version = found
+            log.used(version)
+            if log.aads is not None and isinstance(group, dict):  # unparsed: plaintexts only
+                _audited.note(log, group)
+            return n, sealed
         if isinstance(group, _column.Column):
             group = {"batch_input": _column.entries(group)}
     assert isinstance(group, dict)
     sealing = _Items(svc, name, group, taken, offset)
+    log.used_all(sealing.versions.values())
+    if log.aads is not None:
+        _audited.note(log, group)
     return sum(map(len, sealing.plaintexts.values())), sealing
 
 
 def _by_column(
     svc: Services, name: str, column: _column.Column, taken: dict[int, Lease]
-) -> tuple[int, Sealing] | None:
+) -> tuple[int, Sealing, int] | None:
     """The column's checks, made once for all its items, its lease, and the sealing that
-    answers it (with the bytes it seals); None if an item would fail, before anything is
-    counted, or, with the lease it took put in ``taken``, if that lease does not cover the
-    whole column under one version."""
+    answers it (with the bytes it seals, and the version it seals under); None if an item
+    would fail, before anything is counted, or, with the lease it took put in ``taken``, if
+    that lease does not cover the whole column under one version."""
     records: engine.Records | bytes  # a single request's one plaintext as it is
     try:
         if column.single:  # the item path's decode: the same errors, should it fail
@@ -195,9 +221,10 @@ def _by_column(
         return None
     if isinstance(records, bytes):
         svc.usage.add_bytes(lease, len(records))
-        return len(records), functools.partial(_sealed_one, lease, aad, records)
+        return len(records), functools.partial(_sealed_one, lease, aad, records), lease.version
     svc.usage.add_bytes(lease, len(records.data))
-    return len(records.data), functools.partial(_sealed_column, lease, aad, records, column)
+    sealing = functools.partial(_sealed_column, lease, aad, records, column)
+    return len(records.data), sealing, lease.version
 
 
 def _sealed_one(lease: Lease, aad: bytes, plaintext: bytes) -> Part:

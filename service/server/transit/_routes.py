@@ -156,7 +156,7 @@ class Transit:
         log.key = name
         try:
             _allow("encrypt", token, name)
-            status, answer = _encrypt.encrypt_now(svc, name, body)
+            status, answer = _encrypt.encrypt_now(svc, name, body, log)
         except WouldWait:
             return None  # its lease needs the keystore: ``serve`` asks off the event loop
         except Exception as exc:  # as in serve: every error leaves in Vault's shape
@@ -204,11 +204,11 @@ class Transit:
             if not _auth.allows(token, "encrypt", name):
                 raise _denied()
             body = await _read(receive, limit, hold)
-            return await _data.datakey(svc, parts[1], name, _wire.parse(body, hold))
+            return await _data.datakey(svc, parts[1], name, _wire.parse(body, hold), log)
         operation = _DATA.get(kind)
         if operation is not None:
             _allow(kind, token, name)
-            return await operation(svc, name, await _read(receive, limit, hold), hold)
+            return await operation(svc, name, await _read(receive, limit, hold), hold, log)
         if kind == "key" and method == "GET":
             if not _auth.is_admin(token) and not (
                 _auth.allows(token, "encrypt", name) or _auth.allows(token, "decrypt", name)
@@ -234,7 +234,9 @@ class Transit:
         return 200, await _keys.create(store, name, fields)
 
 
-_DATA: dict[str, Callable[[Services, str, bytes, Hold], Awaitable[tuple[int, Reply]]]] = {
+_DATA: dict[
+    str, Callable[[Services, str, bytes, Hold, AccessRecord], Awaitable[tuple[int, Reply]]]
+] = {
     "encrypt": _encrypt.encrypt,
     "decrypt": _data.decrypt,
     "rewrap": _data.rewrap,

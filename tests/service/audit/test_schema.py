@@ -40,6 +40,13 @@ def test_the_schema_ships_beside_the_package() -> None:
         ({k: v for k, v in REQUEST.items() if k != "status"}, "a request without its status"),
         ({k: v for k, v in REQUEST.items() if k != "origin"}, "a request without its origin"),
         ({**REQUEST, "versions": [1, 2]}, "version and versions both"),
+        (
+            {**{k: v for k, v in REQUEST.items() if k != "version"}, "versions": [2]},
+            "versions of one: that is version",
+        ),
+        ({**REQUEST, "aad_hmac": [HMAC]}, "a list of one HMAC: that is the HMAC"),
+        ({**REQUEST, "aad_hmac": [HMAC, HMAC]}, "the same HMAC twice"),
+        ({**REQUEST, "context_hmac": [HMAC, "my context"]}, "a context in the clear"),
         ({**REQUEST, "route": "v1/keys/x/encrypt"}, "not a route's template"),
         ({**CHANGE, "bytes_in": 5}, "a change with a body's size"),
         ({k: v for k, v in CHANGE.items() if k != "os_user"}, "a CLI record without its user"),
@@ -54,6 +61,13 @@ def test_the_schema_ships_beside_the_package() -> None:
 )
 def test_what_a_record_may_not_be(record: dict[str, object], why: str) -> None:
     assert not VALIDATOR.is_valid({**SEALED, **record}), why
+
+
+def test_a_batch_names_its_versions_and_each_distinct_value() -> None:
+    other = "hmac-sha256:" + "cd" * 32
+    batch = {k: v for k, v in REQUEST.items() if k != "version"}
+    batch.update(versions=[1, 3], aad_hmac=[HMAC, other], context_hmac=[other, HMAC])
+    assert VALIDATOR.is_valid({**SEALED, **batch})
 
 
 @pytest.mark.parametrize("missing", ["time", "type", "writer", "seq", "prev"])

@@ -34,6 +34,7 @@ from sealflow.engine import Algorithm
 from sealflow.service.config import Settings
 from sealflow.service.keystore import Lease, WouldWait, prepare
 from sealflow.service.server._budget import MemoryBudget
+from sealflow.service.server._logging import AccessRecord
 from sealflow.service.server._startup import start_services
 from sealflow.service.server._state import Services
 from sealflow.service.server.errors import ApiError
@@ -85,14 +86,14 @@ def general(svc: Services, name: str, body: dict[str, Any]) -> tuple[int, bytes]
 def by_plan(svc: Services, name: str, raw: bytes, columns: bool = True) -> tuple[int, bytes]:
     """A body through the plan (``_encrypt.encryption``, ``_run``), whatever its shape."""
     with svc.budget.hold() as hold:
-        plan = _encrypt.encryption(svc, name, raw, hold, columns=columns)
+        plan = _encrypt.encryption(svc, name, raw, hold, AccessRecord(), columns=columns)
         return joined(_run.run_now(plan, hold, len(raw)))
 
 
 def sealed_at_once(svc: Services, name: str, raw: bytes) -> tuple[Any, bytes]:
     """The sealing of a request of one group, and the answer it makes."""
     with svc.budget.hold() as hold:
-        plan = _run.planned(_encrypt.encryption(svc, name, raw, hold))
+        plan = _run.planned(_encrypt.encryption(svc, name, raw, hold, AccessRecord()))
         steps = list(plan.steps())
         assert len(steps) == 1
         sealing = steps[0][1]
@@ -114,7 +115,8 @@ def opened_both_ways(svc: Services, name: str, ciphertext: str, aad: str) -> byt
     if aad:
         body["associated_data"] = aad
     with svc.budget.hold() as hold:
-        status, raw = joined(asyncio.run(_data.decrypt(svc, name, orjson.dumps(body), hold)))
+        decrypted = _data.decrypt(svc, name, orjson.dumps(body), hold, AccessRecord())
+        status, raw = joined(asyncio.run(decrypted))
     assert status == 200
     via_transit = base64.b64decode(orjson.loads(raw)["data"]["plaintext"])
     version = int(ciphertext.split(":")[1][1:])
@@ -152,12 +154,12 @@ SERIALIZATIONS: list[dict[str, Any]] = [{}, COMPACT, {"indent": 1}, {"separators
 def production(svc: Services, name: str, raw: bytes) -> tuple[int, bytes]:
     """What the encrypt route does with a body."""
     with svc.budget.hold() as hold:
-        return joined(asyncio.run(_encrypt.encrypt(svc, name, raw, hold)))
+        return joined(asyncio.run(_encrypt.encrypt(svc, name, raw, hold, AccessRecord())))
 
 
 def fast(svc: Services, name: str, raw: bytes) -> tuple[int, bytes]:
     """What the protocol's fast answer does with a (small) body."""
-    return joined(_encrypt.encrypt_now(svc, name, raw))
+    return joined(_encrypt.encrypt_now(svc, name, raw, AccessRecord()))
 
 
 def check_same(
@@ -428,10 +430,10 @@ def test_a_single_lease_that_may_wait_is_taken_off_the_event_loop(tmp_path: Path
                 counted, tally = counting(services)
                 raw = json.dumps(body).encode()
                 with pytest.raises(WouldWait):
-                    _encrypt.encrypt_now(counted, "cold", raw)
+                    _encrypt.encrypt_now(counted, "cold", raw, AccessRecord())
                 assert not tally.seen  # given up before counting
                 with services.budget.hold() as hold:
-                    status, _ = await _encrypt.encrypt(counted, "cold", raw, hold)
+                    status, _ = await _encrypt.encrypt(counted, "cold", raw, hold, AccessRecord())
                 assert status == 200
                 assert tally.seen == {
                     ("cold", version, "sealings"): 1,
@@ -444,11 +446,12 @@ def test_a_single_lease_that_may_wait_is_taken_off_the_event_loop(tmp_path: Path
             for raw, sealings in ((escaped, 1), (batch, 2)):
                 counted, tally = counting(services)
                 with services.budget.hold() as hold:
-                    status, _ = await _encrypt.encrypt(counted, "cold", raw, hold)
+                    status, _ = await _encrypt.encrypt(counted, "cold", raw, hold, AccessRecord())
                 assert status == 200
                 assert tally.seen[("cold", 1, "sealings")] == sealings
             # The latest is warm now (a block held): the fast answer serves it on the spot.
-            assert _encrypt.encrypt_now(services, "cold", json.dumps(plain).encode())[0] == 200
+            warm = json.dumps(plain).encode()
+            assert _encrypt.encrypt_now(services, "cold", warm, AccessRecord())[0] == 200
 
         asyncio.run(on_the_loop())
     finally:

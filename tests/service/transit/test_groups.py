@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from sealflow.engine import Algorithm
 from sealflow.service.config import Settings
 from sealflow.service.keystore import prepare
+from sealflow.service.server._logging import AccessRecord
 from sealflow.service.server._startup import start_services
 from sealflow.service.server._state import Services
 from sealflow.service.server.errors import ApiError
@@ -50,9 +51,12 @@ def svc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
         services.store.close()
 
 
-def call(svc: Services, kind: str, raw: bytes, grouped: bool) -> tuple[Any, Counter[Any]]:
+def call(
+    svc: Services, kind: str, raw: bytes, grouped: bool, log: AccessRecord | None = None
+) -> tuple[Any, Counter[Any]]:
     """The route's operation on a body, in groups of ``TINY`` bytes or in one group: its
-    status and parsed answer (or its refusal), and what it counted."""
+    status and parsed answer (or its refusal), and what it counted; what it noted for the
+    access log and the audit record in ``log``."""
     operation = {"encrypt": _encrypt.encrypt, "decrypt": _data.decrypt, "rewrap": _data.rewrap}
     counted, tally = counting(svc)
     sizes = (TINY, TINY, 3) if grouped else (1 << 30, 1 << 30, 1 << 30)
@@ -60,7 +64,8 @@ def call(svc: Services, kind: str, raw: bytes, grouped: bool) -> tuple[Any, Coun
     _groups.GROUP_BYTES, _groups.COLUMN_BYTES, _items.GROUP_ITEMS = sizes
     try:
         with svc.budget.hold() as hold:
-            status, reply = asyncio.run(operation[kind](counted, "k", raw, hold))
+            answered = operation[kind](counted, "k", raw, hold, log or AccessRecord())
+            status, reply = asyncio.run(answered)
     except ApiError as exc:
         return ("error", exc.status, exc.message), tally.seen
     finally:
@@ -82,14 +87,27 @@ def opened(svc: Services, result: dict[str, Any], aad: str) -> dict[str, Any]:
 def same(svc: Services, kind: str, body: dict[str, Any], how: dict[str, Any]) -> Any:
     """The answer of the batch in many groups and in one: equal but for the random parts."""
     raw = json.dumps(body, **how).encode()
-    many, counted_many = call(svc, kind, raw, grouped=True)
-    one, counted_one = call(svc, kind, raw, grouped=False)
+    noted = [AccessRecord(aads=set(), contexts=set()) for _ in range(2)]  # audited
+    many, counted_many = call(svc, kind, raw, grouped=True, log=noted[0])
+    one, counted_one = call(svc, kind, raw, grouped=False, log=noted[1])
     assert counted_many == counted_one
     if many[0] == "error":
         assert many == one
         return many
     status, answer = many
     assert status == one[0]
+    # The same versions, items, AADs and contexts noted whatever the groups.
+    assert noted[0] == noted[1]
+    entries = [item for item in body["batch_input"] if isinstance(item, dict)]
+    assert noted[0].records == len(body["batch_input"])
+    for name, values in (("associated_data", noted[0].aads), ("context", noted[0].contexts)):
+        sent = [item.get(name) for item in entries]
+        assert values == {value for value in sent if isinstance(value, str) and value}
+    if kind == "encrypt":  # the versions it sealed under: those its results name
+        results = answer["data"]["batch_results"]
+        versions = sorted({r["key_version"] for r in results if "ciphertext" in r})
+        expected = (versions[0], None) if len(versions) == 1 else (None, versions or None)
+        assert (noted[0].version, noted[0].versions) == expected
     for found in (answer, one[1]):
         found.pop("request_id")
         results = found["data"].get("batch_results")
@@ -114,6 +132,7 @@ TEXTS = st.one_of(
 # References that hold what a cut looks for, and the key's name.
 REFERENCES = st.sampled_from(["", "r", "},{", '"},{"', "}]", "batch_input", '}, "x": [', 7])
 AADS = st.sampled_from([None, "", "YWFk", "YmJi", "!"])
+CONTEXTS = st.sampled_from([None, "", "Y3R4", "ZGVm", 5, [1]])  # ignored, but audited
 VERSIONS = st.sampled_from([None, 0, 1, 2, 3, "1", True])
 
 
@@ -127,6 +146,7 @@ def batches(draw: st.DrawFn, field: str) -> dict[str, Any]:
             ("reference", REFERENCES),
             ("associated_data", AADS),
             ("key_version", VERSIONS),
+            ("context", CONTEXTS),
         ):
             if draw(st.integers(0, 2)) == 0:
                 item[name] = draw(values)
@@ -255,7 +275,7 @@ def test_a_batch_is_answered_group_by_group_in_pieces(svc: Services) -> None:
     try:
         with svc.budget.hold() as hold:
             raw = orjson.dumps({"batch_input": items})
-            status, reply = asyncio.run(_encrypt.encrypt(svc, "k", raw, hold))
+            status, reply = asyncio.run(_encrypt.encrypt(svc, "k", raw, hold, AccessRecord()))
     finally:
         _groups.GROUP_BYTES = saved
     assert status == 200
