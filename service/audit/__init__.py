@@ -24,6 +24,8 @@ The API (all of it thread-safe except ``Chain``, which the ``Auditor`` locks):
   ``close() -> None``), ``FileSink(path: Path, rotate_bytes: int)`` (0600, O_APPEND, rotated
   to ``<path>.<UTC time>`` past ``rotate_bytes``, 0 never; shared by processes) and
   ``StdoutSink()``. ``FileSink.CHECK_SECONDS`` (0.1): how often the path itself is checked.
+  The third sink, a PostgreSQL keystore's audit table, is the keystore's
+  (``sealflow.service.keystore.audit_table``): it needs the keystore's database.
 - ``Auditor(key, sinks, writer, mode, checkpoint_every=1000, checkpoint_seconds=10.0)``,
   ``mode`` ``"required"`` or ``"best_effort"``: ``record(fields: Mapping[str, object]) ->
   None`` queues one record (``time`` added if absent; values must be JSON's);
@@ -36,9 +38,15 @@ The API (all of it thread-safe except ``Chain``, which the ``Auditor`` locks):
   ``Report.ok``, ``records``, ``first`` and ``last`` (record times), ``error`` (the first bad
   record, a ``Finding``: path, line, message) and ``unsealed`` (tails after a writer's last
   checkpoint in a live file; errors with ``strict``).
-- ``open_auditor(settings, master_key) -> Auditor | None``: a new writer over the sinks the
-  settings name (``SEALFLOW_AUDIT_FILE``, ``_STDOUT``, ``_ROTATE_BYTES``, ``_MODE``), None
-  when they name none: the server's and the CLI's.
+- ``verify_rows(table: str, rows: Iterable[tuple[int, bytes]], key, strict) -> Report``: the
+  same check over the rows of an audit table in order of arrival (each its id and its line,
+  without a newline); a ``Finding``'s path is then the table's name and its line the row's id,
+  and the table is live (an unsealed tail is a warning).
+- ``open_auditor(settings, master_key, table: Sink | None) -> Auditor | None``: a new writer
+  over the sinks the settings name (``SEALFLOW_AUDIT_FILE``, ``_STDOUT``, ``_ROTATE_BYTES``,
+  ``_MODE``) and ``table``, the keystore's audit table the caller opened for
+  ``SEALFLOW_AUDIT_POSTGRES`` (or None); None when there is no sink: the server's and the
+  CLI's.
 - ``SCHEMA``: the path of ``schema.json``; ``MODES``, ``Mode``: the two failure modes.
 
 For whoever calls it: ``record`` costs one ``orjson.dumps`` and a lock, and raises at once on
@@ -57,7 +65,7 @@ from ._chain import Chain, writer_id
 from ._keys import audit_key, hmac_field
 from ._settings import open_auditor
 from ._sinks import FileSink, Sink, StdoutSink
-from ._verify import Finding, Report, verify
+from ._verify import Finding, Report, verify, verify_rows
 
 SCHEMA = Path(__file__).with_name("schema.json")
 
@@ -77,5 +85,6 @@ __all__ = [
     "hmac_field",
     "open_auditor",
     "verify",
+    "verify_rows",
     "writer_id",
 ]

@@ -11,13 +11,20 @@ from ._keys import audit_key
 from ._sinks import FileSink, Sink, StdoutSink
 
 
-def open_auditor(settings: Settings, master_key: bytes) -> Auditor | None:
-    """A new writer's ``Auditor`` over the sinks the settings set, or None when they set none."""
+def open_auditor(settings: Settings, master_key: bytes, table: Sink | None) -> Auditor | None:
+    """A new writer's ``Auditor`` over the sinks the settings set, or None when they set none.
+
+    ``table``: the keystore's audit table (``SEALFLOW_AUDIT_POSTGRES``), which the caller
+    opens (``sealflow.service.keystore.audit_table``: this package knows no database), or
+    None. Required, so that no caller can leave it out by forgetting it.
+    """
     sinks: list[Sink] = []
     if settings.audit_file is not None:
         sinks.append(FileSink(settings.audit_file, settings.audit_rotate_bytes))
     if settings.audit_stdout:
         sinks.append(StdoutSink())
+    if table is not None:
+        sinks.append(table)
     if not sinks:
         return None
     return Auditor(audit_key(master_key), sinks, writer_id(), settings.audit_mode)
