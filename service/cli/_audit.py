@@ -45,14 +45,14 @@ def _verify(args: argparse.Namespace) -> int:
         # each, and one chain read through both would repeat every record.
         print("sealflow: give the audit files to check, or --postgres, not both", file=sys.stderr)
         return 2  # a usage error, as argparse's
+    url = keystore_url(Settings(**args.settings)) if args.postgres else None
+    if args.postgres and url is None:
+        raise KeyStoreUnavailable(
+            "--postgres checks the audit table of a PostgreSQL keystore, and this keystore is"
+            " SQLite (no SEALFLOW_KEYSTORE_URL)"
+        )
     key = _audit_key(args)
-    if args.postgres:
-        url = keystore_url(Settings(**args.settings))
-        if url is None:
-            raise KeyStoreUnavailable(
-                "--postgres checks the audit table of a PostgreSQL keystore, and this keystore"
-                " is SQLite (no SEALFLOW_KEYSTORE_URL)"
-            )
+    if url is not None:
         report = verify_rows(AUDIT_TABLE, audit_rows(url), key, args.strict)
     else:
         report = verify([Path(p) for p in args.files], key, args.strict)

@@ -121,7 +121,7 @@ class PostgresSink:
                 self._unsure[writer] = max(seq, self._unsure.get(writer, 0))
             if not self._failing:
                 self._failing = True
-                log.error("audit table write failed: %s", exc)
+                log.error("audit records not written: %s", exc)
             raise OSError(errno.EIO, str(exc)) from None
         self._stored(rows, stored)
 
@@ -130,7 +130,7 @@ class PostgresSink:
         self._unsure.clear()
         if self._failing:
             self._failing = False
-            log.info("audit table written again")
+            log.info("audit records written again")
         if stored < new:
             log.error(
                 "%d audit record(s) of this process were in table %s before it wrote them:"

@@ -22,10 +22,10 @@ from sealflow.service.keystore import (
     NotExportable,
     PostgresKeyStore,
     SQLiteKeyStore,
+    _pg_schema,
     export_material,
     migrate_keystore,
 )
-from sealflow.service.keystore import _pg_schema
 
 from .test_postgres import eventually
 
