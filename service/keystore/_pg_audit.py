@@ -15,7 +15,8 @@ The sink writes where the ``Auditor`` flushes: in the server, on the event loop,
 turn with records (docs/AUDIT.md, "PostgreSQL sink", has what that costs). Every statement is
 bounded by ``STATEMENT_TIMEOUT_MS``, so a lock held on the table or a database too slow to
 answer fails the batch (the server then refuses requests until a write succeeds) rather than
-stall the loop for as long as it lasts. The sink's connections are ``_pg_connections``'s: after
+stall the loop for as long as it lasts; and a commit does not wait for a synchronous standby
+(``_SESSION``), which no timeout bounds. The sink's connections are ``_pg_connections``'s: after
 a failure to reach the database, batches fail at once for half a second instead of each
 waiting for a connect of its own.
 
@@ -44,6 +45,13 @@ TABLE = "sealflow_audit"
 # Hundreds of times what a batch takes (docs/AUDIT.md, PostgreSQL sink): reached only by a
 # table locked or a database stalled, and then the loop waits this long per attempt at most.
 STATEMENT_TIMEOUT_MS = 250
+
+# The sink's sessions. A commit waits for no synchronous standby (``local``): that wait is
+# not bounded by the statement timeout, and a standby that is away would stop the event loop
+# for as long as it is away. A record is then on the primary's disk when its answer leaves
+# (a file sink's is in the page cache); a failover can lose the last ones not yet replicated,
+# which ``verify`` shows as missing records or an unsealed tail.
+_SESSION = f"-c statement_timeout={STATEMENT_TIMEOUT_MS} -c synchronous_commit=local"
 
 # Lines per INSERT: 3 parameters each, and PostgreSQL takes at most 65,535 in a statement.
 CHUNK = 1000
@@ -79,10 +87,7 @@ class PostgresSink:
     def __init__(self, url: str) -> None:
         self._errors = _errors(url)
         given = conninfo_to_dict(url).get("options") or ""  # the URL's own, kept
-        params = {
-            "autocommit": True,
-            "options": f"{given} -c statement_timeout={STATEMENT_TIMEOUT_MS}".strip(),
-        }
+        params = {"autocommit": True, "options": f"{given} {_SESSION}".strip()}
         self._connections = Connections(
             url, self._errors, "sealflow-audit", max_idle=1, params=params
         )

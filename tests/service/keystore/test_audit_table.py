@@ -1,18 +1,18 @@
 """The audit table's sink (``_pg_audit.PostgresSink``) under the ``Auditor`` on a real
-PostgreSQL: a batch whose commit was made but whose answer was lost is written again and stored
-once, in order; a row someone else put where the writer's next line goes is logged at once and
-named by the check; a backlog larger than one INSERT takes is written whole."""
+PostgreSQL: a batch whose commit was made but whose answer was lost (a proxy drops it) is
+written again and stored once, in order; a synchronous standby that is away holds up no batch;
+a row someone else put where the writer's next line goes is logged at once and named by the
+check; a backlog larger than one INSERT takes is written whole."""
 
 from __future__ import annotations
 
 import hashlib
-import itertools
 import logging
 import os
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
+from typing import Any
 
 import orjson
 import psycopg
@@ -22,6 +22,7 @@ from sealflow.service.audit import Auditor, audit_key, verify_rows, writer_id
 from sealflow.service.keystore import AUDIT_TABLE, PostgresKeyStore, PostgresSink, audit_rows
 from sealflow.service.keystore._pg_audit import CHUNK
 from tests.postgres import Cluster, start_cluster
+from tests.tcp_proxy import TcpProxy
 
 MASTER = os.urandom(32)
 KEY = audit_key(MASTER)
@@ -49,69 +50,88 @@ def until_written(auditor: Auditor) -> None:
     raise AssertionError("the sink never took the batch")
 
 
-@pytest.fixture
-def lone_cluster() -> Iterator[Cluster]:
-    """A cluster of the test's own: it changes a setting of the whole cluster."""
-    cluster = start_cluster()
-    try:
-        yield cluster
-    finally:
-        cluster.remove()
-
-
 def test_a_commit_whose_answer_was_lost_is_written_again_and_stored_once(
-    lone_cluster: Cluster, caplog: pytest.LogCaptureFixture
+    postgres: Cluster, pg_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="sealflow.audit")
-    url = new_keystore(lone_cluster.new_database())
-    auditor = Auditor(KEY, [PostgresSink(url)], writer_id(), "required", checkpoint_seconds=1e9)
-    for n in range(2):
-        auditor.record({**REQUEST, "n": n})
-    assert auditor.flush()
-    admin = psycopg.connect(lone_cluster.url(), autocommit=True)
-    try:
-        # A synchronous standby that never comes: a commit is made, and then waits for it
-        # (once the cluster has read its configuration again: until then, batches go through).
-        admin.execute("ALTER SYSTEM SET synchronous_standby_names = 'absent'")
-        admin.execute("SELECT pg_reload_conf()")
-        numbers = itertools.count(2)
-        waiting = None
+    url = new_keystore(pg_url)
+    with TcpProxy("127.0.0.1", postgres.port) as proxy:
+        through = url.replace(f":{postgres.port}/", f":{proxy.port}/")
+        auditor = Auditor(
+            KEY, [PostgresSink(through)], writer_id(), "required", checkpoint_seconds=1e9
+        )
+        for n in range(2):
+            auditor.record({**REQUEST, "n": n})
+        assert auditor.flush()
+        proxy.mute()  # the INSERT reaches the database; its answer never comes back
+        for n in range(2, 5):
+            auditor.record({**REQUEST, "n": n})
         with ThreadPoolExecutor(1) as pool:
-            while waiting is None:
-                before = len(stored(url))
-                for n in itertools.islice(numbers, 3):
-                    auditor.record({**REQUEST, "n": n})
-                flushed = pool.submit(auditor.flush)
-                while waiting is None and not flushed.done():
-                    time.sleep(0.01)
-                    waiting = admin.execute(
-                        "SELECT pid FROM pg_stat_activity WHERE application_name ="
-                        " 'sealflow-audit' AND wait_event = 'SyncRep'"
-                    ).fetchone()
-            # The connection ends before the answer to the commit leaves: the writer sees a
-            # failure, and the batch is in the table all the same.
-            admin.execute("SELECT pg_terminate_backend(%s)", (waiting[0],))
+            flushed = pool.submit(auditor.flush)
+            while len(stored(url)) < 5:  # committed (read past the proxy)
+                assert not flushed.done()
+                time.sleep(0.01)
+            proxy.cut()  # the connection ends before the answer arrives
             assert flushed.result() is False
         assert auditor.failing
-        assert len(stored(url)) == before + 3
-        admin.execute("ALTER SYSTEM RESET synchronous_standby_names")
-        admin.execute("SELECT pg_reload_conf()")
-    finally:
-        admin.close()
-    last = next(numbers)
-    auditor.record({**REQUEST, "n": last})
-    until_written(auditor)  # the three lines again, and the new one
-    assert auditor.close()
+        proxy.restore()
+        auditor.record({**REQUEST, "n": 5})
+        until_written(auditor)  # the three lines again, and the new one
+        assert auditor.close()
     lines = stored(url)
     records = [orjson.loads(line) for line in lines]
     assert [r["seq"] for r in records] == list(range(1, len(lines) + 1))
-    assert [r["n"] for r in records if r["type"] == "request"] == list(range(last + 1))
+    assert [r["n"] for r in records if r["type"] == "request"] == list(range(6))
     report = verify_rows(AUDIT_TABLE, audit_rows(url), KEY, strict=True)
     assert (report.ok, report.records) == (True, len(lines))
     messages = [r.getMessage() for r in caplog.records]
     assert any(m.startswith("audit records not written: ") for m in messages)
     assert "audit records written again" in messages
     assert not any("before it wrote them" in m for m in messages)  # expected, not forged
+
+
+def waiting_for_a_standby(admin: psycopg.Connection[Any], application: str) -> bool:
+    found = admin.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
+        " AND wait_event = 'SyncRep'",
+        (application,),
+    ).fetchone()
+    return found is not None and found[0] > 0
+
+
+def test_a_synchronous_standby_that_is_away_holds_up_no_batch() -> None:
+    """Its commits would wait for the standby as long as it is away, and no statement timeout
+    ends that wait: the sink's commits are local (the event loop must not wait on it)."""
+    cluster = start_cluster()  # of the test's own: the setting is the whole cluster's
+    try:
+        url = new_keystore(cluster.new_database())
+        sink = PostgresSink(url)
+        auditor = Auditor(KEY, [sink], writer_id(), "required", checkpoint_seconds=1e9)
+        admin = psycopg.connect(cluster.url(), autocommit=True)
+        probe = psycopg.connect(url, autocommit=True, application_name="probe")
+        with admin, probe, ThreadPoolExecutor(2) as pool:
+            admin.execute("ALTER SYSTEM SET synchronous_standby_names = 'absent'")
+            admin.execute("SELECT pg_reload_conf()")
+            try:
+                # Another session's commit waits: the standby is required from now on.
+                waiting = pool.submit(probe.execute, "CREATE TABLE probe ()")
+                while not waiting_for_a_standby(admin, "probe"):
+                    assert not waiting.done()
+                    time.sleep(0.01)
+                auditor.record(REQUEST)
+                flushed = pool.submit(auditor.flush)
+                while not flushed.done():
+                    assert not waiting_for_a_standby(admin, "sealflow-audit")
+                    time.sleep(0.01)
+                assert flushed.result()
+            finally:  # every commit still waiting goes on, so that the threads end
+                admin.execute("ALTER SYSTEM RESET synchronous_standby_names")
+                admin.execute("SELECT pg_reload_conf()")
+            waiting.result()
+        assert auditor.close()
+        assert len(stored(url)) == 2  # the record and its checkpoint
+    finally:
+        cluster.remove()
 
 
 def test_a_row_put_where_the_writers_next_line_goes_is_logged_and_named(
