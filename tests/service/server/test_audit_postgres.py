@@ -319,6 +319,10 @@ def test_the_service_role_needs_insert_only(postgres: Cluster, tmp_path: Path) -
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 conn.execute(statement)
     with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute(f"GRANT SELECT ON sealflow_audit TO {service}")  # for verify, as documented
+    checked = sealflow(as_service, tmp_path, "audit", "verify", "--postgres", "--strict")
+    assert checked.returncode == 0, checked.stderr
+    with psycopg.connect(url, autocommit=True) as admin:
         admin.execute(f"REVOKE INSERT ON sealflow_audit FROM {service}")
     refused = sealflow(as_service, tmp_path, "keys", "rotate", "default")
     assert refused.returncode == 1
