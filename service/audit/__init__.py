@@ -51,8 +51,9 @@ The API (all of it thread-safe except ``Chain``, which the ``Auditor`` locks):
 
 For whoever calls it: ``record`` costs one ``orjson.dumps`` and a lock, and raises at once on
 a value JSON cannot hold (TypeError), a field the chain sets (ValueError) or after ``close``
-(RuntimeError). ``flush`` does the file I/O (an flock, an fstat and a write per sink and
-batch): call it once per event-loop turn, from a thread if the loop must not wait, and at
+(RuntimeError). ``flush`` does the I/O (for a file an flock, an fstat and a write per
+batch; for the keystore's audit table a round trip to the database, docs/AUDIT.md "PostgreSQL
+sink"): call it once per event-loop turn, from a thread if the loop must not wait, and at
 least every ``checkpoint_seconds`` so that an idle writer's records get sealed; ``close`` at
 shutdown. In mode required a sink that keeps failing holds at most ``MAX_PENDING`` lines (the
 rest are counted in ``dropped``).

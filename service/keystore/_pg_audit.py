@@ -42,8 +42,9 @@ from .errors import DriverErrors, KeyStoreUnavailable
 log = logging.getLogger("sealflow.audit")
 
 TABLE = "sealflow_audit"
-# Hundreds of times what a batch takes (docs/AUDIT.md, PostgreSQL sink): reached only by a
-# table locked or a database stalled, and then the loop waits this long per attempt at most.
+# About a thousand times what a turn's batch takes (docs/AUDIT.md, PostgreSQL sink), and
+# several times a full INSERT of CHUNK lines: reached by a table locked or a database stalled,
+# and then the loop waits this long per statement at most.
 STATEMENT_TIMEOUT_MS = 250
 
 # The sink's sessions. A commit waits for no synchronous standby (``local``): that wait is
