@@ -184,6 +184,11 @@ class Settings(BaseSettings):
         description="the audit trail's file (JSON lines, 0600, rotated by size; docs/AUDIT.md)",
     )
     audit_stdout: bool = Field(False, description="write the audit trail to stdout too")
+    audit_postgres: bool = Field(
+        False,
+        description="write the audit trail to a table of the PostgreSQL keystore's database"
+        " too, one table for every replica (docs/AUDIT.md); needs a PostgreSQL keystore",
+    )
     audit_rotate_bytes: int = Field(
         64 * MiB, ge=4096, description="size at which the audit file is rotated"
     )

@@ -4,7 +4,9 @@
 to the target, two threads a connection. ``cut()`` ends every open connection both ways (each
 side sees its peer close) and, until ``restore()``, closes each new one as soon as it is
 accepted; ``restore()`` forwards new connections again (the ones cut stay closed, as after a
-real partition). ``close()`` stops it. Only for tests: plain blocking sockets, no limits.
+real partition). ``mute()`` drops whatever the target sends from then on (the client's bytes
+still go through): answers lost on the way back, until ``cut`` or ``restore``. ``close()``
+stops it. Only for tests: plain blocking sockets, no limits.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ class TcpProxy:
         self._lock = threading.Lock()
         self._pairs: set[_Pair] = set()
         self._cut = False
+        self._muted = False
         self._closed = False
         self.accepted = 0  # connections forwarded, for the tests' own checks
         self.refused = 0  # connections closed at once because the proxy was cut
@@ -68,6 +71,12 @@ class TcpProxy:
     def restore(self) -> None:
         with self._lock:
             self._cut = False
+            self._muted = False
+
+    def mute(self) -> None:
+        """From now on what the target sends is read and dropped, on every connection."""
+        with self._lock:
+            self._muted = True
 
     def close(self) -> None:
         with self._lock:
@@ -129,9 +138,11 @@ class TcpProxy:
         client.close()
 
     def _pump(self, pair: _Pair, src: socket.socket, dst: socket.socket) -> None:
+        answers = src is pair.sockets[1]  # the target's side
         try:
             while data := src.recv(65536):
-                dst.sendall(data)
+                if not (answers and self._muted):
+                    dst.sendall(data)
         except OSError:
             pass
         finally:

@@ -24,7 +24,11 @@ The API (all of it thread-safe except ``Chain``, which the ``Auditor`` locks):
   ``close() -> None``), ``FileSink(path: Path, rotate_bytes: int)`` (0600, O_APPEND, rotated
   to ``<path>.<UTC time>`` past ``rotate_bytes``, 0 never; shared by processes) and
   ``StdoutSink()``. ``FileSink.CHECK_SECONDS`` (0.1): how often the path itself is checked.
-- ``Auditor(key, sinks, writer, mode, checkpoint_every=1000, checkpoint_seconds=10.0)``,
+  The third sink, a PostgreSQL keystore's audit table, is the keystore's
+  (``sealflow.service.keystore.audit_table``): it needs the keystore's database.
+- ``Auditor(key, sinks, writer, mode, checkpoint_every=1000, checkpoint_seconds=10.0,
+  constant=None)`` (``constant``: fields every record carries, encoded once; a record must
+  not repeat one),
   ``mode`` ``"required"`` or ``"best_effort"``: ``record(fields: Mapping[str, object], when:
   float | None = None) -> int`` queues one record of an event at ``when`` (Unix time, now if
   None; values must be JSON's) and returns its ticket; ``written`` (every record up to that
@@ -38,17 +42,24 @@ The API (all of it thread-safe except ``Chain``, which the ``Auditor`` locks):
   ``Report.ok``, ``records``, ``first`` and ``last`` (record times), ``error`` (the first bad
   record, a ``Finding``: path, line, message) and ``unsealed`` (tails after a writer's last
   checkpoint in a live file; errors with ``strict``).
-- ``open_auditor(settings, master_key) -> Auditor | None``: a new writer over the sinks the
-  settings name (``SEALFLOW_AUDIT_FILE``, ``_STDOUT``, ``_ROTATE_BYTES``, ``_MODE``), None
-  when they name none: the server's and the CLI's.
+- ``verify_rows(table: str, rows: Iterable[tuple[int, bytes]], key, strict) -> Report``: the
+  same check over the rows of an audit table in order of arrival (each its id and its line,
+  without a newline); a ``Finding``'s path is then the table's name and its line the row's id,
+  and the table is live (an unsealed tail is a warning).
+- ``open_auditor(settings, master_key, table: Sink | None, constant=None) -> Auditor | None``:
+  a new writer over the sinks the settings name (``SEALFLOW_AUDIT_FILE``, ``_STDOUT``,
+  ``_ROTATE_BYTES``, ``_MODE``) and ``table``, the keystore's audit table the caller opened for
+  ``SEALFLOW_AUDIT_POSTGRES`` (or None); None when there is no sink: the server's and the
+  CLI's.
 - ``SCHEMA``: the path of ``schema.json``; ``MODES``, ``Mode``: the two failure modes.
 
 For whoever calls it: ``record`` costs one ``orjson.dumps`` and a lock and returns a ticket
 (``written`` says when it is written), and raises at once on a value JSON cannot hold
 (TypeError), a field the auditor sets (ValueError: ``time`` is the ``when`` argument) or after
 ``close`` (RuntimeError); ``hmac(value)`` is ``hmac_field`` under the auditor's key.
-``flush`` does the file I/O (an flock, an fstat and a write per sink and
-batch): call it once per event-loop turn, from a thread if the loop must not wait, and at
+``flush`` does the I/O (for a file an flock, an fstat and a write per batch; for the
+keystore's audit table a round trip to the database, docs/AUDIT.md "PostgreSQL sink"): call
+it once per event-loop turn, from a thread if the loop must not wait, and at
 least every ``checkpoint_seconds`` so that an idle writer's records get sealed; ``close`` at
 shutdown. In mode required a sink that keeps failing holds at most ``MAX_PENDING`` lines (the
 rest are counted in ``dropped``).
@@ -61,7 +72,7 @@ from ._chain import Chain, writer_id
 from ._keys import audit_key, hmac_field
 from ._settings import open_auditor
 from ._sinks import FileSink, Sink, StdoutSink
-from ._verify import Finding, Report, verify
+from ._verify import Finding, Report, verify, verify_rows
 
 SCHEMA = Path(__file__).with_name("schema.json")
 
@@ -81,5 +92,6 @@ __all__ = [
     "hmac_field",
     "open_auditor",
     "verify",
+    "verify_rows",
     "writer_id",
 ]

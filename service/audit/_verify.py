@@ -1,15 +1,18 @@
-"""``verify``: every writer's chain followed through the files, checkpoints checked.
+"""``verify``: every writer's chain followed through the files (or the rows of the audit
+table: ``verify_rows``), checkpoints checked.
 
-Files are read in ``file_order`` (rotated files by time, the live file last); within them the
-writers' records interleave, and each writer's records must go on exactly where its previous
-record left off: ``seq`` one more, ``prev`` the SHA-256 of its previous line. A writer's first
-record must be seq 1 with no prev (else the files holding its start are missing or cut), and
-each checkpoint's HMAC must verify. The first record that fails is reported and ends the check.
+Files are read in ``file_order`` (rotated files by time, the live file last), a table's rows
+in order of arrival; both are ``Part``s, stretches of lines one checker reads in order. Within
+them the writers' records interleave, and each writer's records must go on exactly where its
+previous record left off: ``seq`` one more, ``prev`` the SHA-256 of its previous line. A
+writer's first record must be seq 1 with no prev (else the files holding its start are missing
+or cut, or its first rows deleted), and each checkpoint's HMAC must verify. The first record
+that fails is reported and ends the check.
 
 A writer's records after its last checkpoint prove nothing against someone who can write the
 files (they can be cut or rewritten without a trace). Where the writer's chain ends in a live
-file (one not named as rotated) they are an unsealed tail: a warning, an error with
-``strict``. Where it ends in a rotated file, nothing is still writing them: an error.
+part (a file not named as rotated, the table) they are an unsealed tail: a warning, an error
+with ``strict``. Where it ends in a rotated file, nothing is still writing them: an error.
 """
 
 from __future__ import annotations
@@ -32,9 +35,10 @@ _READ = 1 << 20
 
 @dataclass(frozen=True, slots=True)
 class Finding:
-    """What is wrong (or unproven) at a line of a file (line 0: the file as a whole)."""
+    """What is wrong (or unproven) at a line of a file (line 0: the file as a whole), or at a
+    row of the audit table (``path`` the table's name, ``line`` the row's id)."""
 
-    path: Path
+    path: Path | str
     line: int
     message: str
 
@@ -65,19 +69,30 @@ class _Bad(Exception):
         self.message = message
 
 
+@dataclass(frozen=True, slots=True)
+class Part:
+    """A stretch of the trail, read in order: ``lines`` yields each line's number (in a file)
+    or id (in the table) and the line with its newline. ``live``: still being written, so a
+    chain that ends unsealed in it is a warning (an error with ``strict``), not an error."""
+
+    name: Path | str
+    live: bool
+    lines: Iterable[tuple[int, bytes]]
+
+
 @dataclass(slots=True)
 class _Writer:
     seq: int
     prev: str
-    at: tuple[int, int]  # its last record's (file index, line)
+    at: tuple[int, int]  # its last record's (part index, line)
     unsealed_from: tuple[int, int] | None  # its first record after its last checkpoint
     sealed: int  # the seq of its last checkpoint (0: none)
 
 
-def _lines(path: Path) -> Iterator[bytes]:
-    """The file's lines, newline included, up to its size when opened. The size is read under
-    a shared lock, so no batch of a ``FileSink`` is half in it; the lines are read after the
-    lock is released, so a long check never holds up the writers."""
+def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
+    """The file's lines, numbered from 1, newline included, up to its size when opened. The
+    size is read under a shared lock, so no batch of a ``FileSink`` is half in it; the lines
+    are read after the lock is released, so a long check never holds up the writers."""
     with path.open("rb") as f:
         fcntl.flock(f, fcntl.LOCK_SH)
         try:
@@ -85,20 +100,23 @@ def _lines(path: Path) -> Iterator[bytes]:
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
         rest = b""
+        number = 0
         while left:
             chunk = f.read(min(_READ, left))
             if not chunk:
                 break
             left -= len(chunk)
             *whole, rest = (rest + chunk).split(b"\n")
-            yield from (line + b"\n" for line in whole)
+            for line in whole:
+                number += 1
+                yield number, line + b"\n"
         if rest:
-            yield rest
+            yield number + 1, rest
 
 
 class _Check:
-    def __init__(self, files: list[Path], key: bytes) -> None:
-        self.files = files
+    def __init__(self, key: bytes) -> None:
+        self.parts: list[Part] = []  # those read so far
         self.ckey = checkpoint_key(key)
         self.writers: dict[str, _Writer] = {}
         self.records = 0
@@ -106,7 +124,7 @@ class _Check:
         self.last: str | None = None
 
     def where(self, at: tuple[int, int]) -> str:
-        return f"{self.files[at[0]]}:{at[1]}"
+        return f"{self.parts[at[0]].name}:{at[1]}"
 
     def line(self, raw: bytes, at: tuple[int, int]) -> None:
         if not raw.endswith(b"\n"):
@@ -169,16 +187,16 @@ class _Check:
         self.last = when if self.last is None else max(self.last, when)
 
     def tails(self) -> tuple[list[Finding], Finding | None]:
-        """The unsealed tails of chains that end in a live file, and the first of those that
-        end in a rotated one (an error)."""
+        """The unsealed tails of chains that end in a live part, and the first of those that
+        end in a rotated file (an error)."""
         warnings: list[tuple[tuple[int, int], Finding]] = []
         errors: list[tuple[tuple[int, int], Finding]] = []
         for writer, state in self.writers.items():
             if state.unsealed_from is None:
                 continue
             n = state.seq - state.sealed
-            path, line = self.files[state.unsealed_from[0]], state.unsealed_from[1]
-            if is_rotated(self.files[state.at[0]]):
+            path, line = self.parts[state.unsealed_from[0]].name, state.unsealed_from[1]
+            if not self.parts[state.at[0]].live:
                 message = (
                     f"writer {writer}'s last {n} record(s), to {self.where(state.at)}, are"
                     " sealed by no checkpoint in a file no longer written: its process"
@@ -200,20 +218,33 @@ class _Check:
 def verify(paths: Iterable[Path], key: bytes, strict: bool) -> Report:
     """Check the audit files ``paths`` (taken in ``file_order``) under the audit key ``key``."""
     files = file_order(dict.fromkeys(paths))
-    check = _Check(files, key)
+    return check([Part(path, not is_rotated(path), _lines(path)) for path in files], key, strict)
+
+
+def verify_rows(table: str, rows: Iterable[tuple[int, bytes]], key: bytes, strict: bool) -> Report:
+    """Check the rows of the audit table named ``table``, each its id and its line (without
+    a newline) in order of arrival, under the audit key ``key``."""
+    return check([Part(table, True, ((n, line + b"\n") for n, line in rows))], key, strict)
+
+
+def check(parts: Iterable[Part], key: bytes, strict: bool) -> Report:
+    """Every writer's chain followed through ``parts`` in the order given. A part whose lines
+    cannot be read (OSError) is an error at its line 0."""
+    checker = _Check(key)
     error: Finding | None = None
-    for index, path in enumerate(files):
+    for index, part in enumerate(parts):
+        checker.parts.append(part)
         number = 0
         try:
-            for number, raw in enumerate(_lines(path), 1):
-                check.line(raw, (index, number))
+            for number, raw in part.lines:
+                checker.line(raw, (index, number))
         except _Bad as bad:
-            error = Finding(path, number, bad.message)
+            error = Finding(part.name, number, bad.message)
         except OSError as exc:
-            error = Finding(path, 0, f"cannot read it: {exc.strerror}")
+            error = Finding(part.name, 0, f"cannot read it: {exc.strerror}")
         if error is not None:
             break
     unsealed: list[Finding] = []
     if error is None:
-        unsealed, error = check.tails()
-    return Report(check.records, check.first, check.last, error, tuple(unsealed), strict)
+        unsealed, error = checker.tails()
+    return Report(checker.records, checker.first, checker.last, error, tuple(unsealed), strict)

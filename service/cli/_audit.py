@@ -1,5 +1,6 @@
-"""``sealflow audit verify FILE...`` and ``sealflow audit hmac VALUE``: the audit files checked,
-and a value's HMAC to search them for (docs/AUDIT.md).
+"""``sealflow audit verify FILE...`` (or ``--postgres``: the keystore's audit table) and
+``sealflow audit hmac VALUE``: the audit trail checked, and a value's HMAC to search it for
+(docs/AUDIT.md).
 
 Both need the audit key, so both open the master key as ``sealflow keys`` does (the same
 flags and variables), and open the keystore with it: a wrong master key is refused there,
@@ -15,9 +16,16 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-from sealflow.service.audit import audit_key, hmac_field, verify
+from sealflow.service.audit import audit_key, hmac_field, verify, verify_rows
 from sealflow.service.config import Settings
-from sealflow.service.keystore import KeyStoreUnavailable, keystore_url, master_key, open_store
+from sealflow.service.keystore import (
+    AUDIT_TABLE,
+    KeyStoreUnavailable,
+    audit_rows,
+    keystore_url,
+    master_key,
+    open_store,
+)
 
 
 def _audit_key(args: argparse.Namespace) -> bytes:
@@ -32,7 +40,22 @@ def _audit_key(args: argparse.Namespace) -> bytes:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    report = verify([Path(p) for p in args.files], _audit_key(args), args.strict)
+    if bool(args.files) == args.postgres:
+        # Not both: a server that writes to a file and the table puts the same records in
+        # each, and one chain read through both would repeat every record.
+        print("sealflow: give the audit files to check, or --postgres, not both", file=sys.stderr)
+        return 2  # a usage error, as argparse's
+    url = keystore_url(Settings(**args.settings)) if args.postgres else None
+    if args.postgres and url is None:
+        raise KeyStoreUnavailable(
+            "--postgres checks the audit table of a PostgreSQL keystore, and this keystore is"
+            " SQLite (no SEALFLOW_KEYSTORE_URL)"
+        )
+    key = _audit_key(args)
+    if url is not None:
+        report = verify_rows(AUDIT_TABLE, audit_rows(url), key, args.strict)
+    else:
+        report = verify([Path(p) for p in args.files], key, args.strict)
     for tail in report.unsealed:
         print(f"{'error' if args.strict else 'warning'}: {tail}", file=sys.stderr)
     if report.error is not None:
@@ -60,13 +83,20 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     check = audit.add_parser(
         "verify",
         parents=[common],
-        help="check the hash chains and checkpoints of audit files (give the rotated ones too)",
+        help="check the hash chains and checkpoints of audit files (give the rotated ones too),"
+        " or of the audit table",
     )
     check.add_argument(
         "files",
-        nargs="+",
+        nargs="*",
         metavar="FILE",
         help="an audit file and its rotated files, in any order (they are read oldest first)",
+    )
+    check.add_argument(
+        "--postgres",
+        action="store_true",
+        help="check the audit table of the PostgreSQL keystore instead (every replica's"
+        " records; the keystore URL as for the keys command)",
     )
     check.add_argument(
         "--strict",

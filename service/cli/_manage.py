@@ -21,12 +21,14 @@ from sealflow.engine import Algorithm
 from sealflow.service.audit import Auditor, open_auditor
 from sealflow.service.config import Settings
 from sealflow.service.keystore import (
+    AUDIT_TABLE,
     ChangeHook,
     KeyInfo,
     KeyStore,
     KeyStoreUnavailable,
     TokenInfo,
     VersionUsage,
+    audit_table,
     export_material,
     load_master_key,
     master_key,
@@ -145,7 +147,13 @@ def migrate(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     settings = Settings(**args.settings)
     store = open_store(settings, watch=False)
-    auditor = open_auditor(settings, master_key(settings))
+    try:
+        # After the store: opening it makes the audit table. A trail that cannot be opened
+        # stops the command before it changes anything.
+        auditor = open_auditor(settings, master_key(settings), audit_table(settings))
+    except BaseException:
+        store.close()
+        raise
     if auditor is not None:
         store.on_change = _recording(auditor)
     try:
@@ -157,11 +165,19 @@ def run(args: argparse.Namespace) -> int:
         # The change is made (it committed first); its record is not, and that must show.
         print(
             "sealflow: the change was made, but its audit record could not be written to"
-            f" the audit trail ({settings.audit_file or 'stdout'})",
+            f" the audit trail ({_sinks(settings)})",
             file=sys.stderr,
         )
         return 1
     return 0
+
+
+def _sinks(settings: Settings) -> str:
+    """Where the audit trail goes, for a message."""
+    named = [str(settings.audit_file)] if settings.audit_file is not None else []
+    named += ["stdout"] if settings.audit_stdout else []
+    named += [f"table {AUDIT_TABLE}"] if settings.audit_postgres else []
+    return ", ".join(named)
 
 
 def _recording(auditor: Auditor) -> ChangeHook:

@@ -10,7 +10,7 @@ import os
 import shutil
 
 from sealflow.service.config import Settings
-from sealflow.service.keystore import prepare
+from sealflow.service.keystore import audit_table, prepare
 
 from ._flags import add_settings
 
@@ -29,6 +29,11 @@ def _serve(args: argparse.Namespace) -> int:
     token = prepare(settings)
     if token is not None:
         print(f"Root token: {token}", flush=True)
+    # The audit table is checked here, before uvicorn: an SQLite keystore, or a role that may
+    # not insert into it, is then a one-line error rather than a failed start of each worker.
+    table = audit_table(settings)
+    if table is not None:
+        table.close()
     # The app factory reads its settings from the environment, in this
     # process and in every worker process.
     for name, value in args.settings.items():

@@ -21,8 +21,10 @@ from ._base import (
 from ._masterkey import KeyWrapper, create_master_key_file, load_master_key, read_secret
 from ._migrate import Migrated
 from ._migrate import migrate as migrate_keystore
+from ._pg_audit import TABLE as AUDIT_TABLE
+from ._pg_audit import PostgresSink, audit_rows
 from ._postgres import PostgresKeyStore, redact
-from ._provision import describe, keystore_url, master_key, open_store, prepare
+from ._provision import audit_table, describe, keystore_url, master_key, open_store, prepare
 from ._root_scopes import ROOT_SCOPES
 from ._sqlite import SQLiteKeyStore
 from ._usage import SCARCE, Lease, UsageMeter, next_rotation
@@ -42,6 +44,7 @@ from .errors import (
 )
 
 __all__ = [
+    "AUDIT_TABLE",
     "ROOT_SCOPES",
     "SCARCE",
     "ChangeHook",
@@ -61,6 +64,7 @@ __all__ = [
     "Migrated",
     "NotExportable",
     "PostgresKeyStore",
+    "PostgresSink",
     "SQLiteKeyStore",
     "Slot",
     "TokenInfo",
@@ -70,6 +74,8 @@ __all__ = [
     "VersionUsage",
     "VersionUsedUp",
     "WouldWait",
+    "audit_rows",
+    "audit_table",
     "create_master_key_file",
     "describe",
     "export_material",

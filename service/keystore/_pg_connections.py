@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -56,8 +56,10 @@ class Connections:
         application_name: str = "sealflow-keystore",
         max_idle: int = 4,
         retry_after: float = 0.5,
+        params: Mapping[str, Any] | None = None,
     ) -> None:
         self._url = url
+        self._params = dict(params or {})  # more of psycopg.connect's (autocommit, options)
         self._errors = errors
         self._name = application_name
         self._max_idle = max_idle
@@ -90,6 +92,7 @@ class Connections:
                         connect_timeout=CONNECT_TIMEOUT,
                         application_name=self._name,
                         **KEEPALIVE,
+                        **self._params,
                     )
             except KeyStoreUnavailable:
                 self._failed()

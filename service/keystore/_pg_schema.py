@@ -82,6 +82,19 @@ MIGRATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "ALTER TABLE sealflow_key_policy ADD COLUMN made_exportable integer NOT NULL DEFAULT 0",
         ),
     ),
+    (
+        "the audit table: every replica's audit records (SEALFLOW_AUDIT_POSTGRES)",
+        (
+            # _pg_audit writes it. id: the order of arrival; line: the record exactly as
+            # chained (json keeps its input text byte for byte, so the chain's hashes verify
+            # over what is stored); writer and seq repeat the line's, for the unique key that
+            # makes a batch written again (its commit's answer lost) land once. Never updated
+            # or deleted: docs/AUDIT.md has the GRANTs that leave the service INSERT only.
+            "CREATE TABLE sealflow_audit (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,"
+            " writer text NOT NULL, seq bigint NOT NULL, line json NOT NULL,"
+            " UNIQUE (writer, seq))",
+        ),
+    ),
 )
 
 

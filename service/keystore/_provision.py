@@ -1,5 +1,5 @@
-"""Opening the keystore the settings name, and its first start: data dir, master key, key
-``default``, root token."""
+"""Opening the keystore the settings name (and its audit table), and its first start: data dir,
+master key, key ``default``, root token."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from sealflow.service.config import Settings
 
 from ._base import KeyStore
 from ._masterkey import create_master_key_file, load_master_key, read_secret
+from ._pg_audit import PostgresSink
 from ._postgres import PostgresKeyStore, redact
 from ._root_scopes import ROOT_SCOPES
 from ._sqlite import SQLiteKeyStore
@@ -54,6 +55,22 @@ def keystore_url(settings: Settings) -> str | None:
             "SEALFLOW_KEYSTORE_URL must be a postgresql:// URL (unset: SQLite in the data dir)"
         )
     return url
+
+
+def audit_table(settings: Settings) -> PostgresSink | None:
+    """The audit table's sink when ``SEALFLOW_AUDIT_POSTGRES`` is set, else None; open the
+    keystore first (its schema makes the table). KeyStoreUnavailable, saying why, for an
+    SQLite keystore or a role that may not insert into the table."""
+    if not settings.audit_postgres:
+        return None
+    url = keystore_url(settings)
+    if url is None:
+        raise KeyStoreUnavailable(
+            "SEALFLOW_AUDIT_POSTGRES=1 writes the audit trail to a table of the PostgreSQL"
+            " keystore's database, and this keystore is SQLite (no SEALFLOW_KEYSTORE_URL):"
+            " set the keystore URL, or use SEALFLOW_AUDIT_FILE"
+        )
+    return PostgresSink(url)
 
 
 def describe(settings: Settings) -> str:

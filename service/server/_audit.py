@@ -37,7 +37,7 @@ from collections.abc import Mapping
 
 from sealflow.service.audit import Auditor, open_auditor
 from sealflow.service.config import Settings
-from sealflow.service.keystore import TokenInfo
+from sealflow.service.keystore import TokenInfo, audit_table
 
 from . import _metrics
 
@@ -53,9 +53,11 @@ _LOG_EVERY = 1.0  # seconds between two log lines about lost records (best_effor
 
 
 def open_trail(settings: Settings, master_key: bytes) -> Trail | None:
-    """The trail the settings ask for, or None when no sink is set."""
+    """The trail the settings ask for, or None when no sink is set. Open the keystore first:
+    its schema makes the audit table."""
     replica = f"{socket.gethostname()}:{os.getpid()}"
-    auditor = open_auditor(settings, master_key, {"replica": replica, "origin": "http"})
+    constant = {"replica": replica, "origin": "http"}
+    auditor = open_auditor(settings, master_key, audit_table(settings), constant)
     if auditor is None:
         return None
     log.info(

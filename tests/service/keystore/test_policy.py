@@ -204,10 +204,11 @@ def test_a_postgresql_keystore_of_the_previous_schema_is_migrated(
         three_versions(old)
         material = old.key_material("orders", 3)
     # The database as the previous release left it: its migrations only (the table came with
-    # migration 3, its made_exportable column with 4), none of this table.
+    # migration 3, its made_exportable column with 4, the audit table with 5), none of this table.
     previous = 2
     with psycopg.connect(pg_url) as conn:
         conn.execute("DROP TABLE sealflow_key_policy")
+        conn.execute("DROP TABLE sealflow_audit")
         conn.execute("DELETE FROM sealflow_migrations WHERE version > %s", (previous,))
     with closing(PostgresKeyStore(pg_url, master_key, watch=False)) as store:
         key = store.get_key("orders")
