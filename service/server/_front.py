@@ -332,6 +332,8 @@ class Front:
                     log.status = status
                     if log.bytes_out is None:
                         log.bytes_out = length
+                    if log.bytes_in is None:  # counted as it ends; a success read it all
+                        log.bytes_in = plan.head.length
                     self._audit(plan, scope.get("route"), log.fields(), None)
                     if not trail.recorded(plan.ticket):
                         replaced = True

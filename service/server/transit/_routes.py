@@ -156,6 +156,7 @@ class Transit:
         log.key = name
         try:
             _allow("encrypt", token, name)
+            log.bytes_in = len(body)  # as the ASGI path reads it: once allowed
             status, answer = _encrypt.encrypt_now(svc, name, body, log)
         except WouldWait:
             return None  # its lease needs the keystore: ``serve`` asks off the event loop
@@ -163,9 +164,9 @@ class Transit:
             error = errors.api_error(exc)
             log.status, log.error = error.status, error.code
             return error.whole(close=head.has_body, vault=True)  # as ``_wire.refuse`` does
-        log.status = status
         pieces = (answer,) if isinstance(answer, bytes) else answer
-        return errors.Whole(status, _wire.HEADER_LINES % sum(map(len, pieces)), pieces)
+        log.status, log.bytes_out = status, sum(map(len, pieces))
+        return errors.Whole(status, _wire.HEADER_LINES % log.bytes_out, pieces)
 
     async def _answer(
         self,
@@ -185,7 +186,7 @@ class Transit:
             if not _auth.is_admin(token):  # before the body is read
                 _metrics.AUTH_FAILURES.labels("forbidden").inc()
                 raise _wire.policy_denied()
-            accessor = _tokens.accessor(_wire.parse(await _read(receive, limit, hold), hold))
+            accessor = _tokens.accessor(_wire.parse(await _read(receive, limit, hold, log), hold))
             if valid_accessor(accessor):  # never what a caller made up, of any length
                 log.target_accessor = accessor
             if kind == "lookup-accessor":
@@ -203,12 +204,12 @@ class Transit:
         if kind == "datakey":
             if not _auth.allows(token, "encrypt", name):
                 raise _denied()
-            body = await _read(receive, limit, hold)
+            body = await _read(receive, limit, hold, log)
             return await _data.datakey(svc, parts[1], name, _wire.parse(body, hold), log)
         operation = _DATA.get(kind)
         if operation is not None:
             _allow(kind, token, name)
-            return await operation(svc, name, await _read(receive, limit, hold), hold, log)
+            return await operation(svc, name, await _read(receive, limit, hold, log), hold, log)
         if kind == "key" and method == "GET":
             if not _auth.is_admin(token) and not (
                 _auth.allows(token, "encrypt", name) or _auth.allows(token, "decrypt", name)
@@ -219,7 +220,7 @@ class Transit:
         if kind == "export":
             _allow("export", token, name)
             return 200, _keys.export(store, parts[1], name, parts[3] if len(parts) == 4 else None)
-        body = await _read(receive, limit, hold) if method in _WRITE else b""
+        body = await _read(receive, limit, hold, log) if method in _WRITE else b""
         if kind == "rotate":
             return 200, await _keys.rotate(store, name)
         if method == "DELETE":
@@ -310,10 +311,10 @@ def _secret(scope: Scope) -> str | None:
     return None
 
 
-async def _read(receive: Receive, limit: int, hold: Hold) -> bytes:
+async def _read(receive: Receive, limit: int, hold: Hold, log: AccessRecord) -> bytes:
     """The whole body, refused with 413 as soon as it exceeds ``limit``, and with 503 as soon as
     the memory budget cannot hold it (paid as it arrives, as the data routes pay: a declared
-    length buys nothing before its bytes come)."""
+    length buys nothing before its bytes come); its size in ``log.bytes_in``."""
     pieces: list[bytes] = []
     size = 0
     while True:
@@ -327,6 +328,7 @@ async def _read(receive: Receive, limit: int, hold: Hold) -> bytes:
         hold.take(len(piece))
         pieces.append(piece)
         if not message.get("more_body", False):
+            log.bytes_in = size
             if len(pieces) == 1:
                 return pieces[0]
             hold.take(size)  # the joined copy, while the pieces still exist

@@ -206,7 +206,7 @@ async def respond(send: Send, status: int, body: Reply, log: AccessRecord, head:
     """The answer; a batch's in its pieces, one message each (never joined into a copy)."""
     log.status = status
     pieces = [body] if isinstance(body, bytes) else body
-    length = sum(map(len, pieces))
+    length = log.bytes_out = sum(map(len, pieces))
     headers = [_JSON, _NO_STORE, (b"content-length", b"%d" % length)]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     if head:

@@ -191,6 +191,17 @@ def test_every_record_validates_and_the_chain_verifies(run: Run) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+def test_every_successful_request_with_a_body_names_its_bytes(run: Run) -> None:
+    """A response of a declared length is put on record as it starts (before the request's
+    counts are filled in at its end): its record still names the bytes it read, as the access
+    log's line does."""
+    posts = [r for r in run.by_id.values() if r["method"] == "POST" and r["status"] == 200]
+    assert len(posts) >= 10
+    for r in posts:
+        assert "bytes_in" in r, r
+        assert r["bytes_in"] == run.access[r["request_id"]]["bytes_in"], r
+
+
 def test_transit_names_the_version_or_the_versions_it_used(run: Run) -> None:
     assert run.on_record("t-enc-v1") == {"key": "t", "version": 1}
     assert run.on_record("t-enc-ctx") == {"key": "t", "version": 1}
