@@ -85,6 +85,8 @@ class PostgresSink:
     insert into it (KeyStoreUnavailable if not): a start that could never write its trail
     fails there, with the GRANT to run, instead of refusing every request later."""
 
+    remote = True  # a round trip per batch: the server writes it off the event loop
+
     def __init__(self, url: str) -> None:
         self._errors = _errors(url)
         given = conninfo_to_dict(url).get("options") or ""  # the URL's own, kept
