@@ -296,7 +296,8 @@ def test_a_remote_sink_is_written_by_the_writer_thread_in_grouped_batches(tmp_pa
     first = a.record(change(1))
     assert a.flush()  # returns with the write in flight: the recording thread never waits
     assert sink.entered.acquire(timeout=60)
-    assert a.cut == first and a.written == 0  # chained and handed over, not written yet
+    assert a.cut == first  # chained and handed over,
+    assert a.written == 0  # not written yet
     tickets = []
     for i in range(2, 5):  # three more turns' batches while the first is written
         tickets.append(a.record(change(i)))
