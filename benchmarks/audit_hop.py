@@ -55,7 +55,10 @@ async def _hop(write: Callable[[list[bytes], int], bool]) -> tuple[list[float], 
     def settle(upto: int, wrote: bool) -> None:
         waiting.pop(upto).set_result(wrote)
 
-    writer = BatchWriter(write, lambda upto, wrote: loop.call_soon_threadsafe(settle, upto, wrote))
+    def done(upto: int, wrote: bool) -> None:  # on the writer thread
+        loop.call_soon_threadsafe(settle, upto, wrote)
+
+    writer = BatchWriter(write, done)
     walls = []
     cpu = time.process_time()
     for n in range(1, ROUNDS + 1):
