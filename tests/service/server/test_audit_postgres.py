@@ -29,7 +29,7 @@ import pytest
 from sealflow.service.audit import SCHEMA
 from tests.postgres import Cluster
 from tests.service.conftest import SEALFLOW, Server, start_server
-from tests.service.server.test_audit_trail import status_of
+from tests.service.server.test_audit_trail import status_of, verify
 
 MASTER = base64.b64encode(os.urandom(32)).decode()
 ROOT = base64.urlsafe_b64encode(os.urandom(32)).decode().rstrip("=")
@@ -346,9 +346,11 @@ def test_pipelined_answers_keep_their_order_while_records_are_written(
 ) -> None:
     """On one connection, answers that wait for their record (a seal) and answers that need
     none (a probe) leave in the order asked: a probe's answer waits behind a seal's whose
-    batch is still on its way to the table."""
+    batch is still on its way to the table. A file beside the table gets the same lines (the
+    writer thread writes both), the final checkpoint included."""
     url = postgres.new_database()
-    srv = replica(tmp_path / "srv", url)
+    audit = tmp_path / "audit.log"
+    srv = replica(tmp_path / "srv", url, audit_file=audit)
     try:
         seal = (
             f"POST {SEAL} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {ROOT}\r\n"
@@ -366,6 +368,11 @@ def test_pipelined_answers_keep_their_order_while_records_are_written(
         assert len(stored) == 10
     finally:
         srv.stop()
+    assert [line for _, _, line in table(url)] == audit.read_text().splitlines()
+    checked = verify(audit, srv, "--strict")
+    assert checked.returncode == 0, checked.stderr
+    done = sealflow(url, tmp_path, "audit", "verify", "--postgres", "--strict")
+    assert done.returncode == 0, done.stderr
 
 
 def test_the_table_with_an_sqlite_keystore_is_a_clear_error(tmp_path: Path) -> None:
