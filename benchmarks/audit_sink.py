@@ -7,8 +7,9 @@ The sink alone, no server: batches of 1, 2, 10 and 100 request records (the size
 one, chained as the ``Auditor`` chains them) written by ``PostgresSink`` to a throwaway cluster
 (tests/postgres.py: loopback TCP, fsync off, so the round trip and the server's work, not the
 disk) and by ``FileSink`` to a file in a temporary folder; and PostgreSQL's floor, a
-``SELECT 1`` on a connection already open. In the server this is the time the event loop waits
-per turn with records (mode required and best_effort alike: the flush is on the loop).
+``SELECT 1`` on a connection already open. In the server the table's batch is the writer
+thread's (an answer in mode required waits for it, the event loop does not); a file's alone
+is written on the loop (``benchmarks.audit_hop`` has why).
 """
 
 from __future__ import annotations

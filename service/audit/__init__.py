@@ -21,7 +21,9 @@ The API (all of it thread-safe except ``Chain``, which the ``Auditor`` locks):
   chained the same way, whose hmac (HMAC-SHA-256 under a key HKDF-derived from the audit key,
   never the key of ``hmac_field``) covers the writer, its seq, prev and time.
 - ``Sink`` (Protocol: ``write(lines: list[bytes]) -> None``, all lines or OSError;
-  ``close() -> None``), ``FileSink(path: Path, rotate_bytes: int)`` (0600, O_APPEND, rotated
+  ``close() -> None``; ``remote: bool``, a batch is a round trip to another process, written
+  on the auditor's writer thread once it is started),
+  ``FileSink(path: Path, rotate_bytes: int)`` (0600, O_APPEND, rotated
   to ``<path>.<UTC time>`` past ``rotate_bytes``, 0 never; shared by processes) and
   ``StdoutSink()``. ``FileSink.CHECK_SECONDS`` (0.1): how often the path itself is checked.
   The third sink, a PostgreSQL keystore's audit table, is the keystore's
@@ -37,6 +39,12 @@ The API (all of it thread-safe except ``Chain``, which the ``Auditor`` locks):
   True if every sink took it; ``failing`` (required: the last flush left lines unwritten;
   they stay queued for the next one), ``dropped`` (best_effort: lines lost), ``close() ->
   bool`` (a final checkpoint if a record is unsealed, flush, sinks closed); ``writer``.
+  ``start_writer(done: Callable[[int, bool], None]) -> bool``: if a sink is remote, batches
+  are written from then on by one thread of the auditor's (``flush`` chains and hands over,
+  several batches queued meanwhile go as one write), and ``done(upto, wrote)`` is called on
+  that thread after each write; False (nothing changes) if every sink is local. ``cut`` (the
+  last ticket chained into a batch), ``failed`` (the last ticket of the last failed write),
+  ``threaded``; ``close`` waits for the thread's last write at most ``CLOSE_SECONDS``.
 - ``verify(paths: Iterable[Path], key: bytes, strict: bool) -> Report``: every writer's chain
   and checkpoints through the files (rotated files first, by time, the live file last);
   ``Report.ok``, ``records``, ``first`` and ``last`` (record times), ``error`` (the first bad
@@ -58,8 +66,8 @@ For whoever calls it: ``record`` costs one ``orjson.dumps`` and a lock and retur
 (TypeError), a field the auditor sets (ValueError: ``time`` is the ``when`` argument) or after
 ``close`` (RuntimeError); ``hmac(value)`` is ``hmac_field`` under the auditor's key.
 ``flush`` does the I/O (for a file an flock, an fstat and a write per batch; for the
-keystore's audit table a round trip to the database, docs/AUDIT.md "PostgreSQL sink"): call
-it once per event-loop turn, from a thread if the loop must not wait, and at
+keystore's audit table a round trip to the database, docs/AUDIT.md "PostgreSQL sink"), or
+with ``start_writer`` hands it to the writer thread: call it once per event-loop turn, and at
 least every ``checkpoint_seconds`` so that an idle writer's records get sealed; ``close`` at
 shutdown. In mode required a sink that keeps failing holds at most ``MAX_PENDING`` lines (the
 rest are counted in ``dropped``).

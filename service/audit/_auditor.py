@@ -12,6 +12,14 @@ one call. The failure policy is the caller's choice (``mode``):
 
 Each sink keeps its own pending lines, so a sink that failed never makes another sink write
 a line twice.
+
+Where the writes happen: by default in ``flush``, on the caller's thread. Once
+``start_writer`` is called (the server does; the CLI does not) and a sink is remote
+(``Sink.remote``: the PostgreSQL table, whose batch is a round trip), ``flush`` only chains
+what is queued and hands the batch to one writer thread (``_writer.BatchWriter``), which
+writes it to every sink and reports each batch's outcome to the callback: the caller's thread
+(the event loop) never waits for the database. Files and standard output alone are written
+inline still: their write costs less than handing it to a thread.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ import orjson
 from ._chain import CHAIN_FIELDS, Chain, stamped
 from ._keys import hmac_field
 from ._sinks import Sink
+from ._writer import BatchWriter, Done
 
 Mode = Literal["required", "best_effort"]
 MODES: tuple[Mode, ...] = ("required", "best_effort")
@@ -33,6 +42,9 @@ MODES: tuple[Mode, ...] = ("required", "best_effort")
 # Lines one sink may hold while it fails in mode required (about 30 MB of records): past it
 # they are dropped and counted, so a long outage cannot take the process's memory with it.
 MAX_PENDING = 100_000
+# Seconds ``close`` waits for the writer thread's last batches: several times the longest a
+# remote sink's write may take (the table's statement timeout, a connect's timeout).
+CLOSE_SECONDS = 10.0
 
 
 class Auditor:
@@ -72,9 +84,13 @@ class Auditor:
         self._seconds = checkpoint_seconds
         self._queue: list[bytes] = []
         self._queued = 0  # records queued (the last ticket handed out)
+        self._cut = 0  # records chained into a batch (written inline, or handed to the writer)
         self._written = 0  # every record up to this ticket is written
+        self._failed = 0  # the last ticket of the last batch that failed (written may pass it)
         self._queue_lock = threading.Lock()  # record() takes only this one: never held on I/O
-        self._lock = threading.Lock()  # one flush at a time: the chain, pending lines, sinks
+        # One flush at a time: the chain, and (no writer thread) the pending lines and sinks.
+        self._lock = threading.Lock()
+        self._writer: BatchWriter | None = None  # the writer thread, once started
         self._pending: list[list[bytes]] = [[] for _ in self._sinks]
         self._unsealed = 0  # records chained since the last checkpoint
         self._sealed_at = time.monotonic()
@@ -124,9 +140,39 @@ class Auditor:
         """Every record up to this ticket is written to every sink."""
         return self._written
 
+    @property
+    def cut(self) -> int:
+        """Every record up to this ticket is chained into a batch: written, or on its way."""
+        return self._cut
+
+    @property
+    def failed(self) -> int:
+        """The last ticket of the last batch a sink did not take: a ticket above ``written``
+        and at most this one was in a failed write (it may be written by a later one)."""
+        return self._failed
+
+    @property
+    def threaded(self) -> bool:
+        """Batches are written by the writer thread (``start_writer``)."""
+        return self._writer is not None
+
+    def start_writer(self, done: Done) -> bool:
+        """If a sink is remote, write from now on on a thread of its own: ``flush`` hands the
+        batch over and returns, and ``done(upto, wrote)`` is called on that thread after each
+        write (``upto``: the last ticket it carried; ``wrote``: every sink took it). False
+        (and nothing changes) if every sink is local."""
+        if not any(sink.remote for sink in self._sinks):
+            return False
+        with self._lock:
+            if self._closed or self._writer is not None:
+                return self._writer is not None
+            self._writer = BatchWriter(self._write_off_loop, done)
+        return True
+
     def flush(self) -> bool:
-        """Chain and write everything queued (and every sink's pending lines): True if every
-        sink took every line."""
+        """Chain everything queued and write it (and every sink's pending lines): True if every
+        sink took every line. With the writer thread, the batch is handed to it and this says
+        only whether the last write succeeded (``failing``)."""
         with self._lock:
             if self._closed:
                 return not self.failing
@@ -134,23 +180,47 @@ class Auditor:
 
     def close(self) -> bool:
         """A final checkpoint (if a record is unsealed), a last flush, the sinks closed: True if
-        the last flush wrote everything."""
+        the last flush wrote everything. The writer thread, if any, writes what it was handed
+        and this batch, for at most ``CLOSE_SECONDS``."""
         with self._lock:
             if self._closed:
                 return not self.failing
             with self._queue_lock:
                 self._closed = True
-            try:
-                return self._flush(final=True)
-            finally:
-                for sink in self._sinks:
-                    sink.close()
+            wrote = self._flush(final=True)
+            writer, self._writer = self._writer, None
+            if writer is not None:
+                if not writer.close(CLOSE_SECONDS):
+                    # Still writing (the sinks are its): the process ends without it.
+                    return False
+                wrote = not self.failing and self._written == self._cut
+            for sink in self._sinks:
+                sink.close()
+            return wrote
 
     def _flush(self, final: bool) -> bool:
         with self._queue_lock:
             queued, self._queue = self._queue, []
             upto = self._queued
         lines = self._link(queued, final)
+        self._cut = upto
+        if self._writer is not None:
+            if lines or self.failing:  # else nothing to write, nothing pending
+                self._writer.hand(lines, upto)
+            return not self.failing
+        return self._write(lines, upto)
+
+    def _write_off_loop(self, lines: list[bytes], upto: int) -> bool:
+        try:
+            return self._write(lines, upto)
+        except Exception:
+            # Not a sink's OSError (a bug): the lines stay pending, and count as not written.
+            self.failing = self._mode == "required"
+            self._failed = upto
+            raise
+
+    def _write(self, lines: list[bytes], upto: int) -> bool:
+        """Write ``lines`` after every sink's pending ones (the writer thread's, if it runs)."""
         wrote = True
         for sink, pending in zip(self._sinks, self._pending, strict=True):
             pending += lines
@@ -165,9 +235,11 @@ class Auditor:
                     pending.clear()
                 continue
             pending.clear()
-        self.failing = self._mode == "required" and not wrote
         if wrote:
             self._written = upto
+        else:
+            self._failed = upto
+        self.failing = self._mode == "required" and not wrote
         return wrote
 
     def _link(self, queued: list[bytes], final: bool) -> list[bytes]:

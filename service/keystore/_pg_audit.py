@@ -11,14 +11,15 @@ too: the unique (writer, seq) and ON CONFLICT DO NOTHING keep one copy of each l
 this writer that was there already though never sent before can only have been put there by
 someone else: that is logged, and ``sealflow audit verify --postgres`` names the row.
 
-The sink writes where the ``Auditor`` flushes: in the server, on the event loop, once per
-turn with records (docs/AUDIT.md, "PostgreSQL sink", has what that costs). Every statement is
-bounded by ``STATEMENT_TIMEOUT_MS``, so a lock held on the table or a database too slow to
-answer fails the batch (the server then refuses requests until a write succeeds) rather than
-stall the loop for as long as it lasts; and a commit does not wait for a synchronous standby
-(``_SESSION``), which no timeout bounds. The sink's connections are ``_pg_connections``'s: after
-a failure to reach the database, batches fail at once for half a second instead of each
-waiting for a connect of its own.
+The sink is ``remote``: in the server, the ``Auditor``'s writer thread writes it (one per
+process, ``start_writer``), never the event loop; the CLI writes it inline (docs/AUDIT.md,
+"PostgreSQL sink", has what that costs). Every statement is bounded by
+``STATEMENT_TIMEOUT_MS``, so a lock held on the table or a database too slow to answer fails
+the batch (the server then refuses requests until a write succeeds) rather than hold the
+answers waiting for it for as long as it lasts; and a commit does not wait for a synchronous
+standby (``_SESSION``), which no timeout bounds. The sink's connections are
+``_pg_connections``'s: after a failure to reach the database, batches fail at once for half a
+second instead of each waiting for a connect of its own.
 
 ``audit_rows`` reads the table back for ``verify``: every row in order of arrival, from one
 snapshot.
@@ -44,14 +45,14 @@ log = logging.getLogger("sealflow.audit")
 TABLE = "sealflow_audit"
 # About a thousand times what a turn's batch takes (docs/AUDIT.md, PostgreSQL sink), and
 # several times a full INSERT of CHUNK lines: reached by a table locked or a database stalled,
-# and then the loop waits this long per statement at most.
+# and then the answers waiting for the batch (and the CLI) wait this long per statement at most.
 STATEMENT_TIMEOUT_MS = 250
 
 # The sink's sessions. A commit waits for no synchronous standby (``local``): that wait is
-# not bounded by the statement timeout, and a standby that is away would stop the event loop
-# for as long as it is away. A record is then on the primary's disk when its answer leaves
-# (a file sink's is in the page cache); a failover can lose the last ones not yet replicated,
-# which ``verify`` shows as missing records or an unsealed tail.
+# not bounded by the statement timeout, and a standby that is away would hold every answer
+# (and the writer thread) for as long as it is away. A record is then on the primary's disk
+# when its answer leaves (a file sink's is in the page cache); a failover can lose the last
+# ones not yet replicated, which ``verify`` shows as missing records or an unsealed tail.
 _SESSION = f"-c statement_timeout={STATEMENT_TIMEOUT_MS} -c synchronous_commit=local"
 
 # Lines per INSERT: 3 parameters each, and PostgreSQL takes at most 65,535 in a statement.
@@ -84,6 +85,8 @@ class PostgresSink:
     """Audit lines into the table of the keystore at ``url``. Opening checks that the role may
     insert into it (KeyStoreUnavailable if not): a start that could never write its trail
     fails there, with the GRANT to run, instead of refusing every request later."""
+
+    remote = True  # a round trip per batch: the server writes it off the event loop
 
     def __init__(self, url: str) -> None:
         self._errors = _errors(url)

@@ -9,11 +9,15 @@ and every second (an idle flush seals the chain with a checkpoint when one is du
 
 Mode ``required`` (the default once a sink is set): no success leaves before its own record is
 written. ``record`` hands back a ticket; ``recorded(ticket)`` writes what is queued if that
-record is not written yet and says whether it is. A fast answer is checked before the
-protocol gets it (replaced by 503 ``audit_unavailable`` if its record could not be written),
-an ASGI response before its last piece is sent (the connection is dropped instead, so the
-client never sees it end). Once a write has failed, ``failing`` holds until a write succeeds:
-the front door then refuses every request that presents a token with 503
+record is not written yet and says whether it is, or (a remote sink, written by the
+auditor's writer thread once ``run`` has started it) that it is not known yet: ``wait``
+then calls back on the event loop when the writer thread reports the batch, and
+``confirmed`` is the same as an awaitable. The protocol holds a connection's answers until
+then and drops the connection if the write failed; the ASGI path checks a response of a
+declared length as it starts (replaced by 503 ``audit_unavailable`` if its record could not
+be written), a streamed one before its last piece is sent (the connection is dropped
+instead, so the client never sees it end). Once a write has failed, ``failing`` holds until a
+write succeeds: the front door then refuses every request that presents a token with 503
 ``audit_unavailable`` before any key is used, and ``/readyz`` answers 503. Mode
 ``best_effort``: nothing waits and nothing is refused; lost records are counted
 (``sealflow_audit_dropped_total``) and logged at most once a second.
@@ -28,12 +32,15 @@ recorded without a caller.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
+import heapq
+import itertools
 import logging
 import os
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from sealflow.service.audit import Auditor, open_auditor
 from sealflow.service.config import Settings
@@ -78,6 +85,11 @@ class Trail:
         self._scheduled = False
         self._dropped = 0
         self._logged_at = 0.0
+        # With the writer thread: the event loop (``run``) and who waits for which ticket
+        # (``wait``), in order of ticket.
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._waiters: list[tuple[int, int, Callable[[bool], None]]] = []
+        self._order = itertools.count()
 
     # -- state
 
@@ -104,13 +116,42 @@ class Trail:
             loop.call_soon(self._turn_ended)
         return ticket
 
-    def recorded(self, ticket: int) -> bool:
-        """Whether the record of ``ticket`` is written, writing what is queued if it is not
-        yet. Always True in mode best_effort (nothing waits for the trail)."""
-        if not self.required or self._auditor.written >= ticket:
+    def recorded(self, ticket: int) -> bool | None:
+        """Whether the record of ``ticket`` is written (True) or its write failed (False),
+        writing what is queued if it is not written yet. None: the writer thread has it, and
+        ``wait`` says when it knows. Always True in mode best_effort (nothing waits for the
+        trail)."""
+        auditor = self._auditor
+        if not self.required or auditor.written >= ticket:
             return True
-        self.flush()
-        return self._auditor.written >= ticket
+        if not auditor.threaded:
+            self.flush()
+            return auditor.written >= ticket
+        if auditor.failed >= ticket:
+            return False
+        if auditor.cut < ticket:
+            self.flush()  # the turn's records, now rather than at the end of the turn
+        return None
+
+    def wait(self, ticket: int, then: Callable[[bool], None]) -> None:
+        """Call ``then(written)`` on the event loop once the batch carrying ``ticket`` has been
+        written or has failed. For a ticket ``recorded`` said None of (that call also made
+        sure it is on its way to the writer thread)."""
+        heapq.heappush(self._waiters, (ticket, next(self._order), then))
+
+    async def confirmed(self, ticket: int) -> bool:
+        """``recorded``, waiting for the writer thread if it has the record."""
+        known = self.recorded(ticket)
+        if known is not None:
+            return known
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+
+        def settled(written: bool) -> None:
+            if not future.done():
+                future.set_result(written)
+
+        self.wait(ticket, settled)
+        return await future
 
     def change(self, operation: str, fields: dict[str, object]) -> None:
         """The keystore's ``on_change``: a committed change, with who asked for it."""
@@ -133,15 +174,39 @@ class Trail:
         self.flush()
 
     async def run(self) -> None:
-        """Flush every second (sealing the chain when a checkpoint is due), until cancelled."""
+        """Start the writer thread if a sink is remote, then flush every second (sealing the
+        chain when a checkpoint is due, and trying a failed write again), until cancelled."""
+        self._loop = asyncio.get_running_loop()
+        self._auditor.start_writer(self._reported)
         while True:
             await asyncio.sleep(_FLUSH_EVERY)
             self.flush()
 
+    def _reported(self, upto: int, written: bool) -> None:
+        """The writer thread's word on a batch: handed to the event loop."""
+        loop = self._loop
+        if loop is None:
+            return
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+            loop.call_soon_threadsafe(self._settle, upto, written)
+
+    def _settle(self, upto: int, written: bool) -> None:
+        """On the event loop: the waiters for tickets up to ``upto`` learn the outcome."""
+        self._count_dropped()
+        waiters = self._waiters
+        while waiters and waiters[0][0] <= upto:
+            _, _, then = heapq.heappop(waiters)
+            then(written)
+
     def close(self) -> bool:
-        """At shutdown: the last records and a final checkpoint."""
+        """At shutdown: the last records and a final checkpoint (the writer thread's last
+        batches, for a bounded time)."""
         wrote = self._auditor.close()
         self._count_dropped()
+        waiters, self._waiters = self._waiters, []
+        written = self._auditor.written
+        for ticket, _, then in sorted(waiters):
+            then(ticket <= written)
         return wrote
 
     def _count_dropped(self) -> None:

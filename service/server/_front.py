@@ -335,7 +335,7 @@ class Front:
                     if log.bytes_in is None:  # counted as it ends; a success read it all
                         log.bytes_in = plan.head.length
                     self._audit(plan, scope.get("route"), log.fields(), None)
-                    if not trail.recorded(plan.ticket):
+                    if not await trail.confirmed(plan.ticket):
                         replaced = True
                         error = errors.audit_unavailable()
                         log.status, log.error = error.status, error.code
@@ -348,7 +348,7 @@ class Front:
             elif message["type"] == "http.response.body" and not message.get("more_body"):
                 if not plan.ticket:
                     self._audit(plan, scope.get("route"), log.fields(), None)
-                if plan.ticket and log.status < 400 and not trail.recorded(plan.ticket):
+                if plan.ticket and log.status < 400 and not await trail.confirmed(plan.ticket):
                     log.error = "audit_unavailable"
                     drop_connection(scope)
                     return

@@ -86,6 +86,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             fast=settings.small_lane,
             gate=http.Gate(capacity.connections),
             recorded=None if svc.audit is None else svc.audit.recorded,
+            wait_recorded=None if svc.audit is None else svc.audit.wait,
         )
         # What start-up made lives as long as the process: out of the collector's way, so that a
         # full collection walks only what requests make, not every loaded module's objects too

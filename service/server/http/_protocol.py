@@ -42,6 +42,13 @@ leave together, one write per connection (``hold``): writing each at once wakes 
 answer, which on this machine's virtual CPUs cost about 15 us of the server's time each
 (docs/BENCHMARKS.md). Anything else written to the connection, and its close, sends what it
 holds first.
+
+An answer whose audit record must be written first (``Answer.ticket``, ``Options.recorded``)
+leaves only once it is: if the record's write is under way on the audit's writer thread (a
+remote sink), the connection *parks* its output (``_emit``): that answer and everything
+written after it wait, in order, its close too, until the trail calls back
+(``Options.wait_recorded``); then they go out, or the connection is dropped if the write
+failed. Other connections go on meanwhile.
 """
 
 from __future__ import annotations
@@ -122,9 +129,12 @@ class Options:
     planner: Planner | None = None
     fast: bool = True  # answer whole-body plans here (off: every request through the app)
     gate: Gate | None = None  # the process's open connections, capped (None: not counted)
-    # The audit trail's ``recorded(ticket)``: whether that record is written, writing what is
-    # queued if not (None: no trail). An answer whose record is not written never leaves.
-    recorded: Callable[[int], bool] | None = None
+    # The audit trail's ``recorded(ticket)``: whether that record is written (True), could not
+    # be (False), or is being written (None: ask ``wait_recorded``), writing what is queued if
+    # it is not (no trail: None). An answer whose record is not written never leaves.
+    recorded: Callable[[int], bool | None] | None = None
+    # The trail's ``wait(ticket, then)``: ``then(written)`` on the loop once it is known.
+    wait_recorded: Callable[[int, Callable[[bool], None]], None] | None = None
 
 
 _REFUSALS = {
@@ -221,6 +231,12 @@ class HttpProtocol(asyncio.Protocol):
         self._draining = False  # reading (and dropping) a body whose answer has gone
         self._held: list[bytes] = []
         self._ticket = 0  # the last audit record the held answers need written (``hold``)
+        # Output waiting for an audit record being written (``_emit``), the last ticket it
+        # needs, and what ends the connection once it is out (``_after_out``).
+        self._parked: list[bytes] | None = None
+        self._parked_ticket = 0
+        self._then: Callable[[], None] | None = None
+        self._paused_writing = False  # by the transport (its buffer is full)
         self._refusal: int | None = None  # a refusal waiting for the answers before it
         self._head_timer: asyncio.TimerHandle | None = None
         self._idle_timer: asyncio.TimerHandle | None = None
@@ -255,6 +271,7 @@ class HttpProtocol(asyncio.Protocol):
         self._phase = _CLOSED
         self._cancel_timers()
         self._held = []
+        self._parked = self._then = None
         busy, reader = self._busy, self._reader
         self._busy = self._reader = None
         for request in {id(busy): busy, id(reader): reader}.values():
@@ -269,14 +286,21 @@ class HttpProtocol(asyncio.Protocol):
         self._queue.clear()
         self._writable.set()
 
-    def eof_received(self) -> None:
+    def eof_received(self) -> bool | None:
         self.send_held()  # the transport closes itself after this: what is held goes first
+        if self._parked is not None:  # unless answers wait for their record: closed after
+            self._after_out(self._close_transport)
+            return True
+        return None
 
     def pause_writing(self) -> None:
+        self._paused_writing = True
         self._writable.clear()
 
     def resume_writing(self) -> None:
-        self._writable.set()
+        self._paused_writing = False
+        if self._parked is None:
+            self._writable.set()
 
     def data_received(self, data: bytes) -> None:
         self._idle_since = None
@@ -511,11 +535,8 @@ class HttpProtocol(asyncio.Protocol):
         ticket = answer.ticket
         if close:
             self.send_held()
-            if ticket and not self._recorded(ticket):
-                self._unrecorded()
-                return
-            self.transport.writelines(lines)
-            self._close_after_answer(head)
+            if self._emit(lines, ticket):
+                self._close_after_answer(head)
         else:
             if ticket:
                 self._ticket = ticket
@@ -548,8 +569,12 @@ class HttpProtocol(asyncio.Protocol):
     def _close_after_answer(self, head: Head) -> None:
         """Close after an answer given before the request's body was read (if it had one)."""
         self._phase = _CLOSED
+        linger = head.has_body and self._reader is None
+        self._after_out(lambda: self._end(linger))
+
+    def _end(self, linger: bool) -> None:
         transport = self.transport
-        if head.has_body and self._reader is None and transport.can_write_eof():
+        if linger and transport.can_write_eof():
             # Lingering close: closing with the client's bytes still arriving would reset the
             # connection, and the reset can destroy the answer before the client reads it.
             transport.write_eof()
@@ -594,17 +619,10 @@ class HttpProtocol(asyncio.Protocol):
             return
         _count_refused(self.options, _REFUSALS[status][0].decode())
         self.send_held()
-        transport = self.transport
-        if transport.is_closing():
+        if self.transport.is_closing():
             return
-        transport.write(_refusal(status))
-        if transport.can_write_eof():
-            # Lingering close: closing with the client's bytes still arriving would reset the
-            # connection, and the reset can destroy the answer before the client reads it.
-            transport.write_eof()
-            self.loop.call_later(_LINGER, transport.abort)
-        else:  # TLS has no half-close
-            transport.close()
+        self._emit([_refusal(status)], 0)
+        self._after_out(lambda: self._end(True))  # TLS has no half-close: closed at once
 
     # -- for a cycle --------------------------------------------------------------------------
 
@@ -665,29 +683,82 @@ class HttpProtocol(asyncio.Protocol):
         if pieces:
             self._held = []
             ticket, self._ticket = self._ticket, 0
-            if ticket and not self._recorded(ticket):
-                self._unrecorded()
-                return
-            if not self.transport.is_closing():
-                self.transport.writelines(pieces)
+            self._emit(pieces, ticket)
 
-    def _recorded(self, ticket: int) -> bool:
+    def _emit(self, pieces: list[bytes], ticket: int) -> bool:
+        """Write ``pieces`` after everything written before them, once the audit record of
+        ``ticket`` (0: none) is written: now, or parked until the trail knows. False if the
+        connection was dropped (the record could not be written)."""
+        parked = self._parked
+        if parked is not None:
+            parked.extend(pieces)
+            self._parked_ticket = max(self._parked_ticket, ticket)
+            return True
+        if ticket:
+            known = self._recorded(ticket)
+            if known is None:
+                self._park(pieces, ticket)
+                return True
+            if not known:
+                self._unrecorded()
+                return False
+        if not self.transport.is_closing():
+            self.transport.writelines(pieces)
+        return True
+
+    def _recorded(self, ticket: int) -> bool | None:
         """Whether the audit record of ``ticket`` is written: the first connection to ask in a
-        turn writes the turn's records (one batch), the others find theirs written."""
+        turn writes (or hands to the writer thread) the turn's records, one batch; the others
+        find theirs written, or on their way (None)."""
         recorded = self.options.recorded
-        return recorded is None or recorded(ticket)
+        return True if recorded is None else recorded(ticket)
+
+    def _park(self, pieces: list[bytes], ticket: int) -> None:
+        wait = self.options.wait_recorded
+        assert wait is not None  # a trail that answers None can be waited for
+        self._parked = list(pieces)
+        self._parked_ticket = ticket
+        self._writable.clear()  # a streamed response waits for it too (``drain``)
+        wait(ticket, self._unpark)
+
+    def _unpark(self, written: bool) -> None:
+        """The trail's word on the parked output's record: out it goes (or waits again for a
+        later record parked behind it), or the connection is dropped."""
+        pieces, self._parked = self._parked, None
+        if pieces is None:
+            return  # the connection was lost meanwhile
+        ticket, self._parked_ticket = self._parked_ticket, 0
+        then, self._then = self._then, None
+        if not written:
+            self._unrecorded()
+            return
+        if not self._paused_writing:
+            self._writable.set()
+        if self._emit(pieces, ticket) and then is not None:
+            self._after_out(then)
+
+    def _after_out(self, then: Callable[[], None]) -> None:
+        """``then`` (the connection's end) once the parked output is out: now if none is."""
+        if self._parked is None:
+            then()
+        elif self._then is None:
+            self._then = then
+
+    def _close_transport(self) -> None:
+        if not self.transport.is_closing():
+            self.transport.close()
 
     def _unrecorded(self) -> None:
         """Answers whose audit record could not be written (mode required) never leave: the
         connection is dropped, so the client sees no answer rather than an unrecorded one."""
         self._phase = _CLOSED
+        self._parked = self._then = None
         self._cancel_timers()
         self.transport.abort()
 
     def write_now(self, *pieces: bytes) -> None:
         self.send_held()
-        if not self.transport.is_closing():
-            self.transport.writelines(pieces)
+        self._emit(list(pieces), 0)
 
     async def drain(self) -> None:
         if not self._writable.is_set():
@@ -748,7 +819,13 @@ class HttpProtocol(asyncio.Protocol):
     @property
     def idle(self) -> bool:
         """Nothing being served: no request read (beyond a head), answered, waiting or held."""
-        return self._busy is None and self._reader is None and not self._queue and not self._held
+        return (
+            self._busy is None
+            and self._reader is None
+            and not self._queue
+            and not self._held
+            and self._parked is None
+        )
 
     def shed(self, reason: str) -> None:
         """Closed to make room for another connection (``_gate``): aborted, so that its
@@ -762,8 +839,7 @@ class HttpProtocol(asyncio.Protocol):
         self._phase = _CLOSED
         self._cancel_timers()
         self.send_held()
-        if not self.transport.is_closing():
-            self.transport.close()
+        self._after_out(self._close_transport)
 
     # -- uvicorn's server ---------------------------------------------------------------------
 

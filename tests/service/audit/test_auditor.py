@@ -253,3 +253,80 @@ def test_required_holds_at_most_max_pending_lines_and_counts_the_rest(tmp_path: 
     assert a.flush()
     assert a.close()
     assert versions(path) == [MAX_PENDING + 2]
+
+
+class GatedSink(FileSink):
+    """A file sink that says it is remote (as the PostgreSQL table does) and whose writes wait
+    for the test's go-ahead, so that a write is in flight for as long as the test needs."""
+
+    remote = True
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path, 0)
+        self.go = threading.Event()
+        self.entered = threading.Semaphore(0)
+        self.batches: list[int] = []  # lines per write
+        self.threads: set[str] = set()
+
+    def write(self, lines: list[bytes]) -> None:
+        self.entered.release()
+        assert self.go.wait(60)
+        self.batches.append(len(lines))
+        self.threads.add(threading.current_thread().name)
+        super().write(lines)
+
+
+def test_a_remote_sink_is_written_by_the_writer_thread_in_grouped_batches(tmp_path: Path) -> None:
+    """With ``start_writer``, ``flush`` hands the batch over and returns while the sink's write
+    is still in flight; batches cut meanwhile go in one write after it (a group commit); each
+    write is reported with its last ticket; ``close`` has the thread write the last records and
+    the final checkpoint."""
+    path = tmp_path / "audit.log"
+    sink = GatedSink(path)
+    a = Auditor(KEY, [sink], writer_id(), "required", 1000, 1e9)
+    reports: list[tuple[int, bool]] = []
+    reported = threading.Semaphore(0)
+
+    def done(upto: int, wrote: bool) -> None:
+        reports.append((upto, wrote))
+        reported.release()
+
+    assert a.start_writer(done)
+    assert a.threaded
+    first = a.record(change(1))
+    assert a.flush()  # returns with the write in flight: the recording thread never waits
+    assert sink.entered.acquire(timeout=60)
+    assert a.cut == first  # chained and handed over,
+    assert a.written == 0  # not written yet
+    tickets = []
+    for i in range(2, 5):  # three more turns' batches while the first is written
+        tickets.append(a.record(change(i)))
+        a.flush()
+    sink.go.set()
+    for _ in range(2):
+        assert reported.acquire(timeout=60)
+    assert reports == [(first, True), (tickets[-1], True)]
+    assert sink.batches == [1, 3]
+    assert sink.threads == {"sealflow-audit"}
+    assert a.written == tickets[-1]
+    last = a.record(change(5))
+    assert a.close()
+    assert a.written == last
+    report = verify([path], KEY, strict=True)
+    assert report.ok, report.error
+    assert report.records == 6  # five records and the final checkpoint
+    assert kinds(path) == "rrrrrc"
+
+
+def test_local_sinks_stay_written_inline(tmp_path: Path) -> None:
+    """A file alone: ``start_writer`` starts no thread, and ``flush`` has written the batch when
+    it returns (a thread hop would cost more than the write)."""
+    path = tmp_path / "audit.log"
+    a = auditor(path)
+    assert not a.start_writer(lambda upto, wrote: None)
+    assert not a.threaded
+    ticket = a.record(change(1))
+    assert a.flush()
+    assert a.written == ticket
+    assert kinds(path) == "r"
+    assert a.close()

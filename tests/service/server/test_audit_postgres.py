@@ -11,13 +11,16 @@ import base64
 import hashlib
 import json
 import os
+import socket
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
+import httpx
 import jsonschema_rs
 import orjson
 import psycopg
@@ -26,7 +29,7 @@ import pytest
 from sealflow.service.audit import SCHEMA
 from tests.postgres import Cluster
 from tests.service.conftest import SEALFLOW, Server, start_server
-from tests.service.server.test_audit_trail import status_of
+from tests.service.server.test_audit_trail import status_of, verify
 
 MASTER = base64.b64encode(os.urandom(32)).decode()
 ROOT = base64.urlsafe_b64encode(os.urandom(32)).decode().rstrip("=")
@@ -257,6 +260,119 @@ def test_required_mode_refuses_while_the_table_is_locked_and_recovers(
     done = sealflow(url, tmp_path, "audit", "verify", "--postgres", "--strict")
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(f"ok: {len(table(url))} records")
+
+
+def waiting_insert(watcher: psycopg.Connection[Any]) -> tuple[int, object] | None:
+    """The server's audit INSERT waiting on a lock, if one is (its session and when it
+    began): the same pair before and after an answer means the answer left while it waited."""
+    row = watcher.execute(
+        "SELECT pid, query_start FROM pg_stat_activity WHERE application_name = 'sealflow-audit'"
+        " AND state = 'active' AND wait_event_type = 'Lock' AND query LIKE 'INSERT%'"
+    ).fetchone()
+    return None if row is None else (row[0], row[1])
+
+
+def test_a_locked_table_holds_up_no_probe_and_no_success(postgres: Cluster, tmp_path: Path) -> None:
+    """The table's writes are the writer thread's, not the event loop's: while the server's
+    INSERT waits on a lock another session holds, probes are answered (20 of them, each seen
+    answered while the same INSERT was still waiting; on an event loop that waits for the
+    INSERT none can be), and no data request gets a 200 until the lock goes; then they do."""
+    url = postgres.new_database()
+    srv = replica(tmp_path / "srv", url)
+    try:
+        with (
+            srv.client() as c,
+            httpx.Client(base_url=srv.url, timeout=60) as probe,
+            psycopg.connect(url, autocommit=True) as watcher,
+        ):
+            assert c.post(SEAL, content=b"before").status_code == 200
+            with psycopg.connect(url) as holder:
+                holder.execute("LOCK TABLE sealflow_audit IN EXCLUSIVE MODE")
+                # A request whose record waits on the lock; once its write fails, the server
+                # tries again every second, each INSERT waiting on the lock in turn.
+                first: list[int] = []
+                asking = threading.Thread(target=lambda: first.append(status_of(srv, SEAL)))
+                asking.start()
+                during = looks = 0
+                while during < 20:
+                    looks += 1
+                    assert looks < 5000, f"only {during} probes answered while an INSERT waited"
+                    before = waiting_insert(watcher)
+                    if before is None:
+                        time.sleep(0.01)
+                        continue
+                    assert probe.get("/healthz").status_code == 200
+                    if waiting_insert(watcher) == before:
+                        during += 1
+                asking.join()
+                assert first[0] in (0, 503)  # dropped unanswered: its record was not written
+                for _ in range(3):
+                    assert status_of(srv, SEAL) in (0, 503)
+                assert probe.get("/readyz").status_code == 503
+                stored = [r for _, r, _ in table(url) if r["type"] == "request"]
+                assert [r["status"] for r in stored] == [200]  # nothing else got through
+                holder.rollback()  # the lock goes: the next write succeeds
+            while probe.get("/readyz").status_code != 200:
+                time.sleep(0.05)  # the server tries again every second
+            assert c.post(SEAL, content=b"after").status_code == 200
+    finally:
+        srv.stop()
+    done = sealflow(url, tmp_path, "audit", "verify", "--postgres", "--strict")
+    assert done.returncode == 0, done.stderr
+
+
+def read_answer(stream: BinaryIO) -> tuple[bytes, bytes]:
+    """One HTTP/1.1 answer of a declared length from ``stream``: its head and its body."""
+    head = b""
+    while not head.endswith(b"\r\n\r\n"):
+        byte = stream.read(1)
+        assert byte, "the connection ended inside a head"
+        head += byte
+    length = next(
+        int(line.split(b":", 1)[1])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length:")
+    )
+    body = b""
+    while len(body) < length:
+        more = stream.read(length - len(body))
+        assert more, "the connection ended inside a body"
+        body += more
+    return head, body
+
+
+def test_pipelined_answers_keep_their_order_while_records_are_written(
+    postgres: Cluster, tmp_path: Path
+) -> None:
+    """On one connection, answers that wait for their record (a seal) and answers that need
+    none (a probe) leave in the order asked: a probe's answer waits behind a seal's whose
+    batch is still on its way to the table. A file beside the table gets the same lines (the
+    writer thread writes both), the final checkpoint included."""
+    url = postgres.new_database()
+    audit = tmp_path / "audit.log"
+    srv = replica(tmp_path / "srv", url, audit_file=audit)
+    try:
+        seal = (
+            f"POST {SEAL} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {ROOT}\r\n"
+            "content-length: 5\r\n\r\nhello"
+        ).encode()
+        health = b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n"
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=60) as sock:
+            sock.sendall((seal + health) * 10)
+            stream = sock.makefile("rb")
+            answers = [read_answer(stream) for _ in range(20)]
+        for n, (head, body) in enumerate(answers):
+            assert head.startswith(b"HTTP/1.1 200 "), head
+            assert (b'"status"' in body) == (n % 2 == 1), (n, body[:40])
+        stored = [r for _, r, _ in table(url) if r["type"] == "request"]
+        assert len(stored) == 10
+    finally:
+        srv.stop()
+    assert [line for _, _, line in table(url)] == audit.read_text().splitlines()
+    checked = verify(audit, srv, "--strict")
+    assert checked.returncode == 0, checked.stderr
+    done = sealflow(url, tmp_path, "audit", "verify", "--postgres", "--strict")
+    assert done.returncode == 0, done.stderr
 
 
 def test_the_table_with_an_sqlite_keystore_is_a_clear_error(tmp_path: Path) -> None:
