@@ -23,7 +23,7 @@ from typing import Literal
 
 import orjson
 
-from ._chain import CHAIN_FIELDS, Chain, stamped
+from ._chain import CHAIN_FIELDS, Chain, opening
 from ._keys import hmac_field
 from ._sinks import Sink
 
@@ -72,7 +72,8 @@ class Auditor:
         self._seconds = checkpoint_seconds
         self._queue: list[bytes] = []
         self._queued = 0  # records queued (the last ticket handed out)
-        self._written = 0  # every record up to this ticket is written
+        self._second: tuple[int, bytes] = (-1, b"")  # ``record``'s time of the second
+        self.written = 0  # every record up to this ticket is written to every sink
         self._queue_lock = threading.Lock()  # record() takes only this one: never held on I/O
         self._lock = threading.Lock()  # one flush at a time: the chain, pending lines, sinks
         self._pending: list[list[bytes]] = [[] for _ in self._sinks]
@@ -102,12 +103,18 @@ class Auditor:
         if "time" in fields or "writer" in fields or "seq" in fields or "prev" in fields:
             raise ValueError("time, writer, seq and prev are set by the auditor")
         # '{"time":"...",' then the fields and the constant ones, left open for the chain's
-        # (``Chain.extend``): no dict merged per record.
-        stamp = stamped(time.time() if when is None else when)
+        # (``Chain.extend_all``): one format, no dict merged, per record.
+        t = time.time() if when is None else when
+        whole, micros = divmod(int(t * 1_000_000), 1_000_000)
+        second, text = self._second
+        if whole != second:
+            text = opening(whole)
+            self._second = (whole, text)  # one tuple: another thread sees a matching pair
         if fields:
-            body = b"%b,%b%b" % (stamp, orjson.dumps(fields)[1:-1], self._constant)
+            inner = orjson.dumps(fields)[1:-1]
+            body = b'%b.%06dZ",%b%b' % (text, micros, inner, self._constant)
         else:
-            body = stamp + self._constant
+            body = b'%b.%06dZ"%b' % (text, micros, self._constant)
         with self._queue_lock:
             if self._closed:
                 raise RuntimeError("the auditor is closed")
@@ -118,11 +125,6 @@ class Auditor:
     def hmac(self, value: bytes | str) -> str:
         """``value`` as a record may name it: ``hmac-sha256:<hex>`` under the audit key."""
         return hmac_field(self._key, value)
-
-    @property
-    def written(self) -> int:
-        """Every record up to this ticket is written to every sink."""
-        return self._written
 
     def flush(self) -> bool:
         """Chain and write everything queued (and every sink's pending lines): True if every
@@ -167,15 +169,18 @@ class Auditor:
             pending.clear()
         self.failing = self._mode == "required" and not wrote
         if wrote:
-            self._written = upto
+            self.written = upto
         return wrote
 
     def _link(self, queued: list[bytes], final: bool) -> list[bytes]:
         """The queued records chained, with the checkpoints that are due."""
-        lines = []
-        for body in queued:
-            lines.append(self._chain.extend(body))
-            self._unsealed += 1
+        lines: list[bytes] = []
+        start = 0
+        while start < len(queued):
+            part = queued[start : start + self._every - self._unsealed]
+            lines += self._chain.extend_all(part)
+            start += len(part)
+            self._unsealed += len(part)
             if self._unsealed >= self._every:
                 lines.append(self._seal())
         due = final or time.monotonic() - self._sealed_at >= self._seconds
