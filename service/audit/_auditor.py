@@ -31,7 +31,7 @@ from typing import Literal
 
 import orjson
 
-from ._chain import CHAIN_FIELDS, Chain, stamped
+from ._chain import CHAIN_FIELDS, Chain, opening
 from ._keys import hmac_field
 from ._sinks import Sink
 from ._writer import BatchWriter, Done
@@ -87,6 +87,7 @@ class Auditor:
         self._cut = 0  # records chained into a batch (written inline, or handed to the writer)
         self._written = 0  # every record up to this ticket is written
         self._failed = 0  # the last ticket of the last batch that failed (written may pass it)
+        self._second: tuple[int, bytes] = (-1, b"")  # ``record``'s time of the second
         self._queue_lock = threading.Lock()  # record() takes only this one: never held on I/O
         # One flush at a time: the chain, and (no writer thread) the pending lines and sinks.
         self._lock = threading.Lock()
@@ -118,12 +119,18 @@ class Auditor:
         if "time" in fields or "writer" in fields or "seq" in fields or "prev" in fields:
             raise ValueError("time, writer, seq and prev are set by the auditor")
         # '{"time":"...",' then the fields and the constant ones, left open for the chain's
-        # (``Chain.extend``): no dict merged per record.
-        stamp = stamped(time.time() if when is None else when)
+        # (``Chain.extend_all``): one format, no dict merged, per record.
+        t = time.time() if when is None else when
+        whole, micros = divmod(int(t * 1_000_000), 1_000_000)
+        second, text = self._second
+        if whole != second:
+            text = opening(whole)
+            self._second = (whole, text)  # one tuple: another thread sees a matching pair
         if fields:
-            body = b"%b,%b%b" % (stamp, orjson.dumps(fields)[1:-1], self._constant)
+            inner = orjson.dumps(fields)[1:-1]
+            body = b'%b.%06dZ",%b%b' % (text, micros, inner, self._constant)
         else:
-            body = stamp + self._constant
+            body = b'%b.%06dZ"%b' % (text, micros, self._constant)
         with self._queue_lock:
             if self._closed:
                 raise RuntimeError("the auditor is closed")
@@ -244,10 +251,13 @@ class Auditor:
 
     def _link(self, queued: list[bytes], final: bool) -> list[bytes]:
         """The queued records chained, with the checkpoints that are due."""
-        lines = []
-        for body in queued:
-            lines.append(self._chain.extend(body))
-            self._unsealed += 1
+        lines: list[bytes] = []
+        start = 0
+        while start < len(queued):
+            part = queued[start : start + self._every - self._unsealed]
+            lines += self._chain.extend_all(part)
+            start += len(part)
+            self._unsealed += len(part)
             if self._unsealed >= self._every:
                 lines.append(self._seal())
         due = final or time.monotonic() - self._sealed_at >= self._seconds

@@ -14,7 +14,7 @@ import os
 import secrets
 import socket
 import time as _time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import orjson
 
@@ -24,7 +24,6 @@ from ._keys import checkpoint_key, checkpoint_mac
 CHAIN_FIELDS = frozenset({"writer", "seq", "prev"})
 
 _second: tuple[int, str] = (-1, "")
-_stamped: tuple[int, bytes] = (-1, b"")
 
 
 def timestamp(t: float) -> str:
@@ -38,17 +37,10 @@ def timestamp(t: float) -> str:
     return f"{text}.{micros:06d}Z"
 
 
-def stamped(t: float) -> bytes:
-    """``{"time":"<timestamp(t)>"``: a record's opening, as bytes (half the cost of the text
-    and a dict merge, per record)."""
-    global _stamped
-    whole, micros = divmod(int(t * 1_000_000), 1_000_000)
-    second, text = _stamped
-    if whole != second:
-        second = whole
-        text = b'{"time":"' + _time.strftime("%Y-%m-%dT%H:%M:%S", _time.gmtime(whole)).encode()
-        _stamped = (second, text)
-    return b'%b.%06dZ"' % (text, micros)
+def opening(second: int) -> bytes:
+    """``{"time":"YYYY-MM-DDTHH:MM:SS`` of a Unix second: a record's opening up to its
+    fraction (the ``Auditor`` formats it once a second)."""
+    return b'{"time":"' + _time.strftime("%Y-%m-%dT%H:%M:%S", _time.gmtime(second)).encode()
 
 
 def writer_id() -> str:
@@ -96,11 +88,22 @@ class Chain:
         """``link`` for a record encoded without its closing brace, not empty (the
         ``Auditor``'s: it encodes on the caller's thread, so a value JSON cannot hold fails
         there and not in a batch that has been half chained)."""
-        tail = (opened, self._tail, self._seq + 1, self._prev)
-        return self._chained(b'%b,%b%d,"prev":%b}' % tail)
+        return self.extend_all((opened,))[0]
+
+    def extend_all(self, opened: Sequence[bytes]) -> list[bytes]:
+        """``extend`` for each of ``opened`` in order, in one loop (a batch's records)."""
+        tail, seq, prev, sha256 = self._tail, self._seq, self._prev, hashlib.sha256
+        lines = []
+        for body in opened:
+            seq += 1
+            line = b'%b,%b%d,"prev":%b}' % (body, tail, seq, prev)
+            # The hash is the next record's ``prev``: the line must be written as made.
+            prev = b'"%b"' % sha256(line).hexdigest().encode()
+            lines.append(line)
+        self._seq, self._prev = seq, prev
+        return lines
 
     def _chained(self, line: bytes) -> bytes:
-        # The hash is kept as the next record's ``prev``: the line must be written as made.
         self._seq += 1
         self._prev = b'"%b"' % hashlib.sha256(line).hexdigest().encode()
         return line
