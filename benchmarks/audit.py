@@ -36,7 +36,8 @@ def audit_part(report: Report, ours: Server, work: Path, script: Path) -> None:
         for _ in range(ROUNDS):
             off.append(wrk(ours.url + path, body, ours.token, 16, script))
             on.append(wrk(with_audit.url + path, body, with_audit.token, 16, script))
-    records = sum(1 for _ in trail.open("rb"))
+    # The live file and the ones rotated away (``audit.log.<time>``, past 64 MiB).
+    records = sum(1 for path in audited.glob("audit.log*") for _ in path.open("rb"))
     bao_off, bao_on, bao_records = _openbao(work)
     rows = [
         f"| sealflow | {best(off).rps:,.0f} | {best(on).rps:,.0f} | "
