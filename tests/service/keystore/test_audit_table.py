@@ -113,6 +113,10 @@ def test_a_synchronous_standby_that_is_away_holds_up_no_batch() -> None:
             admin.execute("ALTER SYSTEM SET synchronous_standby_names = 'absent'")
             admin.execute("SELECT pg_reload_conf()")
             try:
+                # A reload reaches each session between its commands: the probe's first, or
+                # its commit could come before the standby is required (a loaded machine).
+                while probe.execute("SHOW synchronous_standby_names").fetchone() != ("absent",):
+                    time.sleep(0.01)
                 # Another session's commit waits: the standby is required from now on.
                 waiting = pool.submit(probe.execute, "CREATE TABLE probe ()")
                 while not waiting_for_a_standby(admin, "probe"):
