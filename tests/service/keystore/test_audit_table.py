@@ -113,15 +113,20 @@ def test_a_synchronous_standby_that_is_away_holds_up_no_batch() -> None:
             admin.execute("ALTER SYSTEM SET synchronous_standby_names = 'absent'")
             admin.execute("SELECT pg_reload_conf()")
             try:
-                # A reload reaches each session between its commands: the probe's first, or
-                # its commit could come before the standby is required (a loaded machine).
-                while probe.execute("SHOW synchronous_standby_names").fetchone() != ("absent",):
-                    time.sleep(0.01)
-                # Another session's commit waits: the standby is required from now on.
-                waiting = pool.submit(probe.execute, "CREATE TABLE probe ()")
-                while not waiting_for_a_standby(admin, "probe"):
-                    assert not waiting.done()
-                    time.sleep(0.01)
+                # The setting is in force once a commit waits for the standby: a reload reaches
+                # each session between its commands, and the checkpointer tells every session
+                # that a standby is now required, a little later on a loaded machine. Until
+                # then another session's commit goes through: try again, a new table each time.
+                waiting = None
+                for attempt in range(1000):
+                    waiting = pool.submit(probe.execute, f"CREATE TABLE probe_{attempt} ()")
+                    while not waiting.done() and not waiting_for_a_standby(admin, "probe"):
+                        time.sleep(0.01)
+                    if not waiting.done():
+                        break  # it waits for the standby, and will until the setting goes
+                    waiting.result()
+                assert waiting is not None
+                assert not waiting.done(), "no commit waited for the standby"
                 auditor.record(REQUEST)
                 flushed = pool.submit(auditor.flush)
                 while not flushed.done():
