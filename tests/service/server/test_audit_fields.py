@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,30 +20,14 @@ import pytest
 
 from sealflow.service.audit import SCHEMA
 from tests.service.conftest import Server, start_server
+from tests.service.server.data.test_records import framed, unframe
+from tests.service.server.data.test_records import statuses as records_answered
 from tests.service.server.test_audit_trail import records, verify
-
-
-def framed(*items: bytes) -> bytes:
-    return b"".join(struct.pack(">I", len(item)) + item for item in items)
-
-
-def unframed(body: bytes) -> list[bytes]:
-    found, i = [], 0
-    while i < len(body):
-        (n,) = struct.unpack_from(">I", body, i)
-        found.append(body[i + 4 : i + 4 + n])
-        i += 4 + n
-    return found
 
 
 def statuses(body: bytes) -> list[int]:
     """The status byte of each record a records decrypt answered."""
-    found, i = [], 0
-    while i < len(body):
-        status, n = struct.unpack_from(">BI", body, i)
-        found.append(status)
-        i += 5 + n
-    return found
+    return [status for status, _ in records_answered(body)]
 
 
 def b64(data: bytes) -> str:
@@ -128,7 +111,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
             with_context = {"plaintext": plain[1], "associated_data": aad1, "context": ctx1}
             assert transit("/encrypt/t", "t-enc-ctx", with_context, header)["key_version"] == 1
             with srv.client() as c:
-                stored = c.post("/v1/keys/t/encrypt?mode=records", content=framed(b"a", b"b", b"c"),
+                three = framed([b"a", b"b", b"c"])
+                stored = c.post("/v1/keys/t/encrypt?mode=records", content=three,
                                 headers={"x-request-id": "n-rec-v1"})  # fmt: skip
                 assert stored.status_code == 200
                 assert c.post("/v1/keys/t/rotate").status_code == 200  # version 2
@@ -164,16 +148,16 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
                 assert answer.status_code == 200, answer.text
                 return answer.content
 
-            later = native("/v1/keys/t/encrypt?mode=records", "n-rec-v2", framed(b"d", b"e"))
+            later = native("/v1/keys/t/encrypt?mode=records", "n-rec-v2", framed([b"d", b"e"]))
             both = stored.content + later
             assert statuses(native("/v1/keys/t/decrypt?mode=records", "n-dec-t", both)) == [0] * 5
             assert statuses(native("/v1/decrypt?mode=records", "n-dec-any", both)) == [0] * 5
-            other = native("/v1/keys/default/encrypt?mode=records", "n-rec-default", framed(b"f"))
+            other = native("/v1/keys/default/encrypt?mode=records", "n-rec-default", framed([b"f"]))
             mixed = native("/v1/decrypt?mode=records", "n-dec-mixed", later + other)
             assert statuses(mixed) == [0] * 3
             rotating = native("/v1/keys/m/encrypt?mode=records", "n-rec-rotating",
-                              framed(*(bytes([i]) for i in range(5))))  # fmt: skip
-            assert native("/v1/decrypt", "n-dec-single", unframed(rotating)[4]) == b"\x04"
+                              framed([bytes([i]) for i in range(5)]))  # fmt: skip
+            assert native("/v1/decrypt", "n-dec-single", unframe(rotating)[4]) == b"\x04"
     finally:
         srv.stop()
     lines = records(audit)
