@@ -82,16 +82,12 @@ class Chain:
         """``line`` for a record already encoded (a JSON object without the chain's fields)."""
         if body == b"{}":
             return self._chained(b'{%b%d,"prev":%b}' % (self._tail, self._seq + 1, self._prev))
-        return self.extend(body[:-1])
-
-    def extend(self, opened: bytes) -> bytes:
-        """``link`` for a record encoded without its closing brace, not empty (the
-        ``Auditor``'s: it encodes on the caller's thread, so a value JSON cannot hold fails
-        there and not in a batch that has been half chained)."""
-        return self.extend_all((opened,))[0]
+        return self.extend_all((body[:-1],))[0]
 
     def extend_all(self, opened: Sequence[bytes]) -> list[bytes]:
-        """``extend`` for each of ``opened`` in order, in one loop (a batch's records)."""
+        """``link`` for each of ``opened`` in order, in one loop: records encoded without their
+        closing brace, none empty (the ``Auditor``'s: it encodes on the caller's thread, so a
+        value JSON cannot hold fails there and not in a batch that has been half chained)."""
         tail, seq, prev, sha256 = self._tail, self._seq, self._prev, hashlib.sha256
         lines = []
         for body in opened:
