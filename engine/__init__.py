@@ -8,7 +8,6 @@ from ._aead import AEAD, open, open_into, seal, seal_into
 from ._buffers import AEADBuffer, BufferPool
 from ._chunked import ChunkedDecryptor, ChunkedEncryptor, opened_size, sealed_size
 from ._errors import DecryptionError, NativeError, SelfTestError
-from ._hashchain import chain_lines
 from ._many import open_many, seal_many, seal_many_text
 from ._pool import CryptoPool, parallelism
 from ._provider import Provider
@@ -62,7 +61,6 @@ __all__ = [
     "TextLayout",
     "calibrate",
     "calibration",
-    "chain_lines",
     "context_stats",
     "get_context_strategy",
     "open",

@@ -381,20 +381,6 @@ def records_size(lengths: array[int], frame: int, fixed: int, opened: bool) -> i
     return int(total[0])
 
 
-CHAIN_PREV_LEN = lib.SF_CHAIN_PREV_LEN
-
-
-def chain_lines(
-    data: bytes, count: int, tail: bytes, seq: int, prev: bytes, out: Any, size: int
-) -> None:
-    """Chain the count bodies that newlines separate in data into out (a ``new_bytes``
-    pointer to exactly size bytes): the lines, then the last line's hash, joined by
-    newlines (``sf_chain_lines``)."""
-    rc = lib.sf_chain_lines(data, len(data), count, tail, len(tail), seq, prev, len(prev), out, size)
-    if rc:
-        _raise(rc)
-
-
 def set_strategy(strategy: ContextStrategy) -> None:
     lib.sf_set_strategy(getattr(lib, f"SF_{strategy.name}"))
 

@@ -51,9 +51,6 @@ static EVP_CIPHER *sf_ciphers[SF_ALGORITHMS];
 /* HMAC, for C2SP's HKDF-Expand (sf_hkdf_expand_sha512); each thread keeps a context. */
 static EVP_MAC *sf_hmac_alg;
 static __thread EVP_MAC_CTX *sf_hmac;
-/* SHA-256, for the audit trail's hash chain (sf_chain_lines); each thread keeps a context. */
-static EVP_MD *sf_sha256;
-static __thread EVP_MD_CTX *sf_md;
 
 /* Strategy x event counters, shared by every thread, updated atomically. */
 static uint64_t sf_stats[SF_STRATEGIES][SF_EVENTS];
@@ -103,8 +100,6 @@ static void sf_thread_exit(void *unused)
     (void)unused;
     EVP_MAC_CTX_free(sf_hmac);
     sf_hmac = NULL;
-    EVP_MD_CTX_free(sf_md);
-    sf_md = NULL;
     for (int i = 0; i < SF_ALGORITHMS; i++) {
         if (sf_tls[i] == NULL)
             continue;
@@ -130,8 +125,6 @@ int sf_init(void)
             return SF_ERR_OPENSSL;
     }
     if ((sf_hmac_alg = EVP_MAC_fetch(NULL, "HMAC", NULL)) == NULL)
-        return SF_ERR_OPENSSL;
-    if ((sf_sha256 = EVP_MD_fetch(NULL, "SHA256", NULL)) == NULL)
         return SF_ERR_OPENSSL;
     sf_b64_init();
     done = 1;
@@ -1034,105 +1027,6 @@ done:
 }
 
 void sf_cleanse(char *buf, size_t len) { OPENSSL_cleanse(buf, len); }
-
-/* The decimal digits of v, written at out (room for 20); their count. */
-static size_t sf_decimal(uint64_t v, char *out)
-{
-    char digits[20];
-    size_t n = 0;
-    do {
-        digits[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v != 0);
-    for (size_t i = 0; i < n; i++)
-        out[i] = digits[n - 1 - i];
-    return n;
-}
-
-/*
- * The audit trail's hash chain (service/audit/_chain.py, Chain.extend_all), a batch per call.
- * Each of the count bodies in in (joined by "\n": each a JSON object without its closing
- * brace, which holds no newline) becomes the line
- *     body "," tail seq ",\"prev\":" prev "}"
- * where seq counts on from the seq given (the first line has seq + 1) and prev is the
- * previous line's SHA-256 as a quoted lowercase hex string (the first line's: the prevlen
- * bytes of prev, e.g. null). out gets the lines and then the last line's quoted hash
- * (SF_CHAIN_PREV_LEN bytes), joined by "\n", and must be exactly outlen bytes long.
- * SF_ERR_ARG if in does not hold count bodies, out is not the right size, or seq would wrap.
- */
-int sf_chain_lines(const char *in, size_t inlen, size_t count, const char *tail,
-                   size_t taillen, uint64_t seq, const char *prev, size_t prevlen, char *out,
-                   size_t outlen)
-{
-    static const char hex[] = "0123456789abcdef";
-    static const char prev_key[] = ",\"prev\":";
-    const size_t keylen = sizeof(prev_key) - 1;
-    unsigned char md[32];
-    unsigned int mdlen;
-    size_t used = 0, read = 0;
-    char quoted[SF_CHAIN_PREV_LEN]; /* the previous line's hash as JSON */
-    EVP_MD_CTX *ctx = sf_md;
-    int rc = SF_ERR_ARG;
-
-    if (count == 0 || prevlen > SF_CHAIN_PREV_LEN || count > UINT64_MAX - seq)
-        return SF_ERR_ARG;
-    if (ctx == NULL) {
-        if (pthread_getspecific(sf_tls_key) == NULL &&
-            pthread_setspecific(sf_tls_key, &sf_tls) != 0)
-            return SF_ERR_ARG;
-        if ((ctx = sf_md = EVP_MD_CTX_new()) == NULL)
-            return SF_ERR_OPENSSL;
-    }
-    memcpy(quoted, prev, prevlen);
-    for (size_t i = 0; i < count; i++) {
-        const char *body = in + read, *nl = memchr(body, '\n', inlen - read);
-        size_t bodylen = nl == NULL ? inlen - read : (size_t)(nl - body);
-        char number[20];
-        size_t digits = sf_decimal(seq + i + 1, number);
-        size_t line = bodylen + 1 + taillen + digits + keylen + prevlen + 1;
-        char *start = out + used, *at = start;
-
-        if ((nl == NULL) != (i + 1 == count) || line + 1 > outlen - used)
-            goto done;
-        memcpy(at, body, bodylen);
-        at += bodylen;
-        *at++ = ',';
-        memcpy(at, tail, taillen);
-        at += taillen;
-        memcpy(at, number, digits);
-        at += digits;
-        memcpy(at, prev_key, keylen);
-        at += keylen;
-        memcpy(at, quoted, prevlen);
-        at += prevlen;
-        *at++ = '}';
-        rc = SF_ERR_OPENSSL;
-        if (!EVP_DigestInit_ex2(ctx, sf_sha256, NULL) || !EVP_DigestUpdate(ctx, start, line) ||
-            !EVP_DigestFinal_ex(ctx, md, &mdlen) || mdlen != sizeof(md))
-            goto done;
-        rc = SF_ERR_ARG;
-        *at = '\n';
-        used += line + 1;
-        read += bodylen + 1;
-        quoted[0] = '"';
-        for (size_t j = 0; j < sizeof(md); j++) {
-            quoted[1 + 2 * j] = hex[md[j] >> 4];
-            quoted[2 + 2 * j] = hex[md[j] & 15];
-        }
-        quoted[SF_CHAIN_PREV_LEN - 1] = '"';
-        prevlen = SF_CHAIN_PREV_LEN;
-    }
-    if (used + SF_CHAIN_PREV_LEN == outlen) {
-        memcpy(out + used, quoted, SF_CHAIN_PREV_LEN);
-        rc = SF_OK;
-    }
-done:
-    if (rc == SF_ERR_OPENSSL) { /* start clean next time */
-        EVP_MD_CTX_free(sf_md);
-        sf_md = NULL;
-    }
-    return rc;
-}
 
 /*
  * A large output buffer that was just allocated (the bytes object that the bytes API

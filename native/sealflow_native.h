@@ -97,11 +97,6 @@ int sf_seal_many_text(int alg, const char *key, const char *aad, size_t aadlen, 
                       const uint32_t *after_lens, const char *sep, size_t seplen,
                       const char *head, size_t headlen, const char *tail, size_t taillen,
                       char *out, size_t outlen);
-/* A hash chain of JSON lines (sf_chain_lines): a link's prev is a quoted hex SHA-256. */
-#define SF_CHAIN_PREV_LEN 66
-int sf_chain_lines(const char *in, size_t inlen, size_t count, const char *tail,
-                   size_t taillen, uint64_t seq, const char *prev, size_t prevlen, char *out,
-                   size_t outlen);
 void sf_cleanse(char *buf, size_t len);
 void sf_advise_huge(char *buf, size_t len);
 

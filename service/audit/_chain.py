@@ -18,8 +18,6 @@ from collections.abc import Mapping, Sequence
 
 import orjson
 
-from sealflow.engine import chain_lines
-
 from ._keys import checkpoint_key, checkpoint_mac
 
 # What the chain adds to every record; a record handed in may not set them itself.
@@ -89,23 +87,13 @@ class Chain:
     def extend_all(self, opened: Sequence[bytes]) -> list[bytes]:
         """``link`` for each of ``opened`` in order, in one loop: records encoded without their
         closing brace, none empty (the ``Auditor``'s: it encodes on the caller's thread, so a
-        value JSON cannot hold fails there and not in a batch that has been half chained).
-
-        One native call a batch (``engine.chain_lines``): the lines ``reference_lines`` makes.
-        The last one's hash is kept as the next record's ``prev``: the lines must be written
-        as made."""
-        lines, self._prev = chain_lines(opened, self._tail, self._seq, self._prev)
-        self._seq += len(lines)
-        return lines
-
-    def reference_lines(self, opened: Sequence[bytes]) -> list[bytes]:
-        """``extend_all`` a line at a time in Python: the definition the native chain is tested
-        against (``tests/service/audit/test_chain.py``)."""
+        value JSON cannot hold fails there and not in a batch that has been half chained)."""
         tail, seq, prev, sha256 = self._tail, self._seq, self._prev, hashlib.sha256
         lines = []
         for body in opened:
             seq += 1
             line = b'%b,%b%d,"prev":%b}' % (body, tail, seq, prev)
+            # The hash is the next record's ``prev``: the line must be written as made.
             prev = b'"%b"' % sha256(line).hexdigest().encode()
             lines.append(line)
         self._seq, self._prev = seq, prev
