@@ -66,7 +66,11 @@ _POLICIES = (
     "SELECT name, min_encryption_version, deletion_allowed, made_exportable, mac FROM {policy}"
 )
 # TOKEN_ROW.columns order, then the MAC.
-_TOKENS = "SELECT id, digest, scopes, label, created_at, revoked_at, mac FROM {tokens}"
+TOKEN_COLUMNS = (
+    "id, digest, scopes, label, created_at, revoked_at, ttl, expire_at, explicit_max_ttl,"
+    " renewable, num_uses, uses, parent, orphan"
+)
+_TOKENS = "SELECT " + TOKEN_COLUMNS + ", mac FROM {tokens}"
 # The key's identity (Slot.born): its version 1 written at that time, not a later key's. The
 # lock (PostgreSQL) is on the key's own row, which every write of a key locks first (delete_key
 # FOR UPDATE): a reservation takes the key's row, then its usage row, in delete_key's order.
@@ -145,10 +149,16 @@ class Sql:
         self.tokens = sql(_TOKENS + " ORDER BY {creation_order}")
         self.token = sql(_TOKENS + " WHERE id = ?{for_update}")
         self.insert_token = sql(
-            "INSERT INTO {tokens} (id, digest, scopes, label, created_at, revoked_at, mac)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?)"
+            "INSERT INTO {tokens} (" + TOKEN_COLUMNS + ", mac)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
         )
-        self.revoke_token = sql("UPDATE {tokens} SET revoked_at = ?, mac = ? WHERE id = ?")
+        # What changes in a token's life: revocation, renewal (expire_at), uses.
+        self.update_token = sql(
+            "UPDATE {tokens} SET revoked_at = ?, expire_at = ?, uses = ?, mac = ? WHERE id = ?"
+        )
+        self.sweep_tokens = sql("DELETE FROM {tokens} WHERE expire_at < ?")
+        # A row MAC'd before lifetimes, MAC'd again (``_token_lifetimes``).
+        self.write_token_mac = sql("UPDATE {tokens} SET mac = ? WHERE id = ?")
         self.write_scopes = sql("UPDATE {tokens} SET scopes = ?, mac = ? WHERE id = ?")
         # Once-only changes of the rows themselves (``_root_scopes``), each noted by a key here.
         self.meta_value = sql("SELECT value FROM {meta} WHERE key = ?")

@@ -28,7 +28,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from . import _pg_schema
 from ._base import KeyInfo, KeyStoreHealth, Slot, TokenInfo
-from ._dialect import Dialect, Sql, TableNames
+from ._dialect import TOKEN_COLUMNS, Dialect, Sql, TableNames
 from ._integrity import Integrity
 from ._pg_connections import Connections
 from ._pg_watch import Watcher
@@ -129,6 +129,7 @@ class PostgresKeyStore(Writes[Db]):
                         provision(self)
                     finally:
                         self._ambient = None
+            self._upgrade_token_macs()  # first: every read of tokens checks the new MAC
             self._grant_root_export()
             self._sync(force=True)
         except BaseException:
@@ -233,8 +234,11 @@ class PostgresKeyStore(Writes[Db]):
                     "INSERT INTO sealflow_key_versions VALUES (%s, %s, %s, %s)", versions
                 )
                 cur.executemany(
-                    "INSERT INTO sealflow_tokens (id, digest, scopes, label, created_at,"
-                    " revoked_at, mac) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                    "INSERT INTO sealflow_tokens ("
+                    + TOKEN_COLUMNS
+                    + ", mac) VALUES ("
+                    + ", ".join(["%s"] * (TOKEN_COLUMNS.count(",") + 2))
+                    + ")",
                     tokens,
                 )
                 cur.executemany("INSERT INTO sealflow_key_limits VALUES (%s, %s, %s, %s)", limits)
