@@ -194,8 +194,9 @@ def valid_scope(scope: str) -> bool:
 
 
 # Told of each change once it is committed: the operation (key_create, key_rotate, key_config,
-# key_delete, token_create, token_revoke, token_renew) and what it names (never material or a secret). The
-# audit trail listens (``sealflow.service.audit``); what called the write adds who asked.
+# key_delete, token_create, token_revoke, token_renew) and what it names (never material or a
+# secret). The audit trail listens (``sealflow.service.audit``); what called the write adds who
+# asked.
 ChangeHook = Callable[[str, dict[str, object]], None]
 
 # Expired rows are kept this long after their expiry (``tokens list`` shows why a client was

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
 from ._base import Slot
+from ._integrity import TOKEN_ROW
 
 
 class Cursor(Protocol):
@@ -66,11 +67,7 @@ _POLICIES = (
     "SELECT name, min_encryption_version, deletion_allowed, made_exportable, mac FROM {policy}"
 )
 # TOKEN_ROW.columns order, then the MAC.
-TOKEN_COLUMNS = (
-    "id, digest, scopes, label, created_at, revoked_at, ttl, expire_at, explicit_max_ttl,"
-    " renewable, num_uses, uses, parent, orphan"
-)
-_TOKENS = "SELECT " + TOKEN_COLUMNS + ", mac FROM {tokens}"
+_TOKENS = "SELECT {token_columns}, mac FROM {tokens}"
 # The key's identity (Slot.born): its version 1 written at that time, not a later key's. The
 # lock (PostgreSQL) is on the key's own row, which every write of a key locks first (delete_key
 # FOR UPDATE): a reservation takes the key's row, then its usage row, in delete_key's order.
@@ -89,6 +86,7 @@ class Sql:
             "for_update": dialect.for_update,
             "for_share": dialect.for_share,
             "creation_order": dialect.creation_order,
+            "token_columns": ", ".join(TOKEN_ROW.columns),
         }
 
         def sql(template: str) -> str:
@@ -149,7 +147,7 @@ class Sql:
         self.tokens = sql(_TOKENS + " ORDER BY {creation_order}")
         self.token = sql(_TOKENS + " WHERE id = ?{for_update}")
         self.insert_token = sql(
-            "INSERT INTO {tokens} (" + TOKEN_COLUMNS + ", mac)"
+            "INSERT INTO {tokens} ({token_columns}, mac)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
         )
         # What changes in a token's life: revocation, renewal (expire_at), uses.

@@ -28,7 +28,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from . import _pg_schema
 from ._base import KeyInfo, KeyStoreHealth, Slot, TokenInfo
-from ._dialect import TOKEN_COLUMNS, Dialect, Sql, TableNames
+from ._dialect import Dialect, Sql, TableNames
 from ._integrity import Integrity
 from ._pg_connections import Connections
 from ._pg_watch import Watcher
@@ -234,11 +234,10 @@ class PostgresKeyStore(Writes[Db]):
                     "INSERT INTO sealflow_key_versions VALUES (%s, %s, %s, %s)", versions
                 )
                 cur.executemany(
-                    "INSERT INTO sealflow_tokens ("
-                    + TOKEN_COLUMNS
-                    + ", mac) VALUES ("
-                    + ", ".join(["%s"] * (TOKEN_COLUMNS.count(",") + 2))
-                    + ")",
+                    "INSERT INTO sealflow_tokens (id, digest, scopes, label, created_at,"
+                    " revoked_at, ttl, expire_at, explicit_max_ttl, renewable, num_uses, uses,"
+                    " parent, orphan, mac) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s,"
+                    " %s, %s, %s, %s)",
                     tokens,
                 )
                 cur.executemany("INSERT INTO sealflow_key_limits VALUES (%s, %s, %s, %s)", limits)

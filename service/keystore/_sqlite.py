@@ -19,7 +19,7 @@ from pathlib import Path
 
 from . import _sqlite_file
 from ._base import KeyInfo, KeyStoreHealth, Slot, TokenInfo
-from ._dialect import TOKEN_COLUMNS, Dialect, Sql, TableNames
+from ._dialect import Dialect, Sql, TableNames
 from ._integrity import Integrity
 from ._masterkey import KeyWrapper
 from ._rows import MAX_VERSION, forget_replaced, live_token, present
@@ -196,7 +196,9 @@ class SQLiteKeyStore(Writes[sqlite3.Connection]):
             "SELECT name, algorithm, exportable, min_decryption_version, created_at, mac FROM keys",
             "SELECT name, version, wrapped, created_at FROM key_versions ORDER BY name, version",
             # Rowid order is creation order (_SQL).
-            "SELECT " + TOKEN_COLUMNS + ", mac FROM tokens ORDER BY rowid",
+            "SELECT id, digest, scopes, label, created_at, revoked_at, ttl, expire_at,"
+            " explicit_max_ttl, renewable, num_uses, uses, parent, orphan, mac FROM tokens"
+            " ORDER BY rowid",
             # Opening the file made the tables added since schema 2, so they are there.
             "SELECT name, max_encryptions, auto_rotate_period, mac FROM key_limits",
             "SELECT name, version, reserved, bytes FROM key_usage",

@@ -24,8 +24,8 @@ from ._base import (
     Slot,
     TokenInfo,
     VersionUsage,
-    valid_key_name,
     valid_accessor,
+    valid_key_name,
     valid_scope,
     valid_secret,
 )

@@ -29,7 +29,7 @@ V1_SCHEMA = (
     " scopes TEXT NOT NULL, label TEXT NOT NULL, created_at REAL NOT NULL, revoked_at REAL)",
 )
 # Undoes PostgreSQL migration 6 (token lifetimes): the table as the releases before it left it.
-PG_DROP_TOKEN_LIFETIMES = (
+PG_UNDO_MIGRATION_6 = (
     "ALTER TABLE sealflow_tokens DROP COLUMN ttl, DROP COLUMN expire_at,"
     " DROP COLUMN explicit_max_ttl, DROP COLUMN renewable, DROP COLUMN num_uses,"
     " DROP COLUMN uses, DROP COLUMN parent, DROP COLUMN orphan"
