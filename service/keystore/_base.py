@@ -332,6 +332,12 @@ class KeyStore(Protocol):
         more than ``SWEEP_AFTER`` seconds ago (``sweep_tokens``).
         """
 
+    def creation_warnings(
+        self, ttl: int | None, explicit_max_ttl: int = 0, renewable: bool = True
+    ) -> tuple[str, ...]:
+        """Vault's warnings for a token created now with this lifetime (a TTL asked for and
+        capped), as ``create_token`` decides it: for a caller that shows them."""
+
     def list_tokens(self) -> list[TokenInfo]:
         """Sorted by creation time; revoked and expired ones included (until swept)."""
 
