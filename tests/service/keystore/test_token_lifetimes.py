@@ -72,7 +72,7 @@ def test_defaults_and_the_store_maximum(store: KeyStore) -> None:
     assert (root.expire_time, root.renewable) == (None, False)
     for bad in ({"ttl": -1}, {"explicit_max_ttl": 1.5}, {"num_uses": -2}, {"parent": "x"}):
         with pytest.raises(InvalidRequest):
-            store.create_token(["admin"], **bad)  # type: ignore[arg-type]
+            store.create_token(["admin"], **bad)
 
 
 def test_renewal_is_capped_at_the_maximum_with_vaults_warning(store: KeyStore) -> None:
@@ -90,6 +90,7 @@ def test_renewal_is_capped_at_the_maximum_with_vaults_warning(store: KeyStore) -
     assert store.find_token(secret) == again.token
     store.lifetimes = Lifetimes(max_ttl=10)  # the store's maximum caps too, from creation
     last = store.renew_token(info.id, 15)
+    assert last.token.expire_time is not None
     assert last.token.expire_time <= info.created_at + 10 + 1e-6
     assert "exceeded the effective max_ttl" in last.warnings[0]
     with pytest.raises(InvalidRequest):
@@ -100,7 +101,7 @@ def test_what_cannot_be_renewed(store: KeyStore) -> None:
     fixed, _ = store.create_token(["admin"], ttl=60, renewable=False)
     lasting, _ = store.create_token(["admin"])
     for token in (fixed, lasting):
-        with pytest.raises(NotRenewable, match="^lease is not renewable$"):
+        with pytest.raises(NotRenewable, match=r"^lease is not renewable$"):
             store.renew_token(token.id)
     store.revoke_token(fixed.id)
     with pytest.raises(TokenNotFound):
@@ -120,14 +121,15 @@ def test_a_renewal_by_another_instance_is_seen_without_a_restart(
     # SQLite: the next read; PostgreSQL: the renewal's notification. No read per request.
     seen = second.find_token(secret)
     assert seen == renewed
-    assert seen is not None and not seen.expired(time.time())
+    assert seen is not None
+    assert not seen.expired(time.time())
 
 
 def test_uses_are_counted_exactly_by_two_instances_at_once(
     open_store: OpenStore, master_key: bytes
 ) -> None:
     first, second = open_store(master_key), open_store(master_key)
-    info, secret = first.create_token(["admin"], num_uses=7)
+    info, _secret = first.create_token(["admin"], num_uses=7)
     granted: list[int] = []
     refused: list[int] = []
 
@@ -167,7 +169,8 @@ def test_expired_rows_are_swept_after_a_day(store: KeyStore) -> None:
     assert store.sweep_tokens(now=later) == 1
     ids = [t.id for t in store.list_tokens()]
     assert short.id not in ids
-    assert kept.id in ids and revoked.id in ids  # revoked rows stay, as before lifetimes
+    assert kept.id in ids
+    assert revoked.id in ids
     with pytest.raises(TokenNotFound):
         store.get_token(short.id)
 
@@ -182,21 +185,37 @@ def legacy_mac(master_key: bytes, row: tuple[object, ...]) -> bytes:
     return hmac.digest(key, encode("sealflow-keystore-token-row", row), "sha256")
 
 
+# What ``make_legacy`` runs, in each store's table names.
+SQLITE_SQL = {
+    "rows": "SELECT id, digest, scopes, label, created_at, revoked_at FROM tokens",
+    "mac": "UPDATE tokens SET mac = %s WHERE id = %s",
+    "forge": "UPDATE tokens SET scopes = 'admin encrypt:*' WHERE label = 'forged'",
+    "note": "DELETE FROM meta WHERE key = 'token_lifetimes'",
+}
+PG_SQL = {
+    "rows": "SELECT id, digest, scopes, label, created_at, revoked_at FROM sealflow_tokens",
+    "mac": "UPDATE sealflow_tokens SET mac = %s WHERE id = %s",
+    "forge": "UPDATE sealflow_tokens SET scopes = 'admin encrypt:*' WHERE label = 'forged'",
+    "note": "DELETE FROM sealflow_meta WHERE key = 'token_lifetimes'",
+}
+
+
 def make_legacy(
-    execute: Callable[..., list[tuple[object, ...]]], master_key: bytes, tokens: str, meta: str
+    execute: Callable[..., list[tuple[object, ...]]], master_key: bytes, sql: dict[str, str]
 ) -> None:
-    """Every token row given the old MAC over its first six columns; then the app token's scopes
-    widened without the master key (its row must stay refused); the upgrade's note removed."""
-    rows = execute(f"SELECT id, digest, scopes, label, created_at, revoked_at FROM {tokens}")
-    for row in rows:
-        execute(f"UPDATE {tokens} SET mac = %s WHERE id = %s", legacy_mac(master_key, row), row[0])
-    execute(f"UPDATE {tokens} SET scopes = 'admin encrypt:* decrypt:*' WHERE label = 'forged'")
-    execute(f"DELETE FROM {meta} WHERE key = 'token_lifetimes'")
+    """Every token row given the old MAC over its first six columns; then the forged token's
+    scopes widened without the master key (its row must stay refused); the upgrade's note
+    removed."""
+    for row in execute(sql["rows"]):
+        execute(sql["mac"], legacy_mac(master_key, row), row[0])
+    execute(sql["forge"])
+    execute(sql["note"])
 
 
 def check_upgraded(store: KeyStore, secrets: dict[str, str], forged_mac: bytes) -> None:
     app = store.find_token(secrets["app"])
-    assert app is not None and app.scopes == ("decrypt:orders",)
+    assert app is not None
+    assert app.scopes == ("decrypt:orders",)
     assert (app.expire_time, app.num_uses, app.parent, app.orphan) == (None, 0, "", True)
     assert not app.expired(time.time())
     assert store.find_token(secrets["gone"]) is None  # revoked stays revoked
@@ -229,7 +248,7 @@ def test_an_sqlite_keystore_from_before_lifetimes_opens_with_its_tokens(
             db.execute(f"ALTER TABLE tokens DROP COLUMN {column}")
         db.execute("ALTER TABLE tokens DROP COLUMN parent")
         db.execute("ALTER TABLE tokens DROP COLUMN orphan")
-        make_legacy(execute, master_key, "tokens", "meta")
+        make_legacy(execute, master_key, SQLITE_SQL)
         (forged_mac,) = db.execute("SELECT mac FROM tokens WHERE label = 'forged'").fetchone()
     with closing(SQLiteKeyStore(db_path, master_key)) as store:
         check_upgraded(store, secrets, forged_mac)
@@ -250,12 +269,12 @@ def test_a_postgresql_keystore_from_before_lifetimes_opens_with_its_tokens(
     with psycopg.connect(pg_url, autocommit=True) as conn:
 
         def execute(sql: str, *args: object) -> list[tuple[object, ...]]:
-            cur = conn.execute(sql, args)  # type: ignore[arg-type]
+            cur = conn.execute(sql, args)
             return cur.fetchall() if cur.description else []
 
         conn.execute(PG_UNDO_MIGRATION_6)
         conn.execute("DELETE FROM sealflow_migrations WHERE version > 5")
-        make_legacy(execute, master_key, "sealflow_tokens", "sealflow_meta")
+        make_legacy(execute, master_key, PG_SQL)
         row = conn.execute("SELECT mac FROM sealflow_tokens WHERE label = 'forged'").fetchone()
         assert row is not None
         forged_mac = row[0]
