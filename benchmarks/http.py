@@ -1,7 +1,8 @@
 """HTTP benchmark: sealflow against the plain FastAPI + cryptography service, same run.
 
     python -m benchmarks.http            (needs wrk and curl: apt-get install -y wrk curl)
-    python -m benchmarks.http huge       (only the named parts: small, records, megabyte, huge;
+    python -m benchmarks.http huge       (only the named parts: small, records, megabyte, huge,
+                                          audit, ttl;
                                           huge, the 256 MiB round trips, needs curl, not wrk)
 
 Only the standard library and the service's own dependencies: it runs after the
@@ -421,12 +422,19 @@ def audit(report: Report, peer: Server, ours: Server, work: Path, script: Path) 
     audit_part(report, ours, work, script)
 
 
+def ttl(report: Report, peer: Server, ours: Server, work: Path, script: Path) -> None:
+    from .token_ttl import ttl_part  # it imports this module
+
+    ttl_part(report, ours, work, script)
+
+
 PARTS: dict[str, Part] = {
     "small": small_requests,
     "records": records,
     "megabyte": megabyte,
     "huge": lambda report, peer, ours, work, _script: huge(report, peer, ours, work),
     "audit": audit,
+    "ttl": ttl,
 }
 
 

@@ -9,6 +9,8 @@ from typing import Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from .durations import parse_duration
+
 MiB = 1 << 20
 
 
@@ -77,6 +79,18 @@ class Settings(BaseSettings):
         description="the root token to install on a new keystore instead of printing a new one",
     )
     root_token_file: Path | None = Field(None, description="a file holding the root token")
+    token_default_ttl: int = Field(
+        0,
+        description="lifetime of a token created without one (a duration: 90s, 30m, 1h, 768h, or"
+        " seconds); 0: such tokens never expire, unless the max token TTL is set, which is then"
+        " their lifetime (Vault's default is 768h)",
+    )
+    token_max_ttl: int = Field(
+        0,
+        description="longest a token may live from its creation, renewals included (a duration);"
+        " longer lifetimes are capped with Vault's warning; 0: no limit (Vault's default is"
+        " 768h); the first-start root token never expires",
+    )
     max_single_bytes: int = Field(64 * MiB, ge=0, description="largest single-shot body")
     max_record_bytes: int = Field(
         1 * MiB, ge=0, le=2**32 - 1, description="largest record of a mode=records batch (413)"
@@ -216,6 +230,20 @@ class Settings(BaseSettings):
         # (10.0.0.1/8) is refused too, as a typo that would trust more than was meant.
         networks(text)
         return text
+
+    @field_validator("token_default_ttl", "token_max_ttl", mode="before")
+    @classmethod
+    def _duration(cls, value: object) -> int:
+        return parse_duration(value)
+
+    @model_validator(mode="after")
+    def _default_within_max(self) -> Settings:
+        if self.token_max_ttl and self.token_default_ttl > self.token_max_ttl:
+            raise ValueError(
+                "--token-default-ttl must not exceed --token-max-ttl"
+                " (SEALFLOW_TOKEN_DEFAULT_TTL, SEALFLOW_TOKEN_MAX_TTL)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _poll_within_cache_age(self) -> Settings:

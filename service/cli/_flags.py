@@ -31,6 +31,8 @@ _NAMED = {
     "max_json_bytes": "BYTES",
     "keystore_url": "URL",
     "trusted_proxies": "ADDRESSES",
+    "token_default_ttl": "DURATION",
+    "token_max_ttl": "DURATION",
 }
 
 

@@ -20,6 +20,7 @@ from typing import Any
 from sealflow.engine import Algorithm
 from sealflow.service.audit import Auditor, open_auditor
 from sealflow.service.config import Settings
+from sealflow.service.durations import parse_duration
 from sealflow.service.keystore import (
     AUDIT_TABLE,
     ChangeHook,
@@ -68,12 +69,22 @@ def _key_json(key: KeyInfo, store: KeyStore) -> dict[str, Any]:
 
 
 def _token_json(token: TokenInfo) -> dict[str, Any]:
+    end = token.expire_time
     return {
         "id": token.id,
         "scopes": list(token.scopes),
         "label": token.label,
         "created_at": _when(token.created_at),
         "revoked": token.revoked,
+        "expire_time": None if end is None else _when(end),  # None: never expires
+        "expired": token.expired(time.time()),
+        "ttl": token.ttl,
+        "explicit_max_ttl": token.explicit_max_ttl,
+        "renewable": token.renewable,
+        "num_uses": token.num_uses,
+        "uses_left": max(token.num_uses - token.uses, 0) if token.num_uses else None,
+        "parent": token.parent or None,
+        "orphan": token.orphan,
     }
 
 
@@ -112,13 +123,37 @@ def _keys(args: argparse.Namespace, store: KeyStore) -> None:
 
 def _tokens(args: argparse.Namespace, store: KeyStore) -> None:
     if args.action == "create":
-        info, secret = store.create_token(args.scope, args.label)
-        print(f"token id {info.id}, scopes {' '.join(info.scopes)}", file=sys.stderr)
+        life = args.ttl, args.explicit_max_ttl, args.renewable
+        for warning in store.creation_warnings(*life):
+            print(f"warning: {warning}", file=sys.stderr)
+        info, secret = store.create_token(
+            args.scope,
+            args.label,
+            ttl=args.ttl,
+            explicit_max_ttl=args.explicit_max_ttl,
+            renewable=args.renewable,
+            num_uses=args.num_uses,
+        )
+        end = "never expires" if info.expire_time is None else f"expires {_when(info.expire_time)}"
+        print(f"token id {info.id}, scopes {' '.join(info.scopes)}, {end}", file=sys.stderr)
         print(secret)  # alone on stdout, so it can be captured
     elif args.action == "list":
         _print([_token_json(t) for t in store.list_tokens()])
     elif args.action == "revoke":
         _print(_token_json(store.revoke_token(args.id)))
+
+
+def _duration(text: str) -> int:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _count(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number, 0 or more")
+    return int(text)
 
 
 def migrate(args: argparse.Namespace) -> int:
@@ -274,6 +309,38 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
         " implies neither data access nor export); repeatable",
     )
     tcreate.add_argument("--label", default="")
+    tcreate.add_argument(
+        "--ttl",
+        type=_duration,
+        default=None,
+        metavar="DURATION",
+        help="how long it lives, and what a renewal gives it: 90s, 30m, 1h, 768h or seconds"
+        " (default: SEALFLOW_TOKEN_DEFAULT_TTL; when that is 0 and no maximum is set, it"
+        " never expires)",
+    )
+    tcreate.add_argument(
+        "--explicit-max-ttl",
+        type=_duration,
+        default=0,
+        metavar="DURATION",
+        help="the longest it may live from its creation, renewals included (default 0: only"
+        " SEALFLOW_TOKEN_MAX_TTL limits it)",
+    )
+    tcreate.add_argument(
+        "--renewable",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="whether it may be renewed before it expires (default: yes; a token that never"
+        " expires is never renewable)",
+    )
+    tcreate.add_argument(
+        "--num-uses",
+        type=_count,
+        default=0,
+        metavar="N",
+        help="how many requests it may make, counted exactly by every server (default 0:"
+        " unlimited)",
+    )
     tokens.add_parser("list", parents=[common], help="list tokens (never their secrets)")
     tokens.add_parser("revoke", parents=[common], help="revoke a token").add_argument("id")
     store = commands.add_parser("keystore", help="move a keystore").add_subparsers(

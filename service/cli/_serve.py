@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import sys
 
 from sealflow.service.config import Settings
 from sealflow.service.keystore import audit_table, prepare
@@ -29,6 +30,13 @@ def _serve(args: argparse.Namespace) -> int:
     token = prepare(settings)
     if token is not None:
         print(f"Root token: {token}", flush=True)
+        print(
+            "The root token never expires (whatever --token-max-ttl says) and has every scope:"
+            " keep it offline, and revoke it (`sealflow tokens revoke`) once other tokens do"
+            " its work.",
+            file=sys.stderr,
+            flush=True,
+        )
     # The audit table is checked here, before uvicorn: an SQLite keystore, or a role that may
     # not insert into it, is then a one-line error rather than a failed start of each worker.
     table = audit_table(settings)

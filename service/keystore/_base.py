@@ -91,11 +91,59 @@ class VersionUsage:
 
 @dataclass(frozen=True, slots=True)
 class TokenInfo:
-    id: str  # public identifier for listing and revoking, not a secret
+    """A token as its row says, every field under the row's MAC (``_integrity.TOKEN_ROW``).
+
+    A lifetime as Vault's tokens have one: ``ttl`` is the period a renewal gives when it names
+    none (Vault's ``creation_ttl``), ``expire_time`` the absolute end (None: never, as the
+    first-start root token and every token made before lifetimes existed), never past
+    ``created_at`` plus the smaller of ``explicit_max_ttl`` (0: none) and the store's
+    ``Lifetimes.max_ttl`` at each renewal. ``num_uses`` (0: unlimited) counts requests, each
+    one a keystore write (``use_token``), of which ``uses`` are made. ``parent`` is the accessor
+    of the token that created this one ("" for the CLI's), and ``orphan`` whether it outlives
+    that parent.
+    """
+
+    id: str  # public identifier (the accessor) for listing and revoking, not a secret
     scopes: tuple[str, ...]
     label: str
     created_at: float
     revoked: bool
+    ttl: int = 0
+    expire_time: float | None = None
+    explicit_max_ttl: int = 0
+    renewable: bool = False
+    num_uses: int = 0
+    uses: int = 0
+    parent: str = ""
+    orphan: bool = True
+
+    def expired(self, now: float) -> bool:
+        """Past its expiry at ``now`` (``time.time()``), or its uses all used."""
+        end = self.expire_time
+        return (end is not None and now >= end) or (0 < self.num_uses <= self.uses)
+
+    def ttl_left(self, now: float) -> int:
+        """Whole seconds left (Vault's ``ttl``): 0 for a token that never expires."""
+        end = self.expire_time
+        return 0 if end is None else max(int(end - now), 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Lifetimes:
+    """The store's rules for token lifetimes (``SEALFLOW_TOKEN_DEFAULT_TTL``,
+    ``SEALFLOW_TOKEN_MAX_TTL``), in seconds: ``default_ttl`` for a token created without one
+    (0: it never expires, unless ``max_ttl`` is set, which is then its lifetime), ``max_ttl`` the
+    longest any token lives from its creation, renewals included (0: no limit)."""
+
+    default_ttl: int = 0
+    max_ttl: int = 0
+
+
+class Renewal(NamedTuple):
+    """A renewed token, and Vault's warnings (a renewal capped at the token's maximum)."""
+
+    token: TokenInfo
+    warnings: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,13 +194,20 @@ def valid_scope(scope: str) -> bool:
 
 
 # Told of each change once it is committed: the operation (key_create, key_rotate, key_config,
-# key_delete, token_create, token_revoke) and what it names (never material or a secret). The
-# audit trail listens (``sealflow.service.audit``); what called the write adds who asked.
+# key_delete, token_create, token_revoke, token_renew) and what it names (never material or a
+# secret). The audit trail listens (``sealflow.service.audit``); what called the write adds who
+# asked.
 ChangeHook = Callable[[str, dict[str, object]], None]
+
+# Expired rows are kept this long after their expiry (``tokens list`` shows why a client was
+# refused), then deleted by ``sweep_tokens``: when a token is created and when a server opens
+# the store.
+SWEEP_AFTER = 86400.0
 
 
 class KeyStore(Protocol):
     on_change: ChangeHook | None  # set once, before the store is used from several threads
+    lifetimes: Lifetimes  # likewise (``open_store`` sets it from the settings)
 
     def create_key(
         self,
@@ -250,24 +305,74 @@ class KeyStore(Protocol):
         """
 
     def create_token(
-        self, scopes: list[str], label: str = "", secret: str | None = None
+        self,
+        scopes: list[str],
+        label: str = "",
+        secret: str | None = None,
+        *,
+        ttl: int | None = None,
+        explicit_max_ttl: int = 0,
+        renewable: bool = True,
+        num_uses: int = 0,
+        parent: str = "",
+        orphan: bool = True,
+        expires: bool = True,
     ) -> tuple[TokenInfo, str]:
         """A new token: its info and the secret, which is returned once and stored only hashed.
 
         ``secret`` imports a token made elsewhere (a deployment secret) instead of drawing one;
-        it must be ``valid_secret``.
+        it must be ``valid_secret``. Its lifetime is ``lifetime``'s (``ttl`` None: the store's
+        default); ``expires`` False makes a token that never expires whatever the settings
+        (the first-start root token), and is not renewable. A token that never expires is
+        never renewable. ``parent``: the accessor of the token that asks (stored for revoking
+        children with their parent); ``orphan``: it outlives that parent.
 
-        InvalidRequest unless there is at least one scope and every scope is ``valid_scope``.
+        InvalidRequest unless there is at least one scope and every scope is ``valid_scope``,
+        and the lifetime's numbers are whole and not negative. Also sweeps tokens that expired
+        more than ``SWEEP_AFTER`` seconds ago (``sweep_tokens``).
         """
 
+    def creation_warnings(
+        self, ttl: int | None, explicit_max_ttl: int = 0, renewable: bool = True
+    ) -> tuple[str, ...]:
+        """Vault's warnings for a token created now with this lifetime (a TTL asked for and
+        capped), as ``create_token`` decides it: for a caller that shows them."""
+
     def list_tokens(self) -> list[TokenInfo]:
-        """Sorted by creation time."""
+        """Sorted by creation time; revoked and expired ones included (until swept)."""
+
+    def get_token(self, token_id: str) -> TokenInfo:
+        """The token of this accessor, read from the store itself (revoked and expired ones
+        too: their fields say so). TokenNotFound if absent, or its row fails its check."""
 
     def revoke_token(self, token_id: str) -> TokenInfo:
         """Mark the token revoked (again is a no-op). TokenNotFound if absent."""
 
+    def renew_token(self, token_id: str, increment: int | None = None) -> Renewal:
+        """Extend a token's expiry to now + ``increment`` seconds (None or 0: its ``ttl``),
+        capped at its creation plus the smaller of its ``explicit_max_ttl`` and the store's
+        ``max_ttl``, with Vault's warning when capped. One transaction; a ``token_renew``
+        change. TokenNotFound if absent or revoked; TokenExpired if expired or used up;
+        NotRenewable (Vault's text, ``lease is not renewable``) for a token that is not
+        renewable; InvalidRequest for a negative increment."""
+
+    def use_token(self, token_id: str) -> TokenInfo:
+        """Count one use of a token with ``num_uses``, exactly, across every process: one
+        transaction that refuses a token with none left (TokenExpired; TokenNotFound if
+        absent or revoked). The token after the use; its last use also ends it
+        (``expire_time`` set to now). A token without ``num_uses``: returned unchanged,
+        nothing written."""
+
+    def sweep_tokens(self, now: float | None = None) -> int:
+        """Delete the rows of tokens that expired more than ``SWEEP_AFTER`` seconds before
+        ``now``; how many. Revoked tokens that never expire are kept, as before."""
+
     def find_token(self, secret: str) -> TokenInfo | None:
-        """The live (not revoked) token with this secret, or None; constant-time comparison."""
+        """The token with this secret unless revoked, or None; constant-time comparison. An
+        expired or used-up token is returned too: ``TokenInfo.expired`` says so and every
+        caller refuses it (with ``token_expired``, not as unknown). From memory: a renewal
+        by another process shows once its change reaches this one (SQLite: the next read;
+        PostgreSQL: its notification)."""
 
     def health(self) -> KeyStoreHealth:
         """Whether the store answers and how old the cache is (for /readyz and /metrics)."""

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
 from ._base import Slot
+from ._integrity import TOKEN_ROW
 
 
 class Cursor(Protocol):
@@ -66,7 +67,7 @@ _POLICIES = (
     "SELECT name, min_encryption_version, deletion_allowed, made_exportable, mac FROM {policy}"
 )
 # TOKEN_ROW.columns order, then the MAC.
-_TOKENS = "SELECT id, digest, scopes, label, created_at, revoked_at, mac FROM {tokens}"
+_TOKENS = "SELECT {token_columns}, mac FROM {tokens}"
 # The key's identity (Slot.born): its version 1 written at that time, not a later key's. The
 # lock (PostgreSQL) is on the key's own row, which every write of a key locks first (delete_key
 # FOR UPDATE): a reservation takes the key's row, then its usage row, in delete_key's order.
@@ -85,6 +86,7 @@ class Sql:
             "for_update": dialect.for_update,
             "for_share": dialect.for_share,
             "creation_order": dialect.creation_order,
+            "token_columns": ", ".join(TOKEN_ROW.columns),
         }
 
         def sql(template: str) -> str:
@@ -145,10 +147,16 @@ class Sql:
         self.tokens = sql(_TOKENS + " ORDER BY {creation_order}")
         self.token = sql(_TOKENS + " WHERE id = ?{for_update}")
         self.insert_token = sql(
-            "INSERT INTO {tokens} (id, digest, scopes, label, created_at, revoked_at, mac)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?)"
+            "INSERT INTO {tokens} ({token_columns}, mac)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
         )
-        self.revoke_token = sql("UPDATE {tokens} SET revoked_at = ?, mac = ? WHERE id = ?")
+        # What changes in a token's life: revocation, renewal (expire_at), uses.
+        self.update_token = sql(
+            "UPDATE {tokens} SET revoked_at = ?, expire_at = ?, uses = ?, mac = ? WHERE id = ?"
+        )
+        self.sweep_tokens = sql("DELETE FROM {tokens} WHERE expire_at < ?")
+        # A row MAC'd before lifetimes, MAC'd again (``_token_lifetimes``).
+        self.write_token_mac = sql("UPDATE {tokens} SET mac = ? WHERE id = ?")
         self.write_scopes = sql("UPDATE {tokens} SET scopes = ?, mac = ? WHERE id = ?")
         # Once-only changes of the rows themselves (``_root_scopes``), each noted by a key here.
         self.meta_value = sql("SELECT value FROM {meta} WHERE key = ?")

@@ -9,7 +9,7 @@ volume, a restored backup, a careless chmod) must not be able to change what it 
 - every other row that decides something, a key's row (algorithm, exportable,
   min_decryption_version), its limits row (max_encryptions, auto_rotate_period), its policy
   row (min_encryption_version, deletion_allowed, made_exportable) and a token's row (digest,
-  scopes, revocation), carries an
+  scopes, revocation, lifetime and uses), carries an
   HMAC-SHA-256 over every one of its columns, under a key derived from the master key with
   HKDF-SHA-256, one key per kind of row.
 
@@ -52,7 +52,30 @@ class Row:
 
 
 KEY_ROW = Row("key", ("name", "algorithm", "exportable", "min_decryption_version", "created_at"))
-TOKEN_ROW = Row("token", ("id", "digest", "scopes", "label", "created_at", "revoked_at"))
+# A token's row: its identity, scopes, revocation and lifetime (``TokenInfo``). Rows written
+# before lifetimes existed were MAC'd over the first six columns under LEGACY_TOKEN_ROW's key;
+# opening such a keystore re-MACs each one that passes that check under TOKEN_ROW's, and leaves
+# one that fails as it is: refused either way, never re-signed (``_token_rows.upgrade``).
+TOKEN_ROW = Row(
+    "token-lifetime",
+    (
+        "id",
+        "digest",
+        "scopes",
+        "label",
+        "created_at",
+        "revoked_at",
+        "ttl",
+        "expire_at",
+        "explicit_max_ttl",
+        "renewable",
+        "num_uses",
+        "uses",
+        "parent",
+        "orphan",
+    ),
+)
+LEGACY_TOKEN_ROW = Row("token", TOKEN_ROW.columns[:6])
 # A key's usage limits (a key without this row has the defaults).
 LIMITS_ROW = Row("limits", ("name", "max_encryptions", "auto_rotate_period"))
 # A key's Transit policy (a key without this row: min_encryption_version 0, deletion not allowed).
@@ -107,7 +130,14 @@ class Integrity:
 
     def __init__(self, master_key: bytes) -> None:
         self._wrapper = KeyWrapper(master_key)
-        rows = (KEY_ROW, TOKEN_ROW, LIMITS_ROW, POLICY_ROW, POLICY_EXPORTABLE_ROW)
+        rows = (
+            KEY_ROW,
+            TOKEN_ROW,
+            LEGACY_TOKEN_ROW,
+            LIMITS_ROW,
+            POLICY_ROW,
+            POLICY_EXPORTABLE_ROW,
+        )
         self._mac_keys = {row: _derive(master_key, row) for row in rows}
 
     def wrap(

@@ -95,6 +95,22 @@ MIGRATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
             " UNIQUE (writer, seq))",
         ),
     ),
+    (
+        "token lifetimes: ttl, expiry, explicit max, renewable, uses, parent, orphan",
+        (
+            # In the row's MAC with the other columns (_integrity.TOKEN_ROW); rows written
+            # before take the defaults (no expiry, no use limit, no parent) and are MAC'd again
+            # once, by _token_lifetimes, if they pass their old check.
+            "ALTER TABLE sealflow_tokens ADD COLUMN ttl bigint NOT NULL DEFAULT 0,"
+            " ADD COLUMN expire_at double precision,"
+            " ADD COLUMN explicit_max_ttl bigint NOT NULL DEFAULT 0,"
+            " ADD COLUMN renewable integer NOT NULL DEFAULT 0,"
+            " ADD COLUMN num_uses bigint NOT NULL DEFAULT 0,"
+            " ADD COLUMN uses bigint NOT NULL DEFAULT 0,"
+            " ADD COLUMN parent text NOT NULL DEFAULT '',"
+            " ADD COLUMN orphan integer NOT NULL DEFAULT 1",
+        ),
+    ),
 )
 
 

@@ -129,6 +129,7 @@ class PostgresKeyStore(Writes[Db]):
                         provision(self)
                     finally:
                         self._ambient = None
+            self._upgrade_token_macs()  # first: every read of tokens checks the new MAC
             self._grant_root_export()
             self._sync(force=True)
         except BaseException:
@@ -234,7 +235,9 @@ class PostgresKeyStore(Writes[Db]):
                 )
                 cur.executemany(
                     "INSERT INTO sealflow_tokens (id, digest, scopes, label, created_at,"
-                    " revoked_at, mac) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                    " revoked_at, ttl, expire_at, explicit_max_ttl, renewable, num_uses, uses,"
+                    " parent, orphan, mac) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s,"
+                    " %s, %s, %s, %s)",
                     tokens,
                 )
                 cur.executemany("INSERT INTO sealflow_key_limits VALUES (%s, %s, %s, %s)", limits)

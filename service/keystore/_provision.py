@@ -7,13 +7,14 @@ import logging
 import os
 import stat
 import sys
+import time
 from contextlib import closing
 from pathlib import Path
 
 from sealflow.engine import Algorithm
 from sealflow.service.config import Settings
 
-from ._base import KeyStore
+from ._base import KeyStore, Lifetimes
 from ._masterkey import create_master_key_file, load_master_key, read_secret
 from ._pg_audit import PostgresSink
 from ._postgres import PostgresKeyStore, redact
@@ -32,11 +33,21 @@ def open_store(settings: Settings, max_staleness: float = 0.0, watch: bool = Tru
     check for changes before every read (the CLI).
     """
     url = keystore_url(settings)
+    store: KeyStore
     if url is None:
-        return SQLiteKeyStore(settings.keystore_path, master_key(settings), max_staleness)
-    return PostgresKeyStore(
-        url, master_key(settings), watch=watch, poll_interval=settings.keystore_poll_interval
-    )
+        store = SQLiteKeyStore(settings.keystore_path, master_key(settings), max_staleness)
+    else:
+        store = PostgresKeyStore(
+            url, master_key(settings), watch=watch, poll_interval=settings.keystore_poll_interval
+        )
+    store.lifetimes = lifetimes(settings)
+    return store
+
+
+def lifetimes(settings: Settings) -> Lifetimes:
+    """The token lifetime rules the settings give (``SEALFLOW_TOKEN_DEFAULT_TTL``,
+    ``SEALFLOW_TOKEN_MAX_TTL``)."""
+    return Lifetimes(settings.token_default_ttl, settings.token_max_ttl)
 
 
 def keystore_url(settings: Settings) -> str | None:
@@ -167,11 +178,16 @@ def _prepare_postgres(settings: Settings, url: str) -> str | None:
 
 def _provision(store: KeyStore, given: str | None, issued: list[str]) -> None:
     store.create_key("default", Algorithm.AES_256_GCM)
-    issued.append(store.create_token(ROOT_SCOPES, label="root", secret=given)[1])
+    # Never expires, whatever SEALFLOW_TOKEN_MAX_TTL says: the way in to a new keystore.
+    issued.append(store.create_token(ROOT_SCOPES, "root", given, expires=False)[1])
 
 
 def _warn_if_no_token(store: KeyStore, where: str) -> None:
-    if all(token.revoked for token in store.list_tokens()):
+    """At a server's start: expired tokens swept (``SWEEP_AFTER``), and a warning if no token
+    is left that could be used."""
+    store.sweep_tokens()
+    now = time.time()
+    if all(token.revoked or token.expired(now) for token in store.list_tokens()):
         log.warning(
             "keystore %s has no usable token; create one with"
             " `sealflow tokens create --scope admin`",

@@ -57,8 +57,24 @@ def present(keys: dict[str, KeyInfo | None], name: str) -> KeyInfo:
 
 
 def token_info(row: Sequence[Any]) -> TokenInfo:
-    token_id, _, scopes, label, created_at, revoked_at = row
-    return TokenInfo(token_id, tuple(scopes.split()), label, created_at, revoked_at is not None)
+    """A token from its row (TOKEN_ROW's columns, checked by the caller)."""
+    token_id, _, scopes, label, created_at, revoked_at, ttl, expire_at = row[:8]
+    explicit_max_ttl, renewable, num_uses, uses, parent, orphan = row[8:]
+    return TokenInfo(
+        token_id,
+        tuple(scopes.split()),
+        label,
+        created_at,
+        revoked_at is not None,
+        ttl=ttl,
+        expire_time=expire_at,
+        explicit_max_ttl=explicit_max_ttl,
+        renewable=bool(renewable),
+        num_uses=num_uses,
+        uses=uses,
+        parent=parent,
+        orphan=bool(orphan),
+    )
 
 
 def digest(secret: str) -> bytes:
@@ -66,8 +82,9 @@ def digest(secret: str) -> bytes:
 
 
 def live_token(tokens: dict[bytes, tuple[bytes, TokenInfo]], secret: str) -> TokenInfo | None:
-    """The live (not revoked) token with this secret among ``tokens`` (by digest, as
-    ``_tables.Tables.tokens`` reads them), or None."""
+    """The token with this secret among ``tokens`` (by digest, as ``_tables.Tables.tokens``
+    reads them) unless revoked, or None. Expired ones too: the caller refuses them, with
+    their own code (``KeyStore.find_token``)."""
     wanted = digest(secret)
     entry = tokens.get(wanted)
     if entry is None:

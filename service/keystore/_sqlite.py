@@ -28,8 +28,9 @@ from ._writes import Writes
 from .errors import DriverErrors, KeyNotFound
 
 # No row locks: BEGIN IMMEDIATE makes a write transaction the only writer of the whole file.
-# Usage rows are read whole (``_usage_rows.reserved`` keeps the slots asked for); tokens are
-# never deleted, so rowid order is creation order, clock or no clock.
+# Usage rows are read whole (``_usage_rows.reserved`` keeps the slots asked for). Rowid order
+# is creation order, clock or no clock: a new row's rowid is above every row there (only
+# expired tokens are ever deleted, ``sweep_tokens``; a rowid SQLite reuses is above the rest).
 _SQL = Sql(
     Dialect(
         "?",
@@ -92,6 +93,7 @@ class SQLiteKeyStore(Writes[sqlite3.Connection]):
         try:
             with self._connection() as db:
                 _sqlite_file.open_file(db, path, self._integrity, KeyWrapper(master_key))
+            self._upgrade_token_macs()  # first: every read of tokens checks the new MAC
             self._grant_root_export()
         except BaseException:
             self._conn.close()
@@ -193,8 +195,9 @@ class SQLiteKeyStore(Writes[sqlite3.Connection]):
         statements = (
             "SELECT name, algorithm, exportable, min_decryption_version, created_at, mac FROM keys",
             "SELECT name, version, wrapped, created_at FROM key_versions ORDER BY name, version",
-            # Tokens are never deleted, so rowid order is creation order.
-            "SELECT id, digest, scopes, label, created_at, revoked_at, mac FROM tokens"
+            # Rowid order is creation order (_SQL).
+            "SELECT id, digest, scopes, label, created_at, revoked_at, ttl, expire_at,"
+            " explicit_max_ttl, renewable, num_uses, uses, parent, orphan, mac FROM tokens"
             " ORDER BY rowid",
             # Opening the file made the tables added since schema 2, so they are there.
             "SELECT name, max_encryptions, auto_rotate_period, mac FROM key_limits",

@@ -22,7 +22,7 @@ from typing import Any
 
 from sealflow.engine import Algorithm
 
-from ._integrity import KEY_ROW, SCHEMA_VERSION, TOKEN_ROW, Integrity
+from ._integrity import KEY_ROW, LEGACY_TOKEN_ROW, SCHEMA_VERSION, Integrity
 from ._masterkey import KeyWrapper
 from .errors import KeyStoreCorrupt, KeyStoreUnavailable
 
@@ -38,7 +38,8 @@ SCHEMA = (
     # `wrapped` is rewritten only by the upgrade from schema 1, with the same material.
     "CREATE TABLE key_versions (name TEXT NOT NULL, version INTEGER NOT NULL,"
     " wrapped BLOB NOT NULL, created_at REAL NOT NULL, PRIMARY KEY (name, version))",
-    # mac: over the other columns, in TOKEN_ROW.columns order.
+    # mac: over the other columns, in TOKEN_ROW.columns order (the lifetime columns are
+    # USAGE_COLUMNS', added at every open).
     "CREATE TABLE tokens (id TEXT PRIMARY KEY, digest BLOB NOT NULL UNIQUE,"
     " scopes TEXT NOT NULL, label TEXT NOT NULL, created_at REAL NOT NULL, revoked_at REAL,"
     " mac BLOB NOT NULL)",
@@ -61,8 +62,20 @@ USAGE_SCHEMA = (
     " mac BLOB NOT NULL, made_exportable INTEGER NOT NULL DEFAULT 0)",
 )
 # Columns added to those tables since; a file whose table lacks one gets it at open (its rows
-# take the default, which is what they meant).
-USAGE_COLUMNS = (("key_policy", "made_exportable", "INTEGER NOT NULL DEFAULT 0"),)
+# take the default, which is what they meant). The tokens' lifetime columns (TOKEN_ROW's; no
+# expiry, no use limit, no parent: what a token made before them was) are in the MAC, which
+# ``_token_lifetimes`` rewrites once for rows written before them.
+USAGE_COLUMNS = (
+    ("key_policy", "made_exportable", "INTEGER NOT NULL DEFAULT 0"),
+    ("tokens", "ttl", "INTEGER NOT NULL DEFAULT 0"),
+    ("tokens", "expire_at", "REAL"),
+    ("tokens", "explicit_max_ttl", "INTEGER NOT NULL DEFAULT 0"),
+    ("tokens", "renewable", "INTEGER NOT NULL DEFAULT 0"),
+    ("tokens", "num_uses", "INTEGER NOT NULL DEFAULT 0"),
+    ("tokens", "uses", "INTEGER NOT NULL DEFAULT 0"),
+    ("tokens", "parent", "TEXT NOT NULL DEFAULT ''"),
+    ("tokens", "orphan", "INTEGER NOT NULL DEFAULT 1"),
+)
 
 
 def create(path: Path, integrity: Integrity, fill: Callable[[Path], None] | None = None) -> bool:
@@ -266,7 +279,9 @@ def upgrade(
         "SELECT id, digest, scopes, label, created_at, revoked_at FROM tokens"
     ).fetchall()
     for token in tokens:
-        mac = integrity.mac(TOKEN_ROW, token)
+        # As rows were MAC'd then; the first open after this MACs them over their lifetime
+        # columns too (``_token_lifetimes``).
+        mac = integrity.mac(LEGACY_TOKEN_ROW, token)
         db.execute("UPDATE tokens SET mac = ? WHERE id = ?", (mac, token[0]))
     db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (SCHEMA_VERSION,))
     db.execute("UPDATE meta SET value = ? WHERE key = 'check'", (integrity.check_blob(),))

@@ -15,12 +15,16 @@ from sealflow.engine import Algorithm
 
 from ._base import KeyInfo, TokenInfo
 from ._dialect import Connection, Sql
-from ._integrity import KEY_ROW, LIMITS_ROW, TOKEN_ROW, Integrity, refuse
+from ._integrity import KEY_ROW, LEGACY_TOKEN_ROW, LIMITS_ROW, TOKEN_ROW, Integrity, refuse
 from ._rows import PolicyRow, key_info, policy_mac, present, token_info, with_limits, with_policy
 from .errors import KeyNotFound, KeyStoreCorrupt, TokenNotFound
 
-# A token's six authenticated columns (TOKEN_ROW), as stored.
+# A token's authenticated columns (TOKEN_ROW), as stored.
 TokenRow = tuple[Any, ...]
+_TOKEN_WIDTH = len(TOKEN_ROW.columns)
+# A row written before lifetimes, as its new columns' defaults fill it (the schemas' DEFAULTs):
+# ttl, expire_at, explicit_max_ttl, renewable, num_uses, uses, parent, orphan.
+_LEGACY_DEFAULTS = (0, None, 0, 0, 0, 0, "", 1)
 
 
 class Tables:
@@ -124,7 +128,7 @@ class Tables:
         up), in creation order; a row that fails is left out, logged once."""
         tokens: dict[bytes, tuple[bytes, TokenInfo]] = {}
         for stored in db.execute(self.sql.tokens).fetchall():
-            row, mac = tuple(stored[:6]), stored[6]
+            row, mac = tuple(stored[:_TOKEN_WIDTH]), stored[_TOKEN_WIDTH]
             if self._integrity.verify(TOKEN_ROW, row, mac):
                 tokens[row[1]] = (row[1], token_info(row))
             else:
@@ -136,28 +140,73 @@ class Tables:
 
     def revoke_token(self, db: Connection, token_id: str) -> TokenRow:
         """The token's row, revoked now unless it was already (then unchanged). TokenNotFound;
-        KeyStoreCorrupt for a row that fails its check (``_checked_token``)."""
-        row = self._checked_token(db, token_id)
+        KeyStoreCorrupt for a row that fails its check (``checked_token``)."""
+        row = self.checked_token(db, token_id)
         if row[5] is None:
-            row = (*row[:5], time.time())
-            mac = self._integrity.mac(TOKEN_ROW, row)
-            db.execute(self.sql.revoke_token, (row[5], mac, token_id))
+            row = self.update_token(db, row, revoked_at=time.time())
         return row
+
+    def update_token(
+        self,
+        db: Connection,
+        row: TokenRow,
+        *,
+        revoked_at: float | None = None,
+        expire_at: float | None = None,
+        uses: int | None = None,
+    ) -> TokenRow:
+        """The token's row with what changes in a token's life (None: unchanged), MAC'd again
+        and written. ``row`` is the row as ``checked_token`` read it in this transaction: a
+        row that fails its check is never re-signed."""
+        new = list(row)
+        for index, value in ((5, revoked_at), (7, expire_at), (11, uses)):
+            if value is not None:
+                new[index] = value
+        changed = tuple(new)
+        mac = self._integrity.mac(TOKEN_ROW, changed)
+        db.execute(self.sql.update_token, (changed[5], changed[7], changed[11], mac, row[0]))
+        return changed
+
+    def sweep_tokens(self, db: Connection, before: float) -> int:
+        """Delete the rows of tokens that expired before ``before``; how many."""
+        return max(db.execute(self.sql.sweep_tokens, (before,)).rowcount, 0)
+
+    def remac_legacy_tokens(self, db: Connection) -> tuple[int, list[str]]:
+        """Every token row that passes its check as rows were MAC'd before lifetimes
+        (LEGACY_TOKEN_ROW, over the first six columns; its lifetime columns then hold their
+        defaults, which is what such a token had: no expiry, no use limit, no parent) MAC'd
+        again under TOKEN_ROW; the number done, and the ids of rows that pass neither check,
+        which are left as they are (refused, never re-signed). A row that passes TOKEN_ROW's
+        check already is left alone."""
+        done, failed = 0, []
+        for stored in db.execute(self.sql.tokens).fetchall():
+            row, mac = tuple(stored[:_TOKEN_WIDTH]), stored[_TOKEN_WIDTH]
+            if self._integrity.verify(TOKEN_ROW, row, mac):
+                continue
+            if row[6:] == _LEGACY_DEFAULTS and self._integrity.verify(
+                LEGACY_TOKEN_ROW, row[:6], mac
+            ):
+                db.execute(self.sql.write_token_mac, (self._integrity.mac(TOKEN_ROW, row), row[0]))
+                done += 1
+            else:
+                failed.append(str(row[0]))
+        return done, failed
 
     def write_scopes(self, db: Connection, token_id: str, scopes: str) -> None:
         """The token's row with other scopes, MAC'd again (``_root_scopes``, the one caller).
         TokenNotFound; KeyStoreCorrupt for a row that fails its check."""
-        row = self._checked_token(db, token_id)
+        row = self.checked_token(db, token_id)
         row = (row[0], row[1], scopes, *row[3:])
         db.execute(self.sql.write_scopes, (scopes, self._integrity.mac(TOKEN_ROW, row), token_id))
 
-    def _checked_token(self, db: Connection, token_id: str) -> TokenRow:
-        """The token's row as stored, checked: a row that fails is never re-signed, which
-        would make whatever was written into it genuine."""
+    def checked_token(self, db: Connection, token_id: str) -> TokenRow:
+        """The token's row as stored, checked (and locked for the caller's transaction): a
+        row that fails is never re-signed, which would make whatever was written into it
+        genuine."""
         stored = db.execute(self.sql.token, (token_id,)).fetchone()
         if stored is None:
             raise TokenNotFound(f"token {token_id!r} not found")
-        row, mac = tuple(stored[:6]), stored[6]
+        row, mac = tuple(stored[:_TOKEN_WIDTH]), stored[_TOKEN_WIDTH]
         if not self._integrity.verify(TOKEN_ROW, row, mac):
             refuse(self._where, f"token {token_id!r}")
             raise KeyStoreCorrupt(

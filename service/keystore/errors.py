@@ -18,6 +18,15 @@ class TokenNotFound(KeyStoreError):
     pass
 
 
+class TokenExpired(KeyStoreError):
+    """A token past its expiry, or whose uses are all used: refused like an unknown one, with
+    its own code (``token_expired``)."""
+
+
+class NotRenewable(KeyStoreError):
+    """A renewal of a token created not renewable (or without an expiry, as the root token)."""
+
+
 class KeyExists(KeyStoreError):
     pass
 

@@ -12,6 +12,7 @@ that has ``admin`` and ``export`` on that key (docs/API.md, Authentication).
 from __future__ import annotations
 
 import functools
+import time
 from fnmatch import fnmatchcase
 from typing import Literal
 
@@ -23,7 +24,8 @@ Action = Literal["encrypt", "decrypt", "export"]
 
 
 def authenticate(store: KeyStore, authorization: str | None) -> TokenInfo:
-    """The live token named by an ``Authorization: Bearer`` header, else 401."""
+    """The live token named by an ``Authorization: Bearer`` header, else 401 (``token_expired``
+    for one past its expiry or with no use left: ``usable``)."""
     if authorization is None:
         _metrics.AUTH_FAILURES.labels("missing").inc()
         raise errors.unauthorized()
@@ -35,7 +37,21 @@ def authenticate(store: KeyStore, authorization: str | None) -> TokenInfo:
     if token is None:
         _metrics.AUTH_FAILURES.labels("invalid").inc()
         raise errors.unauthorized()
+    if not usable(token):
+        raise errors.token_expired()
     return token
+
+
+def usable(token: TokenInfo) -> bool:
+    """Whether a known token is within its lifetime and uses, against the clock and the cached
+    row: no keystore round trip (a renewal elsewhere reaches the cache as any change does:
+    ``KeyStore.find_token``). Counted in the metrics when it is not."""
+    if token.expire_time is None and not token.num_uses:
+        return True  # never expires, no use limit: every token made before lifetimes
+    if token.expired(time.time()):
+        _metrics.AUTH_FAILURES.labels("expired").inc()
+        return False
+    return True
 
 
 def bearer(authorization: str) -> str | None:

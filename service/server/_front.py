@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sealflow.service.config import Settings
-from sealflow.service.keystore import KeyStoreError, TokenInfo
+from sealflow.service.keystore import KeyStoreError, TokenExpired, TokenInfo, TokenNotFound
 
 from . import _audit, _auth, _forwarded, _metrics, data, errors, transit
 from ._body import drop_connection, refuse, send_error
@@ -137,6 +137,8 @@ class Front:
                     record.aads, record.contexts = set(), set()
         elif not plan.counted:
             plan.kind = Kind.OPEN
+        if token is not None and token.num_uses:
+            plan.whole = 0  # its use is a keystore write, made off the loop (``_use``)
         return plan
 
     def _admit(
@@ -272,6 +274,8 @@ class Front:
         scope["sealflow.head"] = plan.head  # the protocol's scopes have it; in-process ones too
         log = scope["sealflow.log"] = plan.log
         svc, token = self.svc, plan.token
+        if token is not None and token.num_uses and svc is not None:
+            token = await self._use(svc, plan, token)
         kind = plan.kind
         if kind is Kind.REFUSE:
             assert plan.error is not None
@@ -310,6 +314,28 @@ class Front:
                 _audit.asking.reset(asked)
             self._give(plan)
             self.record(plan, scope.get("route"))
+
+    async def _use(self, svc: Services, plan: Plan, token: TokenInfo) -> TokenInfo | None:
+        """One use of a token with a use limit, counted in the keystore before a byte of the
+        body is read (exact across workers and replicas: ``KeyStore.use_token``), off the
+        event loop: the token after it, or None with the plan turned into its refusal (no use
+        left: ``token_expired``; revoked meanwhile: unknown; keystore down: 503)."""
+        try:
+            used = await asyncio.to_thread(svc.store.use_token, token.id)
+        except (TokenExpired, TokenNotFound, KeyStoreError) as exc:
+            vault = plan.vault is not None
+            if isinstance(exc, TokenExpired):
+                _metrics.AUTH_FAILURES.labels("expired").inc()
+                error = transit.token_expired() if vault else errors.token_expired()
+            elif isinstance(exc, TokenNotFound):
+                _metrics.AUTH_FAILURES.labels("invalid").inc()
+                error = transit.permission_denied() if vault else errors.unauthorized()
+            else:
+                error = errors.api_error(exc)
+            plan.kind, plan.refused, plan.error, plan.token = Kind.REFUSE, True, error, None
+            return None
+        plan.token = used
+        return used
 
     def _auditing(self, trail: _audit.Trail, plan: Plan, scope: Scope, send: Send) -> Send:
         """``send``, with the request's record written before its success can leave (mode
@@ -523,9 +549,9 @@ def _noting_status(send: Send, log: AccessRecord) -> Send:
     return sending
 
 
-# Refusals that are failed authentications (a token missing, malformed or unknown; Vault's
-# 403 for the same on Transit).
-_AUTH_FAILURES = frozenset(("unauthorized", "forbidden"))
+# Refusals that are failed authentications (a token missing, malformed, unknown, expired or used
+# up; Vault's 403 for the same on Transit).
+_AUTH_FAILURES = frozenset(("unauthorized", "forbidden", "token_expired"))
 # What a request of a route does, for the audit record: (method, template) of the native
 # admin routes; Transit's by its route's kind; the data routes by their direction.
 _ADMIN_OPERATIONS = {

@@ -30,6 +30,8 @@ from sealflow.service.keystore import (
     KeyStoreCorrupt,
     KeyStoreError,
     NotExportable,
+    NotRenewable,
+    TokenExpired,
     TokenNotFound,
     VersionRetired,
     VersionUsedUp,
@@ -130,6 +132,17 @@ def unauthorized() -> ApiError:
     )
 
 
+def token_expired() -> ApiError:
+    """A known token past its expiry or with no use left (docs/API.md, Authentication); RFC 6750
+    section 3.1's ``invalid_token``. Vault's paths answer it as ``permission denied`` (403)."""
+    return ApiError(
+        401,
+        "token_expired",
+        "the token has expired or has no use left",
+        {"WWW-Authenticate": 'Bearer error="invalid_token"'},
+    )
+
+
 def method_not_allowed(allowed: str) -> ApiError:
     return ApiError(405, "method_not_allowed", "Method Not Allowed", {"Allow": allowed})
 
@@ -222,6 +235,7 @@ def keystore_stale() -> ApiError:
 _STORE_ERRORS: dict[type[KeyStoreError], tuple[int, str]] = {
     KeyNotFound: (404, "key_not_found"),
     TokenNotFound: (404, "token_not_found"),
+    NotRenewable: (400, "not_renewable"),
     KeyExists: (409, "key_exists"),
     DeletionNotAllowed: (409, "deletion_not_allowed"),
     InvalidRequest: (400, "bad_request"),
@@ -239,6 +253,8 @@ def api_error(exc: Exception) -> ApiError:
         return exc
     if isinstance(exc, DecryptionError):
         return decryption_failed()
+    if isinstance(exc, TokenExpired):
+        return token_expired()
     if isinstance(exc, KeyStoreError):
         known = _STORE_ERRORS.get(type(exc))
         if known is not None:

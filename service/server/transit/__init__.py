@@ -13,7 +13,7 @@ document. A small encrypt is answered by the same
 
 from ._openapi import SECURITY_SCHEMES, paths
 from ._routes import Route, Transit, authenticate, token_secret
-from ._wire import refuse
+from ._wire import permission_denied, refuse, token_expired
 
 __all__ = [
     "SECURITY_SCHEMES",
@@ -21,6 +21,8 @@ __all__ = [
     "Transit",
     "authenticate",
     "paths",
+    "permission_denied",
     "refuse",
+    "token_expired",
     "token_secret",
 ]

@@ -279,7 +279,9 @@ def _kind(parts: list[str]) -> str:
 def authenticate(
     store: KeyStore, vault_token: bytes | None, authorization: str | None
 ) -> TokenInfo:
-    """The live token of ``X-Vault-Token`` (first) or ``Authorization: Bearer``; else 403."""
+    """The live token of ``X-Vault-Token`` (first) or ``Authorization: Bearer``; else 403, as
+    Vault refuses a token it does not know, an expired one included (with the code
+    ``token_expired`` for the log and the audit trail; the body is Vault's either way)."""
     secret = token_secret(vault_token, authorization)
     if not secret:
         _metrics.AUTH_FAILURES.labels("missing").inc()
@@ -288,6 +290,8 @@ def authenticate(
     if token is None:
         _metrics.AUTH_FAILURES.labels("invalid").inc()
         raise _wire.permission_denied()
+    if not _auth.usable(token):
+        raise _wire.token_expired()
     return token
 
 

@@ -7,10 +7,10 @@ stderr, ``tokens list`` shows and ``tokens revoke`` takes). Every token may look
 they are token management, for ``admin`` only (``_routes``): Vault's default policy grants
 neither, not even for a token's own accessor.
 
-Vault forgets a revoked token, so its accessor then names nothing: ``lookup-accessor`` answers
-400 ``invalid accessor`` and ``revoke-accessor`` 200 with the warning ``No token found with
-this accessor``, as for an accessor never made. sealflow keeps the revoked row (``tokens list``
-shows it) and answers the same.
+Vault forgets a revoked or expired token, so its accessor then names nothing:
+``lookup-accessor`` answers 400 ``invalid accessor`` and ``revoke-accessor`` 200 with the
+warning ``No token found with this accessor``, as for an accessor never made. sealflow keeps the
+revoked row (``tokens list`` shows it; an expired one until it is swept) and answers the same.
 
 A revocation is the keystore's ``revoke_token``, the CLI's write: one transaction, after which
 this process's token cache is dropped (its next request with that token is refused, on every
@@ -22,10 +22,11 @@ change on the audit trail with the caller the front door names (``_audit.asking`
 from __future__ import annotations
 
 import asyncio
+import time
 from datetime import UTC, datetime
 from typing import Any
 
-from sealflow.service.keystore import KeyStore, TokenInfo, TokenNotFound
+from sealflow.service.keystore import KeyStore, TokenInfo, TokenNotFound, valid_accessor
 
 from . import _wire
 from ._wire import Body
@@ -56,7 +57,7 @@ async def revoke_accessor(store: KeyStore, accessor: str) -> tuple[int, bytes]:
         return 200, _wire.envelope(None, [NOT_FOUND])
     try:
         await asyncio.to_thread(store.revoke_token, accessor)  # an fsynced write: off the loop
-    except TokenNotFound:  # rows are never deleted; kept for a store that would
+    except TokenNotFound:  # swept, or revoked by another process, meanwhile
         return 200, _wire.envelope(None, [NOT_FOUND])
     return 204, b""
 
@@ -77,34 +78,45 @@ def accessor(body: Body) -> str:
 
 
 def live(store: KeyStore, accessor: str) -> TokenInfo | None:
-    """The token of ``accessor`` unless it is revoked (or unknown, or its row fails its check:
-    ``list_tokens`` leaves such a row out)."""
-    for token in store.list_tokens():
-        if token.id == accessor:
-            return None if token.revoked else token
-    return None
+    """The token of ``accessor`` unless it is revoked, expired or used up (Vault has forgotten
+    such a token), unknown, or its row fails its check; read from the keystore itself."""
+    if not valid_accessor(accessor):
+        return None  # names no token: not even a read
+    try:
+        token = store.get_token(accessor)
+    except TokenNotFound:
+        return None
+    return None if token.revoked or token.expired(time.time()) else token
 
 
 def describe(token: TokenInfo, secret: str) -> dict[str, Any]:
-    """A token as Vault's lookup shows a non-expiring service token; its ``policies`` are
-    its scopes."""
-    created = datetime.fromtimestamp(token.created_at, UTC)
+    """A token as Vault's lookup shows a service token; its ``policies`` are its scopes. A
+    token without an expiry (the first-start root token, tokens made before lifetimes, and
+    tokens made while no default TTL is set) shows as Vault's root token does: ``ttl`` 0,
+    ``expire_time`` null, not renewable. ``num_uses``: the uses left after this request, -1
+    once the last is made, as Vault counts them."""
+    end = token.expire_time
+    left = token.num_uses - token.uses if token.num_uses else 0
     return {
         "accessor": token.id,
         "creation_time": int(token.created_at),
-        "creation_ttl": 0,
+        "creation_ttl": token.ttl,
         "display_name": token.label or "token",
         "entity_id": "",
-        "expire_time": None,
-        "explicit_max_ttl": 0,
+        "expire_time": None if end is None else _rfc3339(end),
+        "explicit_max_ttl": token.explicit_max_ttl,
         "id": secret,
-        "issue_time": created.isoformat().replace("+00:00", "Z"),
+        "issue_time": _rfc3339(token.created_at),
         "meta": None,
-        "num_uses": 0,
-        "orphan": True,
+        "num_uses": -1 if token.num_uses and left <= 0 else left,
+        "orphan": token.orphan,
         "path": "auth/token/create",
         "policies": list(token.scopes),
-        "renewable": False,
-        "ttl": 0,
+        "renewable": token.renewable,
+        "ttl": token.ttl_left(time.time()),
         "type": "service",
     }
+
+
+def _rfc3339(when: float) -> str:
+    return datetime.fromtimestamp(when, UTC).isoformat().replace("+00:00", "Z")

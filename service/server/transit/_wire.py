@@ -47,6 +47,12 @@ def permission_denied() -> ApiError:
     return ApiError(403, "forbidden", "permission denied")
 
 
+def token_expired() -> ApiError:
+    """An expired or used-up token, as Vault refuses it (403 ``permission denied``: Vault has
+    forgotten it), its code ``token_expired`` for the access log and the audit trail."""
+    return ApiError(403, "token_expired", "permission denied")
+
+
 def policy_denied() -> ApiError:
     """A known token whose policy does not cover the call, in Vault's words for that (its
     framework's): the token routes answer so, as the differential test checks."""

@@ -51,7 +51,15 @@ def test_help_works_whatever_the_environment_says() -> None:
 
 @pytest.mark.parametrize(
     "command",
-    [[], ["serve"], ["keys", "create"], ["selftest"], ["audit", "verify"], ["audit", "hmac"]],
+    [
+        [],
+        ["serve"],
+        ["keys", "create"],
+        ["tokens", "create"],
+        ["selftest"],
+        ["audit", "verify"],
+        ["audit", "hmac"],
+    ],
 )
 def test_help_reads_as_words(command: list[str]) -> None:
     text = run(*command, "--help").stdout.decode()

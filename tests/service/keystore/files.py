@@ -28,6 +28,12 @@ V1_SCHEMA = (
     "CREATE TABLE IF NOT EXISTS tokens (id TEXT PRIMARY KEY, digest BLOB NOT NULL UNIQUE,"
     " scopes TEXT NOT NULL, label TEXT NOT NULL, created_at REAL NOT NULL, revoked_at REAL)",
 )
+# Undoes PostgreSQL migration 6 (token lifetimes): the table as the releases before it left it.
+PG_UNDO_MIGRATION_6 = (
+    "ALTER TABLE sealflow_tokens DROP COLUMN ttl, DROP COLUMN expire_at,"
+    " DROP COLUMN explicit_max_ttl, DROP COLUMN renewable, DROP COLUMN num_uses,"
+    " DROP COLUMN uses, DROP COLUMN parent, DROP COLUMN orphan"
+)
 KEY_LEN = {"aes-128-gcm": 16, "aes-256-gcm": 32, "chacha20-poly1305": 32}
 
 

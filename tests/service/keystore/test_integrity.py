@@ -27,11 +27,22 @@ from sealflow.service.keystore import (
     SQLiteKeyStore,
     export_material,
 )
-from sealflow.service.keystore._integrity import KEY_ROW, TOKEN_ROW, Integrity, encode
+from sealflow.service.keystore._integrity import (
+    KEY_ROW,
+    LEGACY_TOKEN_ROW,
+    TOKEN_ROW,
+    Integrity,
+    encode,
+)
 
 MASTER = bytes(range(32))
 KEY_VALUES = ("orders", "aes-256-gcm", 0, 1, 1700000000.5)
-TOKEN_VALUES = ("tok_0123456789abcdef", bytes(32), "admin", "root", 1700000000.5, None)
+TOKEN_VALUES = (
+    *("tok_0123456789abcdef", bytes(32), "admin", "app", 1700000000.5, None),
+    *(3600, 1700003600.5, 7200, 1, 5, 2, "tok_fedcba9876543210", 0),
+)
+LEGACY_TOKEN_VALUES = TOKEN_VALUES[:6]
+LABELS = {KEY_ROW: "key", TOKEN_ROW: "token-lifetime", LEGACY_TOKEN_ROW: "token"}
 
 
 # -- the formats, written out again here: they are a storage format and must not drift
@@ -57,17 +68,21 @@ def mac_key(label: str) -> bytes:
     return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(MASTER)
 
 
-@pytest.mark.parametrize(("row", "values"), [(KEY_ROW, KEY_VALUES), (TOKEN_ROW, TOKEN_VALUES)])
+@pytest.mark.parametrize(
+    ("row", "values"),
+    [(KEY_ROW, KEY_VALUES), (TOKEN_ROW, TOKEN_VALUES), (LEGACY_TOKEN_ROW, LEGACY_TOKEN_VALUES)],
+)
 def test_row_macs_are_hmac_sha256_under_hkdf_subkeys_over_a_length_prefixed_encoding(
     row: object, values: tuple[object, ...]
 ) -> None:
-    assert row in (KEY_ROW, TOKEN_ROW)
-    label = "key" if row is KEY_ROW else "token"
+    label = {"key": "key", "token": "token", "token-lifetime": "token-lifetime"}[
+        LABELS[row]  # type: ignore[index]
+    ]
     message = b"".join(field(v) for v in (f"sealflow-keystore-{label}-row", *values))
     expected = hmac.digest(mac_key(label), message, "sha256")
     integrity = Integrity(MASTER)
-    assert integrity.mac(KEY_ROW if label == "key" else TOKEN_ROW, values) == expected
-    assert mac_key("key") != mac_key("token")
+    assert integrity.mac(row, values) == expected  # type: ignore[arg-type]
+    assert len({mac_key(x) for x in LABELS.values()}) == 3
 
 
 def test_the_wrapping_aad_binds_name_version_algorithm_and_exportability() -> None:
@@ -114,7 +129,8 @@ def test_unwrap_fails_when_any_bound_value_or_the_master_key_differs() -> None:
 
 def test_verify_refuses_any_changed_value_type_or_mac() -> None:
     integrity = Integrity(os.urandom(32))
-    for row, values in [(KEY_ROW, KEY_VALUES), (TOKEN_ROW, TOKEN_VALUES)]:
+    rows = [(KEY_ROW, KEY_VALUES), (TOKEN_ROW, TOKEN_VALUES), (LEGACY_TOKEN_ROW, TOKEN_VALUES[:6])]
+    for row, values in rows:
         mac = integrity.mac(row, values)
         assert integrity.verify(row, values, mac)
         for i, value in enumerate(values):
@@ -123,10 +139,12 @@ def test_verify_refuses_any_changed_value_type_or_mac() -> None:
                     continue
                 altered = (*values[:i], changed, *values[i + 1 :])
                 assert not integrity.verify(row, altered, mac), (i, changed)
-        other = KEY_ROW if row is TOKEN_ROW else TOKEN_ROW
+        other = KEY_ROW if row is not KEY_ROW else TOKEN_ROW
         for bad in [mac[:-1], mac + b"\x00", b"", None, mac.hex(), bytes(32)]:
             assert not integrity.verify(row, values, bad)
         assert not integrity.verify(other, values, mac)
+        if row is TOKEN_ROW:  # the old layout's MAC of the same first six columns is another
+            assert not integrity.verify(LEGACY_TOKEN_ROW, values[:6], mac)
         assert not Integrity(os.urandom(32)).verify(row, values, mac)
         assert not integrity.verify(row, (*values, None), mac)
         assert not integrity.verify(row, (*values[:-1], object()), mac)
@@ -293,6 +311,13 @@ TOKEN_ATTACKS = {
     "scopes": "UPDATE tokens SET scopes = 'admin encrypt:* decrypt:*' WHERE id = ?",
     "digest": "UPDATE tokens SET digest = ? WHERE id = ?",
     "revocation undone": "UPDATE tokens SET revoked_at = NULL WHERE id = ?",
+    "expiry removed": "UPDATE tokens SET expire_at = NULL WHERE id = ?",
+    "expiry extended": "UPDATE tokens SET expire_at = expire_at + 86400 WHERE id = ?",
+    "uses given back": "UPDATE tokens SET uses = 0 WHERE id = ?",
+    "use limit lifted": "UPDATE tokens SET num_uses = 0 WHERE id = ?",
+    "max lifted": "UPDATE tokens SET explicit_max_ttl = 0 WHERE id = ?",
+    "made renewable": "UPDATE tokens SET renewable = 1 WHERE id = ?",
+    "parent dropped": "UPDATE tokens SET parent = '', orphan = 1 WHERE id = ?",
 }
 
 
@@ -300,7 +325,18 @@ TOKEN_ATTACKS = {
 def test_a_token_whose_row_was_changed_is_no_token(
     store: SQLiteKeyStore, db_path: Path, after: Reopen, attack: str
 ) -> None:
-    info, secret = store.create_token(["decrypt:other"], label="app")
+    info, secret = store.create_token(
+        ["decrypt:other"],
+        label="app",
+        ttl=3600,
+        explicit_max_ttl=7200,
+        renewable=attack != "made renewable",
+        num_uses=5,
+        parent="tok_fedcba9876543210",
+        orphan=False,
+    )
+    if attack == "uses given back":
+        info = store.use_token(info.id)
     if attack == "revocation undone":
         store.revoke_token(info.id)
     assert store.find_token(secret) == (None if attack == "revocation undone" else info)

@@ -137,10 +137,12 @@ def test_a_schema_1_keystore_is_upgraded_keeping_every_version(
     with caplog.at_level(logging.WARNING, logger="sealflow.keystore"):
         store = SQLiteKeyStore(db_path, master_key)
     with closing(store):
-        record, granted = caplog.records
+        record, lifetimes, granted = caplog.records
         assert "upgraded from schema 1 to 2: 7 key versions rewrapped, 4 keys and 3 tokens" in (
             record.getMessage()
         )
+        # Then, as for any keystore made before token lifetimes, the rows are MAC'd again.
+        assert "3 token rows MAC'd again" in lifetimes.getMessage()
         # Then, as for any keystore made before export:<glob>, the root token gains it.
         assert "given export:*" in granted.getMessage()
         for (name, version), material in made.materials.items():
@@ -164,7 +166,9 @@ def test_a_schema_1_keystore_is_upgraded_keeping_every_version(
         assert all(new_blobs[k] != old_blobs[k] for k in old_blobs)  # rewrapped, every one
         # The rows themselves are unchanged (but the root token's export:*); each gained its MAC.
         keys = db.execute("SELECT * FROM keys ORDER BY name").fetchall()
-        tokens = db.execute("SELECT * FROM tokens ORDER BY id").fetchall()
+        tokens = db.execute(
+            "SELECT id, digest, scopes, label, created_at, revoked_at, mac FROM tokens ORDER BY id"
+        ).fetchall()
     assert [row[:-1] for row in keys] == old_keys
     widened = [
         (*row[:2], row[2] + " export:*", *row[3:]) if row[3] == "root" else row

@@ -117,11 +117,13 @@ def chosen_secret_row(srv: Server, mac: str) -> str:
     secret = secrets.token_urlsafe(32)
     with closing(sqlite3.connect(srv.data_dir / "keystore.db")) as db, db:
         columns = [row[1] for row in db.execute("PRAGMA table_info(tokens)")]
+        names = ["id", "digest", "scopes", "label", "created_at", "revoked_at"]
         values = ["'tok_00000000000000aa'", "?", "'admin encrypt:* decrypt:*'", "'x'", "0", "NULL"]
         if "mac" in columns:  # the attacker's best try: they cannot compute one
+            names.append("mac")
             values.append(mac)
         db.execute(
-            f"INSERT INTO tokens VALUES ({', '.join(values)})",  # noqa: S608
+            f"INSERT INTO tokens ({', '.join(names)}) VALUES ({', '.join(values)})",  # noqa: S608
             (hashlib.sha256(secret.encode()).digest(),),
         )
     return secret
