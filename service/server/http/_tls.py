@@ -204,8 +204,7 @@ def listener(files: Files, config: Any, default: Callable[[], ssl.SSLContext]) -
         # uvicorn's code for a worker that cannot start: its supervisor stops, not retries.
         sys.exit(STARTUP_FAILURE)
     _active = Tls(files, loaded)
-    _log_loaded("TLS certificate loaded", loaded, files)
-    return _active.listener
+    return _active.listener  # logged by ``install_hangup``, once logging is set up
 
 
 def _log_loaded(message: str, loaded: Loaded, files: Files) -> None:
@@ -230,7 +229,12 @@ def reload() -> None:
 
 def install_hangup() -> Callable[[], None]:
     """Handle SIGHUP on the running loop (``reload``), from the app's lifespan; returns what
-    removes the handler. Only on the main thread (in-process tests run elsewhere)."""
+    removes the handler. Only on the main thread (in-process tests run elsewhere).
+
+    Also logs what the listener's context was made of: uvicorn makes it before it loads the
+    app, whose factory sets logging up (in a worker process nothing is logged before that)."""
+    if _active is not None:
+        _log_loaded("TLS certificate loaded", _active.loaded, _active.files)
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
     loop = asyncio.get_running_loop()
