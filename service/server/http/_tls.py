@@ -16,8 +16,9 @@ or why nothing was.
 
 With client CAs the server asks every client for a certificate (``--tls-client-auth``
 optional: one that sends none still connects; required: the handshake fails) and verifies one
-that is sent against the CAs of that moment; it issues no TLS 1.3 session tickets, so every
-connection is verified in a full handshake, against the CAs then loaded.
+that is sent against the CAs of that moment; it issues no session tickets, so a TLS 1.3
+connection is verified in a full handshake, against the CAs then loaded (a TLS 1.2 client may
+still resume a session from OpenSSL's session-ID cache: docs/SERVICE.md, "Noticed").
 """
 
 from __future__ import annotations
