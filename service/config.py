@@ -184,6 +184,17 @@ class Settings(BaseSettings):
     )
     tls_cert: Path | None = Field(None, description="PEM certificate: serve HTTPS")
     tls_key: Path | None = Field(None, description="PEM private key of --tls-cert")
+    tls_client_ca: Path | None = Field(
+        None,
+        description="PEM bundle of the CAs whose client certificates are accepted: the server"
+        " asks each TLS client for a certificate and refuses one these CAs did not issue"
+        " (needs --tls-cert; reloaded with the certificate on SIGHUP)",
+    )
+    tls_client_auth: Literal["optional", "required"] = Field(
+        "optional",
+        description="with --tls-client-ca: optional (a client may connect without a"
+        " certificate) or required (a client without a valid one is refused in the handshake)",
+    )
     trusted_proxies: str = Field(
         "",
         description="addresses or CIDR networks, comma-separated, of the proxies in front: only"
@@ -260,6 +271,16 @@ class Settings(BaseSettings):
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError(
                 "--tls-cert and --tls-key (SEALFLOW_TLS_CERT, SEALFLOW_TLS_KEY) go together"
+            )
+        if self.tls_client_ca is not None and self.tls_cert is None:
+            raise ValueError(
+                "--tls-client-ca (SEALFLOW_TLS_CLIENT_CA) needs --tls-cert and --tls-key:"
+                " client certificates are asked for in a TLS handshake"
+            )
+        if "tls_client_auth" in self.model_fields_set and self.tls_client_ca is None:
+            raise ValueError(
+                "--tls-client-auth (SEALFLOW_TLS_CLIENT_AUTH) needs --tls-client-ca: the CAs"
+                " a client certificate is checked against"
             )
         return self
 

@@ -73,6 +73,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         assert isinstance(app, SealflowApp)
         app.state.services = app.front.svc = svc
         _drain.install(settings.drain_seconds)
+        hangup = http.install_hangup()  # SIGHUP reloads the TLS files (docs/SERVICE.md)
         sync = asyncio.create_task(_sync_metrics(app))
         audit = None if svc.audit is None else asyncio.create_task(svc.audit.run())
         capacity = http.capacity(settings)
@@ -96,6 +97,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         try:
             yield {http.OPTIONS: options}
         finally:
+            hangup()
             app.state.services = app.front.svc = None
             sync.cancel()
             app.access_log.flush()

@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -117,8 +118,10 @@ class Server:
 def start_server(data_dir: Path, **settings: object) -> Server:
     """Start ``sealflow serve`` with SEALFLOW_* settings; wait until /readyz says ready.
     ``nofile``, not a setting: the server's descriptor limit (RLIMIT_NOFILE, soft and hard),
-    set by ``prlimit``."""
+    set by ``prlimit``. ``probe_cert``, not a setting either: the (certificate, key) files the
+    readiness probe presents, for a server that requires a TLS client certificate."""
     nofile = settings.pop("nofile", None)
+    probe_cert = settings.pop("probe_cert", None)
     port = free_port()
     env = {f"SEALFLOW_{k.upper()}": str(v) for k, v in settings.items()}
     env["SEALFLOW_DATA_DIR"] = str(data_dir)
@@ -140,8 +143,11 @@ def start_server(data_dir: Path, **settings: object) -> Server:
         if proc.poll() is not None:
             raise RuntimeError(f"server exited {proc.returncode}: {log.read_text()[-2000:]}")
         try:
-            # verify=False: this probe only waits for readiness; test_tls checks the certificate.
-            probe = httpx.get(f"{scheme}://127.0.0.1:{port}/readyz", timeout=5, verify=False)  # noqa: S501
+            probe = httpx.get(
+                f"{scheme}://127.0.0.1:{port}/readyz",
+                timeout=5,
+                verify=_probe_context(probe_cert) if scheme == "https" else True,
+            )
             if probe.status_code == 200:
                 break
         except httpx.TransportError:
@@ -156,6 +162,18 @@ def start_server(data_dir: Path, **settings: object) -> Server:
         if line.startswith("Root token: ")
     ]
     return Server(data_dir, port, proc, tokens[-1] if tokens else "", log, env)
+
+
+def _probe_context(cert: object) -> ssl.SSLContext:
+    """A client context that checks nothing of the server (the probe only waits for
+    readiness; test_tls checks the certificate), with a client certificate if one is given."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    if cert is not None:
+        assert isinstance(cert, tuple)
+        context.load_cert_chain(*cert)
+    return context
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,9 @@ anything reads either value, since a proxy's rule may have checked the one that 
 Every head has a ``request_id`` once complete: the client's ``X-Request-Id`` when it is
 well-formed, else a new one (``_request_id``). ``peer`` is the address of the connection's other
 end; ``Forwarded`` and ``X-Forwarded-For`` are kept as they came, read only when that peer is a
-trusted proxy (the app's ``_forwarded``).
+trusted proxy (the app's ``_forwarded``). ``peer_cert`` is the connection's verified TLS client
+certificate (``_peer.PeerCert``: subject, SANs, issuer, fingerprint), read once when the
+connection was made; None without TLS, without ``--tls-client-ca`` or when the client sent none.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from . import _request_id
+from ._peer import PeerCert
 
 # The headers that must appear at most once, and the slot each fills.
 _ONCE = {
@@ -63,6 +66,7 @@ class Head:
         "method",
         "path",
         "peer",
+        "peer_cert",
         "query",
         "raw_path",
         "request_id",
@@ -73,13 +77,20 @@ class Head:
     request_id: str  # set by ``complete``
 
     def __init__(
-        self, method: str, raw_path: bytes, query: bytes, path: str, peer: str | None = None
+        self,
+        method: str,
+        raw_path: bytes,
+        query: bytes,
+        path: str,
+        peer: str | None = None,
+        peer_cert: PeerCert | None = None,
     ) -> None:
         self.method = method
         self.raw_path = raw_path
         self.query = query
         self.path = path  # percent-decoded
         self.peer = peer  # the connection's other end (an IP address), if known
+        self.peer_cert = peer_cert  # its verified TLS client certificate, if it sent one
         self.headers: list[tuple[bytes, bytes]] = []  # names lowercased, in order
         self.size = 0  # bytes of header names and values
         self.authorization: bytes | None = None

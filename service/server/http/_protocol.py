@@ -67,6 +67,7 @@ from . import _request_id
 from ._cycle import STATUS_LINES, Cycle, status_line
 from ._gate import Gate
 from ._head import Head
+from ._peer import PeerCert, identity
 
 log = logging.getLogger("sealflow")
 
@@ -212,6 +213,7 @@ class HttpProtocol(asyncio.Protocol):
         self.server: tuple[str, int] | None = None
         self.client: tuple[str, int] | None = None
         self._peer: str | None = None  # the client's IP address, for each head
+        self._peer_cert: PeerCert | None = None  # its TLS client certificate, for each head
         self.scheme = "http"
         self._phase = _HEAD_PHASE
         self._count = 0  # bytes of the head being read, or of a chunked body's framing
@@ -259,6 +261,8 @@ class HttpProtocol(asyncio.Protocol):
         self._peer = None if client is None else client[0]
         if transport.get_extra_info("sslcontext"):
             self.scheme = "https"
+            # The handshake is done: a client certificate it verified is read once, here.
+            self._peer_cert = identity(transport.get_extra_info("ssl_object"))
         # A connection that never sends a request is closed like one that never finishes it.
         self._arm_head_timer()
         if self.options.gate is not None:
@@ -418,7 +422,7 @@ class HttpProtocol(asyncio.Protocol):
             method = LIST_METHOD
         text = raw_path.decode("ascii", "replace")
         path = urllib.parse.unquote(text) if b"%" in raw_path else text
-        return Head(method, raw_path, query, path, self._peer)
+        return Head(method, raw_path, query, path, self._peer, self._peer_cert)
 
     def on_headers_complete(self) -> None:
         try:
