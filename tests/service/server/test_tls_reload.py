@@ -9,6 +9,7 @@ reloads itself (uvicorn's own handling would restart the workers: service/server
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -129,7 +130,8 @@ def log_lines(srv: Server) -> list[dict[str, Any]]:
 
 
 def test_sighup_with_200_requests_in_flight(make_server: MakeServer, files: Files) -> None:
-    srv = make_server(**files.settings(max_concurrent_requests=512))
+    # The receive timeout well above the time the 200 take to arrive on a loaded machine.
+    srv = make_server(**files.settings(max_concurrent_requests=512, receive_timeout=600))
     old, new = files.old.serial, files.new.serial
     assert served(srv.port, files.context()) == old
     outcome = asyncio.run(in_flight_reload(srv, files))
@@ -164,17 +166,26 @@ async def in_flight_reload(
     srv: Server, files: Files
 ) -> tuple[list[int], dict[int, str], dict[int, str], dict[str, str]]:
     headers = {"authorization": f"Bearer {srv.token}"}
-    # Kept alive as long as the test runs (httpx's default drops a connection idle for 5 s).
-    limits = httpx.Limits(max_connections=200, max_keepalive_connections=200, keepalive_expiry=None)
-    async with httpx.AsyncClient(
-        base_url=srv.https_url,
-        verify=files.context(files.client1),
-        limits=limits,
-        timeout=120,
-        headers=headers,
-    ) as client:
+    # One client per connection, each kept alive as long as the test runs (httpx's default
+    # drops a connection idle for 5 s). Not one client with a pool of 200: its pool scans
+    # every connection for every request, and on a slow machine the 200 then reached the
+    # server more slowly than its receive timeout let the first of them wait.
+    limits = httpx.Limits(max_connections=1, max_keepalive_connections=1, keepalive_expiry=None)
+    async with contextlib.AsyncExitStack() as stack:
+        clients = [
+            await stack.enter_async_context(
+                httpx.AsyncClient(
+                    base_url=srv.https_url,
+                    verify=files.context(files.client1),
+                    limits=limits,
+                    timeout=120,
+                    headers=headers,
+                )
+            )
+            for _ in range(200)
+        ]
 
-        async def encrypt(gate: asyncio.Event) -> tuple[int, int, str]:
+        async def encrypt(client: httpx.AsyncClient, gate: asyncio.Event) -> tuple[int, int, str]:
             async def body() -> AsyncIterator[bytes]:
                 yield b"first half, "
                 await gate.wait()  # the request stays in flight until the gate opens
@@ -195,14 +206,14 @@ async def in_flight_reload(
 
         # Round one opens 200 connections (200 requests at once, each on its own).
         gate = asyncio.Event()
-        first = [asyncio.create_task(encrypt(gate)) for _ in range(200)]
+        first = [asyncio.create_task(encrypt(client, gate)) for client in clients]
         await asyncio.sleep(0)
         gate.set()
         first_round = {conn: serial for _, conn, serial in await asyncio.gather(*first)}
         # Round two: 200 requests in flight on those kept-alive connections, the SIGHUP among
         # them.
         gate = asyncio.Event()
-        second = [asyncio.create_task(encrypt(gate)) for _ in range(200)]
+        second = [asyncio.create_task(encrypt(client, gate)) for client in clients]
         await until_in_flight(srv, 200)
         files.put(files.new, files.ca2)
         srv.proc.send_signal(signal.SIGHUP)
