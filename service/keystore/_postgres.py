@@ -27,6 +27,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from . import _pg_schema
+from ._approle_rows import AppRoleTables
 from ._base import KeyInfo, KeyStoreHealth, Slot, TokenInfo
 from ._dialect import Dialect, Sql, TableNames
 from ._integrity import Integrity
@@ -107,6 +108,9 @@ class PostgresKeyStore(Writes[Db]):
         self._where = redact(url)
         self._integrity = Integrity(master_key)
         self._tables = Tables(_SQL, self._integrity, self._where)
+        self._approle = AppRoleTables(
+            "%s", "sealflow_", " FOR UPDATE", self._integrity, self._where
+        )
         self._errors = _errors(f"keystore {self._where}")
         self._keys: dict[str, KeyInfo | None] = {}
         self._tokens: dict[bytes, tuple[bytes, TokenInfo]] = {}
