@@ -83,7 +83,7 @@ class AppRoles:
                 time.time() if old is None else old[11],
             )
             tables.write_role(db, row)
-        self._changed("approle_role_write", role=name, created=old is None)
+        self._changed("approle_role_create" if old is None else "approle_role_update", role=name)
         return role_info(row)
 
     def get_role(self, name: str) -> RoleInfo:
@@ -234,7 +234,7 @@ class AppRoles:
             role = role_info(stored)
             if not within(address, role.secret_id_bound_cidrs):
                 raise LoginRefused(
-                    f'source address "{address}" unauthorized through CIDR restrictions on the role'
+                    f'source address "{address}" unauthorized by CIDR restrictions on the role'
                 )
             if not role.bind_secret_id:
                 return role, None
@@ -247,7 +247,8 @@ class AppRoles:
                 raise LoginRefused(INVALID)
             if not within(address, info.cidrs):
                 raise LoginRefused(
-                    f'source address "{address}" unauthorized by CIDR restrictions on the secret ID'
+                    f'source address "{address}" unauthorized through CIDR restrictions on the'
+                    " secret ID"
                 )
             tables.count_use(db, row)
         return role, info

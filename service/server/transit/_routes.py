@@ -21,6 +21,7 @@ Outside the mount, Vault's token routes (``_tokens``): every token looks itself 
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Callable
 
 from starlette.types import Receive, Scope, Send
@@ -34,7 +35,7 @@ from .._state import Services
 from ..errors import ApiError
 from ..http import LIST_METHOD as LIST
 from ..http import Head
-from . import _data, _encrypt, _keys, _sys, _tokens, _wire
+from . import _approle, _data, _encrypt, _keys, _sys, _tokens, _wire
 from ._wire import Reply
 
 # The largest encrypt body the protocol answers itself (``Transit.answer``), at once on the event
@@ -99,6 +100,8 @@ class Transit:
             return HEALTH
         if path.startswith(VAULT_AUTH):
             return TOKEN_ROUTES.get(path[len(VAULT_AUTH) :])
+        if path.startswith(_approle.PREFIX):
+            return APPROLE_ROUTES.get(_approle.kind(path[len(_approle.PREFIX) :].split("/")) or "")
         return None
 
     async def serve(
@@ -119,6 +122,13 @@ class Transit:
                     raise _unsupported_operation()
                 status, body = _sys.health(svc, scope["query_string"])
                 await _wire.respond(send, status, body, log, head=method == "HEAD")
+                return
+            if route is APPROLE_LOGIN and svc is not None and method in route.methods:
+                # No token: the credential is the body, read with a small limit.
+                with svc.budget.hold() as hold:
+                    body = await _read(receive, _approle.LOGIN_MAX, hold, log)
+                    status, reply = await _approle.login(svc, _wire.parse(body, hold), log)
+                await _wire.respond(send, status, reply, log, head=False)
                 return
             if svc is None or token is None:
                 raise errors.keystore_unavailable()
@@ -193,6 +203,13 @@ class Transit:
                 # A read of the keystore: off the event loop, as every wait on the database.
                 return 200, await asyncio.to_thread(_tokens.lookup_accessor, store, accessor)
             return await _tokens.revoke_accessor(store, accessor)
+        if kind in APPROLE_ROUTES:
+            _admin(token)  # before the body is read
+            if kind == "approle_roles" and method != LIST and not _listing(scope):
+                raise _unsupported_operation()
+
+            read = functools.partial(_read_json, receive, limit, hold, log)
+            return await _approle.manage(svc, kind, method, scope["path"], token, read)
         if kind == "keys":
             _admin(token)
             if method != LIST and scope["query_string"] not in (b"list=true", b"list=1"):
@@ -358,3 +375,28 @@ def _unsupported_path() -> ApiError:
 
 def _unsupported_operation() -> ApiError:
     return ApiError(405, "method_not_allowed", _wire.framework_error("unsupported operation"))
+
+
+async def _read_json(receive: Receive, limit: int, hold: Hold, log: AccessRecord) -> _wire.Body:
+    return _wire.parse(await _read(receive, limit, hold, log), hold)
+
+
+def _listing(scope: Scope) -> bool:
+    return scope["query_string"] in (b"list=true", b"list=1")
+
+
+# Vault's AppRole routes (``_approle``), by kind; the login alone needs no token.
+APPROLE_ROUTES = {
+    kind: Route(kind, _approle.PREFIX + path, methods, token=kind != "approle_login")
+    for kind, path, methods in (
+        ("approle_login", "login", _WRITE),
+        ("approle_roles", "role", frozenset(("GET", LIST))),
+        ("approle_role", "role/{name}", _WRITE | {"GET", "DELETE"}),
+        ("approle_role_id", "role/{name}/role-id", _WRITE | {"GET"}),
+        ("approle_secret_id", "role/{name}/secret-id", _WRITE),
+        ("approle_custom_secret_id", "role/{name}/custom-secret-id", _WRITE),
+        ("approle_secret_id_lookup", "role/{name}/secret-id/lookup", _WRITE),
+        ("approle_secret_id_destroy", "role/{name}/secret-id/destroy", _WRITE | {"DELETE"}),
+    )
+}
+APPROLE_LOGIN = APPROLE_ROUTES["approle_login"]

@@ -82,7 +82,9 @@ def test_a_login_uses_up_its_secret_id(store: KeyStore) -> None:
 def test_cidr_bounds_of_the_secret_id_and_the_role(store: KeyStore) -> None:
     role_id = _role(store, secret_id_bound_cidrs=["127.0.0.0/8"])
     _, secret = store.create_secret_id("app", cidrs=["127.0.0.2/32"])
-    with pytest.raises(LoginRefused, match="unauthorized by CIDR restrictions on the secret ID"):
+    with pytest.raises(
+        LoginRefused, match="unauthorized through CIDR restrictions on the secret ID"
+    ):
         store.approle_login(role_id, secret, "127.0.0.1")
     assert store.approle_login(role_id, secret, "127.0.0.2")[0].name == "app"
     with pytest.raises(LoginRefused, match="CIDR restrictions on the role"):
