@@ -106,11 +106,12 @@ async def login(svc: Services, body: Body, log: AccessRecord) -> tuple[int, byte
     except LoginRefused as exc:
         _metrics.AUTH_FAILURES.labels("invalid").inc()
         if trail is not None:
-            trail.record(_login_fields(log, "auth_failure", 400, {"error": "login_refused"}))
+            trail.record(_login_fields(log, "auth_failure", 400, _REFUSED))
         raise _wire.user_error(str(exc)) from None
-    asked = _audit.asking.set(
-        {**_login_fields(log, "", 0, {"auth_method": "approle", "role": role.name})}
-    )
+    # Who asks, for the token_create change the login makes: the role, from the client.
+    who = _login_fields(log, "", 0, {"auth_method": "approle", "role": role.name})
+    del who["operation"]
+    asked = _audit.asking.set(who)
     try:
         token, client_token = await asyncio.to_thread(_issue, svc, role)
     finally:
@@ -151,6 +152,7 @@ def _login_fields(
 
 
 _LOGIN_ROUTE = PREFIX + "login"
+_REFUSED = {"auth_method": "approle", "error": "login_refused"}
 
 
 def _auth_envelope(
