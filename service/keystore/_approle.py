@@ -219,6 +219,13 @@ class AppRoles:
         self._changed("approle_secret_id_destroy", role=name, secret_id_accessor=row[0])
         return True
 
+    def approle_rows(self) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+        """Every role and secret-id row as stored, MACs included (``_migrate``). Reads only."""
+        tables = self._approle
+        with self._connection() as db:
+            roles = [tuple(r) for r in db.execute(tables.roles).fetchall()]
+            return roles, [tuple(r) for r in db.execute(tables.all_secret_ids).fetchall()]
+
     # -- login
 
     def approle_login(

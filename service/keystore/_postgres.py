@@ -219,6 +219,7 @@ class PostgresKeyStore(Writes[Db]):
         limits: list[tuple[object, ...]],
         usage: list[tuple[object, ...]],
         policies: list[tuple[object, ...]],
+        approle: tuple[list[tuple[object, ...]], list[tuple[object, ...]]] = ([], []),
     ) -> None:
         """Rows of another store, as stored (``_migrate``), in one transaction, into an empty
         keystore: KeyStoreUnavailable if it holds keys or tokens already."""
@@ -251,6 +252,8 @@ class PostgresKeyStore(Writes[Db]):
                     " deletion_allowed, made_exportable, mac) VALUES (%s, %s, %s, %s, %s)",
                     policies,
                 )
+                cur.executemany(self._approle.insert_role, approle[0])
+                cur.executemany(self._approle.insert_secret_id, approle[1])
 
     # -- the cache and its freshness
 

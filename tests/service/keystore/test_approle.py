@@ -18,7 +18,10 @@ from sealflow.service.keystore import (
     KeyStore,
     KeyStoreCorrupt,
     LoginRefused,
+    PostgresKeyStore,
     RoleNotFound,
+    SQLiteKeyStore,
+    migrate_keystore,
 )
 
 INVALID = "invalid role or secret ID"
@@ -166,3 +169,19 @@ def test_a_row_changed_without_the_master_key_is_refused(
         assert store.list_roles() == []  # left out, logged
         with pytest.raises(KeyStoreCorrupt):
             store.get_role("app")
+
+
+def test_keystore_migrate_copies_roles_and_secret_ids(
+    db_path: Path, pg_url: str, master_key: bytes
+) -> None:
+    with closing(SQLiteKeyStore(db_path, master_key)) as old:
+        role_id = _role(old, secret_id_num_uses=3)
+        _, secret = old.create_secret_id("app")
+        old.approle_login(role_id, secret, "127.0.0.1")
+        roles = old.list_roles()
+    migrate_keystore(db_path, pg_url, master_key)
+    with closing(PostgresKeyStore(pg_url, master_key, watch=False)) as copy:
+        assert copy.list_roles() == roles
+        _, used = copy.approle_login(role_id, secret, "127.0.0.1")
+        assert used is not None
+        assert used.uses == 1  # the use made before the move came along
