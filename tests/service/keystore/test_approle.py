@@ -24,6 +24,8 @@ from sealflow.service.keystore import (
     migrate_keystore,
 )
 
+from .files import PG_UNDO_MIGRATION_7
+
 INVALID = "invalid role or secret ID"
 
 
@@ -185,3 +187,18 @@ def test_keystore_migrate_copies_roles_and_secret_ids(
         _, used = copy.approle_login(role_id, secret, "127.0.0.1")
         assert used is not None
         assert used.uses == 1  # the use made before the move came along
+
+
+def test_a_postgresql_keystore_of_the_previous_schema_gains_approle(
+    pg_url: str, master_key: bytes
+) -> None:
+    with closing(PostgresKeyStore(pg_url, master_key, watch=False)) as old:
+        old.create_token(["admin"], "kept")
+    with psycopg.connect(pg_url) as conn:  # as the previous release left it
+        conn.execute(PG_UNDO_MIGRATION_7.encode())
+        conn.execute(b"DELETE FROM sealflow_migrations WHERE version > 6")
+    with closing(PostgresKeyStore(pg_url, master_key, watch=False)) as store:
+        assert [t.label for t in store.list_tokens()] == ["kept"]
+        role_id = _role(store)
+        _, secret = store.create_secret_id("app")
+        assert store.approle_login(role_id, secret, "127.0.0.1")[0].name == "app"
