@@ -9,6 +9,7 @@ never the secret id.
 
 from __future__ import annotations
 
+import hmac
 import json
 import re
 import secrets
@@ -245,8 +246,11 @@ class AppRoles:
                 )
             if not role.bind_secret_id:
                 return role, None
-            row = tables.secret_row(db, role, tables.secret_id, digest(secret))
-            if row is None:
+            wanted = digest(secret)
+            row = tables.secret_row(db, role, tables.secret_id, wanted)
+            # Found by its digest, whose timing says nothing of the secret; compared in
+            # constant time all the same, as tokens are.
+            if row is None or not hmac.compare_digest(row[3], wanted):
                 raise LoginRefused(INVALID)
             info = secret_id_info(row)
             if _expired(info, time.time()):

@@ -9,9 +9,10 @@ scopes are the role's ``token_policies`` and whose lifetime is the role's; its a
 names the role, the new token's accessor and the client's address. Policies are shown as the
 scopes alone: sealflow has no ``default`` policy to add, as OpenBao does (docs/TRANSIT.md).
 
-Managing roles and secret ids needs ``admin`` (``_routes``), and a role may grant only scopes
-the caller holds itself (``covers``): an ``admin`` token cannot make a role that yields a token
-with data scopes it lacks.
+Managing roles and secret ids needs ``admin`` (``_routes``), and every write that shapes what a
+login yields (a role, its role id, a secret id) needs the role's scopes too (``covers``): an
+``admin`` token can neither make a role that yields data scopes it lacks nor mint a secret id
+for one, so it cannot log in to scopes it does not hold.
 """
 
 from __future__ import annotations
@@ -210,10 +211,7 @@ async def manage(
             await asyncio.to_thread(store.delete_role, name)
             return 204, b""
         fields = _role_fields(await read())
-        for scope in fields.get("token_policies", ()):
-            if not covers(caller.scopes, scope):
-                _metrics.AUTH_FAILURES.labels("forbidden").inc()
-                raise _wire.permission_denied()
+        await _may_grant(svc, caller, name, fields.get("token_policies"))
         await _keystore(store.write_role, name, fields)
         return 204, b""
     if route == "approle_role_id":
@@ -222,10 +220,12 @@ async def manage(
         role_id = _wire.as_str(await read(), "role_id")
         if not role_id:
             raise _wire.user_error("missing role_id")
+        await _may_grant(svc, caller, name)
         await _keystore(store.set_role_id, name, role_id)
         return 204, b""
     body = await read()
     if route in ("approle_secret_id", "approle_custom_secret_id"):
+        await _may_grant(svc, caller, name)
         return 200, await _generate(svc, name, body, route == "approle_custom_secret_id")
     secret = _wire.as_str(body, "secret_id")
     if not secret:
@@ -235,6 +235,23 @@ async def manage(
         return (204, b"") if info is None else (200, _wire.envelope(_secret_id(info)))
     await _keystore(store.destroy_secret_id, name, secret)
     return 204, b""
+
+
+async def _may_grant(
+    svc: Services, caller: TokenInfo, name: str, policies: tuple[str, ...] | None = None
+) -> None:
+    """Refuse (403) a change that would let the caller obtain a token with scopes it does not
+    hold: a role's scopes (``policies``, or the role's own when the change keeps them), for
+    every write that shapes what a login yields (role, role id, secret id). A role that does
+    not exist yet grants nothing."""
+    if policies is None:
+        try:
+            policies = (await asyncio.to_thread(svc.store.get_role, name)).token_policies
+        except RoleNotFound:
+            return
+    if not all(covers(caller.scopes, scope) for scope in policies):
+        _metrics.AUTH_FAILURES.labels("forbidden").inc()
+        raise _wire.permission_denied()
 
 
 async def _generate(svc: Services, name: str, body: Body, custom: bool) -> bytes:

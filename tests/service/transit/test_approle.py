@@ -175,3 +175,14 @@ def test_managing_roles_needs_admin_and_grants_only_held_scopes(server: Server) 
     narrow.auth.approle.create_or_update_approle(role, token_policies=["encrypt:orders-eu"])
     with pytest.raises(hvac.exceptions.Forbidden):
         narrow.auth.approle.create_or_update_approle(role, token_policies=["encrypt:*"])
+    # Nor can an admin-only token log in to the role's data scopes by other writes.
+    with pytest.raises(hvac.exceptions.Forbidden):
+        admin_only.auth.approle.generate_secret_id(role)
+    with pytest.raises(hvac.exceptions.Forbidden):
+        admin_only.auth.approle.create_or_update_approle(role, secret_id_num_uses=5)
+    with pytest.raises(hvac.exceptions.Forbidden):
+        admin_only.auth.approle.update_role_id(role, unique("mine"))
+    assert admin_only.auth.approle.read_role(role)["data"]["token_policies"] == [
+        "encrypt:orders-eu"
+    ]
+    assert narrow.auth.approle.generate_secret_id(role)["data"]["secret_id"]
