@@ -101,7 +101,8 @@ class Transit:
         if path.startswith(VAULT_AUTH):
             return TOKEN_ROUTES.get(path[len(VAULT_AUTH) :])
         if path.startswith(_approle.PREFIX):
-            return APPROLE_ROUTES.get(_approle.kind(path[len(_approle.PREFIX) :].split("/")) or "")
+            kind = _approle.kind(path[len(_approle.PREFIX) :].split("/"))
+            return APPROLE_ROUTES[kind or "approle_other"]
         return None
 
     async def serve(
@@ -123,7 +124,9 @@ class Transit:
                 status, body = _sys.health(svc, scope["query_string"])
                 await _wire.respond(send, status, body, log, head=method == "HEAD")
                 return
-            if route is APPROLE_LOGIN and svc is not None and method in route.methods:
+            if route is APPROLE_LOGIN and svc is not None:
+                if method not in route.methods:
+                    raise _unsupported_operation()
                 # No token: the credential is the body, read with a small limit.
                 with svc.budget.hold() as hold:
                     body = await _read(receive, _approle.LOGIN_MAX, hold, log)
@@ -397,6 +400,7 @@ APPROLE_ROUTES = {
         ("approle_custom_secret_id", "role/{name}/custom-secret-id", _WRITE),
         ("approle_secret_id_lookup", "role/{name}/secret-id/lookup", _WRITE),
         ("approle_secret_id_destroy", "role/{name}/secret-id/destroy", _WRITE | {"DELETE"}),
+        ("approle_other", "{path}", frozenset()),  # Vault's 404 unsupported path
     )
 }
 APPROLE_LOGIN = APPROLE_ROUTES["approle_login"]

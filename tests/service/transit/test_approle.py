@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
 import hvac
 import hvac.exceptions
 import pytest
@@ -186,3 +187,17 @@ def test_managing_roles_needs_admin_and_grants_only_held_scopes(server: Server) 
         "encrypt:orders-eu"
     ]
     assert narrow.auth.approle.generate_secret_id(role)["data"]["secret_id"]
+
+
+def test_approle_paths_sealflow_does_not_serve_are_vaults_404(server: Server) -> None:
+    headers = {"X-Vault-Token": server.token}
+    with httpx.Client(base_url=server.url + "/v1/auth/approle", timeout=30) as c:
+        for path in ("/role/x/secret-id-accessor/lookup", "/tidy/secret-id", "/role/x/policies"):
+            r = c.post(path, json={}, headers=headers)
+            assert (r.status_code, r.json()) == (
+                404,
+                {"errors": ["1 error occurred:\n\t* unsupported path\n\n"]},
+            ), path
+        big = c.post("/login", content=b'{"role_id": "' + b"x" * 8192 + b'"}')
+        assert big.status_code == 413
+        assert c.get("/login").status_code == 405
