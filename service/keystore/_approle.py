@@ -91,7 +91,7 @@ class AppRoles:
         with self._connection() as db:
             row = self._approle.role_row(db, self._approle.role, name)
         if row is None:
-            raise RoleNotFound(f"role {name!r} does not exist")
+            raise RoleNotFound(f'role "{name}" does not exist')
         return role_info(row)
 
     def list_roles(self) -> list[RoleInfo]:
@@ -119,7 +119,7 @@ class AppRoles:
         with self._transaction() as db:
             old = tables.role_row(db, tables.role, name)
             if old is None:
-                raise RoleNotFound(f"role {name!r} does not exist")
+                raise RoleNotFound(f'role "{name}" does not exist')
             other = db.execute(tables.role_by_id, (role_id,)).fetchone()
             if other is not None and other[0] != name:
                 raise InvalidRequest("role_id already in use")
@@ -246,6 +246,8 @@ class AppRoles:
                 )
             if not role.bind_secret_id:
                 return role, None
+            if not secret:
+                raise LoginRefused("missing secret_id")
             wanted = digest(secret)
             row = tables.secret_row(db, role, tables.secret_id, wanted)
             # Found by its digest, whose timing says nothing of the secret; compared in

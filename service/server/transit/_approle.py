@@ -99,8 +99,6 @@ async def login(svc: Services, body: Body, log: AccessRecord) -> tuple[int, byte
     try:
         if not role_id:
             raise LoginRefused("missing role_id")
-        if not secret:
-            raise LoginRefused("missing secret_id")
         role, used = await asyncio.to_thread(
             svc.store.approle_login, role_id, secret, log.remote_addr
         )
@@ -300,7 +298,7 @@ async def _keystore(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     try:
         return await asyncio.to_thread(call, *args, **kwargs)
     except RoleNotFound as exc:
-        raise ApiError(404, "not_found", str(exc).replace("'", '"')) from None
+        raise ApiError(404, "not_found", str(exc)) from None
 
 
 def _role_fields(body: Body) -> dict[str, Any]:
@@ -308,6 +306,8 @@ def _role_fields(body: Body) -> dict[str, Any]:
         value = body.get(field)
         if value not in (None, "", 0, "0", [], "0s"):
             raise _wire.user_error(f"{field} is not supported by sealflow")
+    if body.get("token_type") not in (None, "", "default", "service"):
+        raise _wire.user_error("token_type: sealflow makes service tokens only")
     fields: dict[str, Any] = {}
     policies = body.get("token_policies", body.get("policies"))
     if policies is not None:

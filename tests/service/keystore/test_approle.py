@@ -202,3 +202,13 @@ def test_a_postgresql_keystore_of_the_previous_schema_gains_approle(
         role_id = _role(store)
         _, secret = store.create_secret_id("app")
         assert store.approle_login(role_id, secret, "127.0.0.1")[0].name == "app"
+
+
+def test_a_role_without_secret_ids_logs_in_from_its_networks_only(store: KeyStore) -> None:
+    role_id = _role(store, bind_secret_id=False, secret_id_bound_cidrs=["10.0.0.0/8"])
+    assert store.approle_login(role_id, "", "10.9.8.7")[1] is None
+    with pytest.raises(LoginRefused, match="CIDR restrictions on the role"):
+        store.approle_login(role_id, "", "192.168.1.1")
+    store.write_role("app", {"bind_secret_id": True})
+    with pytest.raises(LoginRefused, match="missing secret_id"):
+        store.approle_login(role_id, "", "10.9.8.7")
