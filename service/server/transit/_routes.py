@@ -16,6 +16,10 @@ and ``exportable`` asked for on create or ``config``) needs ``export:<glob>`` be
 Outside the mount, Vault's token routes (``_tokens``): every token looks itself up
 (``lookup-self``); the routes that name a token by its accessor manage tokens, so they need
 ``admin``, refused before the body is read.
+
+And Vault's AppRole routes (``_approle``, ``APPROLE_ROUTES``): ``login`` needs no token (its
+body, read with a small limit, is the credential); managing roles and secret ids needs
+``admin``, refused before the body is read.
 """
 
 from __future__ import annotations
@@ -210,7 +214,6 @@ class Transit:
             _admin(token)  # before the body is read
             if kind == "approle_roles" and method != LIST and not _listing(scope):
                 raise _unsupported_operation()
-
             read = functools.partial(_read_json, receive, limit, hold, log)
             return await _approle.manage(svc, kind, method, scope["path"], token, read)
         if kind == "keys":
