@@ -17,9 +17,9 @@ Outside the mount, Vault's token routes (``_tokens``): every token looks itself 
 (``lookup-self``); the routes that name a token by its accessor manage tokens, so they need
 ``admin``, refused before the body is read.
 
-And Vault's AppRole routes (``_approle``, ``APPROLE_ROUTES``): ``login`` needs no token (its
-body, read with a small limit, is the credential); managing roles and secret ids needs
-``admin``, refused before the body is read.
+And Vault's AppRole routes (``APPROLE_ROUTES``): ``login`` (``_approle_login``) needs no token
+(its body, read with a small limit, is the credential); managing roles and secret ids
+(``_approle``) needs ``admin``, refused before the body is read.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from .._state import Services
 from ..errors import ApiError
 from ..http import LIST_METHOD as LIST
 from ..http import Head
-from . import _approle, _data, _encrypt, _keys, _sys, _tokens, _wire
+from . import _approle, _approle_login, _data, _encrypt, _keys, _sys, _tokens, _wire
 from ._wire import Reply
 
 # The largest encrypt body the protocol answers itself (``Transit.answer``), at once on the event
@@ -133,8 +133,8 @@ class Transit:
                     raise _unsupported_operation()
                 # No token: the credential is the body, read with a small limit.
                 with svc.budget.hold() as hold:
-                    body = await _read(receive, _approle.LOGIN_MAX, hold, log)
-                    status, reply = await _approle.login(svc, _wire.parse(body, hold), log)
+                    body = await _read(receive, _approle_login.LOGIN_MAX, hold, log)
+                    status, reply = await _approle_login.login(svc, _wire.parse(body, hold), log)
                 await _wire.respond(send, status, reply, log, head=False)
                 return
             if svc is None or token is None:
