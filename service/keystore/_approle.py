@@ -177,6 +177,8 @@ class AppRoles:
                 ",".join(blocks or role.secret_id_bound_cidrs),
                 json.dumps(meta, sort_keys=True),
             )
+            if db.execute(tables.digest_taken, (row[3],)).fetchone() is not None:
+                raise InvalidRequest("SecretID is already registered")  # a custom one, twice
             tables.insert_secret(db, row)
             db.execute(tables.sweep, (now,))
         info = secret_id_info(row)

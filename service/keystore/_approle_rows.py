@@ -109,6 +109,7 @@ class AppRoleTables:
         self.delete_role = sql("DELETE FROM {roles} WHERE name = ?")
         self.secret_ids = sql(of_role + " ORDER BY created_at")
         self.all_secret_ids = sql("SELECT {secret_columns}, mac FROM {secrets}")
+        self.digest_taken = sql("SELECT 1 FROM {secrets} WHERE digest = ?")
         self.secret_id = sql(of_role + " AND digest = ?{lock}")
         self.secret_id_by_accessor = sql(of_role + " AND accessor = ?{lock}")
         self.insert_secret_id = sql(

@@ -109,6 +109,8 @@ def test_destroyed_and_expired_secret_ids_are_refused(store: KeyStore) -> None:
     assert store.destroy_secret_id("app", accessor=info.accessor) is True
     given = "a-secret-id-the-caller-chose"
     store.create_secret_id("app", secret=given)
+    with pytest.raises(InvalidRequest, match="already registered"):
+        store.create_secret_id("app", secret=given)
     assert store.lookup_secret_id("app", given) is not None
     _, secret = store.create_secret_id("app", ttl=1)
     time.sleep(1.5)  # past its TTL
