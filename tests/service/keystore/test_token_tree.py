@@ -33,7 +33,8 @@ def test_revoking_a_parent_revokes_its_tree_but_not_its_orphans(store: KeyStore)
 def test_a_child_never_outlives_its_parent(store: KeyStore) -> None:
     parent, _ = store.create_token(["admin", "encrypt:*"], ttl=100, explicit_max_ttl=100)
     child, _ = store.create_token(["encrypt:a"], ttl=3600, parent=parent.id, orphan=False)
-    assert parent.expire_time is not None and child.expire_time is not None
+    assert parent.expire_time is not None
+    assert child.expire_time is not None
     assert child.expire_time <= parent.expire_time
     assert child.explicit_max_ttl <= 100
     renewed = store.renew_token(child.id, 7200)
