@@ -336,10 +336,15 @@ class KeyStore(Protocol):
         """
 
     def creation_warnings(
-        self, ttl: int | None, explicit_max_ttl: int = 0, renewable: bool = True
+        self,
+        ttl: int | None,
+        explicit_max_ttl: int = 0,
+        renewable: bool = True,
+        parent: TokenInfo | None = None,
     ) -> tuple[str, ...]:
         """Vault's warnings for a token created now with this lifetime (a TTL asked for and
-        capped), as ``create_token`` decides it: for a caller that shows them."""
+        capped), as ``create_token`` decides it: for a caller that shows them. ``parent``: the
+        token it is a (non-orphan) child of, whose time left caps it too."""
 
     def list_tokens(self) -> list[TokenInfo]:
         """Sorted by creation time; revoked and expired ones included (until swept)."""

@@ -237,7 +237,10 @@ class Writes(ABC, Generic[Db]):
             self._tables.insert_token(db, row)
             self._tables.sweep_tokens(db, now - SWEEP_AFTER)
         info = token_info(row)
-        self._changed("token_create", target_accessor=info.id, target_label=label, **_life(info))
+        family = {"parent": info.parent, "orphan": info.orphan} if info.parent else {}
+        self._changed(
+            "token_create", target_accessor=info.id, target_label=label, **_life(info), **family
+        )
         return info, secret
 
     @staticmethod
@@ -271,10 +274,16 @@ class Writes(ABC, Generic[Db]):
         )
 
     def creation_warnings(
-        self, ttl: int | None, explicit_max_ttl: int = 0, renewable: bool = True
+        self,
+        ttl: int | None,
+        explicit_max_ttl: int = 0,
+        renewable: bool = True,
+        parent: TokenInfo | None = None,
     ) -> tuple[str, ...]:
         """Vault's warnings for a token created with this lifetime now (a TTL capped); what
         ``create_token`` will decide, for a route that answers with them."""
+        if parent is not None:
+            explicit_max_ttl = _lifetimes.within(explicit_max_ttl, parent, time.time())
         return _lifetimes.creation(self.lifetimes, ttl, explicit_max_ttl, renewable).warnings
 
     def get_token(self, token_id: str) -> TokenInfo:
