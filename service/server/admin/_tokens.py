@@ -35,6 +35,8 @@ _ERRORS: dict[int | str, dict[str, object]] = {
         (401, "unauthorized, or token_expired"),
         (403, "forbidden: the token lacks admin, or a scope it would grant"),
         (404, "token_not_found"),
+        (413, "too_large: the body exceeds 64 KiB"),
+        (415, "unsupported_media_type: a body not declared as JSON"),
         (503, "keystore_unavailable"),
     )
 }
