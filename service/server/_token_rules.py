@@ -61,8 +61,12 @@ def mint(
     num_uses: int,
     orphan: bool,
 ) -> Minted:
-    """A new token made by ``parent`` (whose scopes the caller checked with ``missing``), with
-    Vault's warnings for a TTL that was cut. A keystore write: called off the event loop."""
+    """A new token made by ``parent``, with Vault's warnings for a TTL that was cut. The caller
+    checks ``missing`` first, to refuse in its API's words; checked again here, so that no
+    path mints a scope its parent lacks (PermissionError: a 500, never a token). A keystore
+    write: called off the event loop."""
+    if missing(parent, scopes):
+        raise PermissionError("a token may grant only scopes it holds")
     warnings = store.creation_warnings(
         ttl, explicit_max_ttl, renewable, parent=None if orphan else parent
     )

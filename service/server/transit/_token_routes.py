@@ -57,7 +57,8 @@ async def answer(
     if kind == "renew-self":
         return 200, await _token_writes.renew(store, token, body, secret)
     if kind in ("create", "create-orphan"):
-        return 200, await _token_writes.create(store, token, body, kind == "create-orphan")
+        orphan = kind == "create-orphan"
+        return 200, await _token_writes.create(store, token, body, orphan, log)
     if kind == "lookup" and body.get("token") in (None, ""):
         return 200, _tokens.lookup_self(token, secret)  # Vault: no token named is the caller
     if kind in ("lookup", "renew", "revoke"):

@@ -31,6 +31,7 @@ from sealflow.service.keystore import (
 )
 
 from .. import _token_rules
+from .._logging import AccessRecord
 from . import _tokens, _wire
 from ._wire import Body
 
@@ -43,9 +44,12 @@ _UNSUPPORTED = {
 MAX_LABEL = 256
 
 
-async def create(store: KeyStore, parent: TokenInfo, body: Body, orphan: bool) -> bytes:
+async def create(
+    store: KeyStore, parent: TokenInfo, body: Body, orphan: bool, log: AccessRecord
+) -> bytes:
     """``create`` (``orphan``: ``create-orphan``): a token with a subset of the caller's scopes
-    (none named: all of them, as Vault gives a child its parent's policies)."""
+    (none named: all of them, as Vault gives a child its parent's policies); its accessor in
+    ``log.target_accessor``."""
     for field, what in _UNSUPPORTED.items():
         if body.get(field) not in (None, "", 0, "0", "0s"):
             raise _wire.user_error(f"{field}: sealflow does not support {what}")
@@ -69,6 +73,7 @@ async def create(store: KeyStore, parent: TokenInfo, body: Body, orphan: bool) -
         num_uses=num_uses,
         orphan=orphan or _wire.as_bool(body, "no_parent"),
     )
+    log.target_accessor = minted.token.id
     warnings = list(minted.warnings)
     return _wire.envelope(None, warnings, auth(minted.token, minted.secret, minted.token.ttl))
 

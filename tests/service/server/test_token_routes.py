@@ -193,8 +193,16 @@ def test_token_changes_are_on_record_without_secrets(tmp_path: Path) -> None:
         with srv.client(parent["token"]) as c:
             child = made(c, "encrypt:orders", ttl="10m", label="app")
         vault = {"x-vault-token": child["token"]}
+        as_parent = {"x-vault-token": parent["token"]}
         with httpx.Client(base_url=srv.url) as c:
             assert c.post("/v1/auth/token/renew-self", json={}, headers=vault).status_code == 200
+            made_orphan = c.post(
+                "/v1/auth/token/create-orphan",
+                json={"policies": ["encrypt:orders"], "display_name": "batch"},
+                headers=as_parent,
+            )
+            assert made_orphan.status_code == 200
+            orphan = made_orphan.json()["auth"]
         with srv.client() as root:
             assert root.delete(f"/v1/tokens/{parent['accessor']}").status_code == 204
     finally:
@@ -210,20 +218,26 @@ def test_token_changes_are_on_record_without_secrets(tmp_path: Path) -> None:
         ("token_create", root_id, parent["accessor"], None),
         ("token_create", parent["accessor"], child["accessor"], None),
         ("token_renew", child["accessor"], child["accessor"], None),
+        ("token_create", parent["accessor"], orphan["accessor"], None),
         ("token_revoke", root_id, parent["accessor"], None),
         ("token_revoke", root_id, child["accessor"], parent["accessor"]),
     ]
     create_record = next(r for r in lines if r.get("target_accessor") == child["accessor"])
     assert (create_record["parent"], create_record["orphan"]) == (parent["accessor"], False)
-    requests = [(r["operation"], r["status"]) for r in lines if r["type"] == "request"]
+    requests = [
+        (r["operation"], r["status"], r.get("target_accessor"))
+        for r in lines
+        if r["type"] == "request"
+    ]
     assert requests == [
-        ("token_create", 201),
-        ("token_create", 201),
-        ("token_renew", 200),
-        ("token_revoke", 204),
+        ("token_create", 201, parent["accessor"]),
+        ("token_create", 201, child["accessor"]),
+        ("token_renew", 200, None),
+        ("token_create", 200, orphan["accessor"]),
+        ("token_revoke", 204, parent["accessor"]),
     ]
     text = audit.read_text()
-    for secret in (parent["token"], child["token"], srv.token):
+    for secret in (parent["token"], child["token"], orphan["client_token"], srv.token):
         assert secret not in text
     assert json.dumps(child["token"]) not in text
     done = verify(audit, srv, "--strict")
