@@ -242,3 +242,32 @@ def test_token_changes_are_on_record_without_secrets(tmp_path: Path) -> None:
     assert json.dumps(child["token"]) not in text
     done = verify(audit, srv, "--strict")
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_child_is_refused_on_every_path_once_its_parent_is_revoked(server: Server) -> None:
+    """The fast answer (a small single-shot encrypt, a small Transit encrypt) and the ASGI path
+    alike: the revocation of the parent's tree drops the token cache as any revocation does."""
+    with server.client() as root:
+        parent = made(root, "admin", "encrypt:default")
+    with server.client(parent["token"]) as c:
+        child = made(c, "encrypt:default")["token"]
+
+    def statuses(c: httpx.Client) -> list[int]:
+        single = c.post(
+            "/v1/keys/default/encrypt?mode=single",
+            content=b"x",
+            headers={"authorization": f"Bearer {child}"},
+        )
+        transit = c.post(
+            "/v1/transit/encrypt/default",
+            json={"plaintext": "aGk="},
+            headers={"x-vault-token": child},
+        )
+        own = c.get("/v1/tokens/self", headers={"authorization": f"Bearer {child}"})
+        return [single.status_code, transit.status_code, own.status_code]
+
+    with httpx.Client(base_url=server.url) as c:  # one kept-alive connection throughout
+        assert statuses(c) == [200, 200, 200]
+        revoked = c.post("/v1/auth/token/revoke-self", headers={"x-vault-token": parent["token"]})
+        assert revoked.status_code == 204
+        assert statuses(c) == [401, 403, 401]
