@@ -326,7 +326,10 @@ class KeyStore(AppRoleStore, Protocol):
         default); ``expires`` False makes a token that never expires whatever the settings
         (the first-start root token), and is not renewable. A token that never expires is
         never renewable. ``parent``: the accessor of the token that asks (stored for revoking
-        children with their parent); ``orphan``: it outlives that parent.
+        children with their parent); ``orphan``: it outlives that parent. A child that is not
+        an orphan lives within its parent: TokenNotFound if the parent is revoked or expired,
+        and its ``explicit_max_ttl`` is cut to the parent's time left (``_lifetimes.within``),
+        all in the transaction that writes it.
 
         InvalidRequest unless there is at least one scope and every scope is ``valid_scope``,
         and the lifetime's numbers are whole and not negative. Also sweeps tokens that expired
@@ -334,10 +337,15 @@ class KeyStore(AppRoleStore, Protocol):
         """
 
     def creation_warnings(
-        self, ttl: int | None, explicit_max_ttl: int = 0, renewable: bool = True
+        self,
+        ttl: int | None,
+        explicit_max_ttl: int = 0,
+        renewable: bool = True,
+        parent: TokenInfo | None = None,
     ) -> tuple[str, ...]:
         """Vault's warnings for a token created now with this lifetime (a TTL asked for and
-        capped), as ``create_token`` decides it: for a caller that shows them."""
+        capped), as ``create_token`` decides it: for a caller that shows them. ``parent``: the
+        token it is a (non-orphan) child of, whose time left caps it too."""
 
     def list_tokens(self) -> list[TokenInfo]:
         """Sorted by creation time; revoked and expired ones included (until swept)."""
@@ -347,7 +355,9 @@ class KeyStore(AppRoleStore, Protocol):
         too: their fields say so). TokenNotFound if absent, or its row fails its check."""
 
     def revoke_token(self, token_id: str) -> TokenInfo:
-        """Mark the token revoked (again is a no-op). TokenNotFound if absent."""
+        """Mark the token revoked (again is a no-op), and with it, in the same transaction,
+        every descendant not created orphan (a ``token_revoke`` change each, the descendants'
+        naming the token they went with). TokenNotFound if absent."""
 
     def renew_token(self, token_id: str, increment: int | None = None) -> Renewal:
         """Extend a token's expiry to now + ``increment`` seconds (None or 0: its ``ttl``),

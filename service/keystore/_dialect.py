@@ -155,6 +155,10 @@ class Sql:
             "UPDATE {tokens} SET revoked_at = ?, expire_at = ?, uses = ?, mac = ? WHERE id = ?"
         )
         self.sweep_tokens = sql("DELETE FROM {tokens} WHERE expire_at < ?")
+        # The children a revocation takes with it (``Tables.revoke_token``).
+        self.token_children = sql(
+            "SELECT id FROM {tokens} WHERE parent = ? AND orphan = 0 AND revoked_at IS NULL"
+        )
         # A row MAC'd before lifetimes, MAC'd again (``_token_lifetimes``).
         self.write_token_mac = sql("UPDATE {tokens} SET mac = ? WHERE id = ?")
         self.write_scopes = sql("UPDATE {tokens} SET scopes = ?, mac = ? WHERE id = ?")

@@ -70,6 +70,16 @@ def creation(
     return Creation(chosen, explicit, renewable and chosen > 0, tuple(warnings))
 
 
+def within(explicit_max_ttl: int, parent: TokenInfo, now: float) -> int:
+    """A child's ``explicit_max_ttl`` such that it never outlives its ``parent`` (one that
+    expires): the smaller of what was asked (0: none) and the parent's whole seconds left."""
+    end = parent.expire_time
+    if end is None:
+        return explicit_max_ttl
+    left = max(int(end - now), 1)
+    return min(explicit_max_ttl, left) if explicit_max_ttl else left
+
+
 def renewal(
     token: TokenInfo, rules: Lifetimes, increment: int | None, now: float
 ) -> tuple[float, int, tuple[str, ...]]:

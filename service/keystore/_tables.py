@@ -138,13 +138,26 @@ class Tables:
     def insert_token(self, db: Connection, row: TokenRow) -> None:
         db.execute(self.sql.insert_token, (*row, self._integrity.mac(TOKEN_ROW, row)))
 
-    def revoke_token(self, db: Connection, token_id: str) -> TokenRow:
-        """The token's row, revoked now unless it was already (then unchanged). TokenNotFound;
-        KeyStoreCorrupt for a row that fails its check (``checked_token``)."""
+    def revoke_token(self, db: Connection, token_id: str) -> list[TokenRow]:
+        """The token's row, revoked now unless it was already (then unchanged), then the rows
+        of its descendants not created orphan, revoked now with it, as Vault revokes a token's
+        tree. TokenNotFound; KeyStoreCorrupt for a row that fails its check
+        (``checked_token``); a descendant whose row fails is left as it is (refused anyway)."""
+        now = time.time()
         row = self.checked_token(db, token_id)
         if row[5] is None:
-            row = self.update_token(db, row, revoked_at=time.time())
-        return row
+            row = self.update_token(db, row, revoked_at=now)
+        rows, parents = [row], [token_id]
+        while parents:
+            children = db.execute(self.sql.token_children, (parents.pop(),)).fetchall()
+            for (child_id,) in children:
+                try:
+                    child = self.checked_token(db, child_id)
+                except KeyStoreCorrupt:
+                    continue
+                rows.append(self.update_token(db, child, revoked_at=now))
+                parents.append(child_id)
+        return rows
 
     def update_token(
         self,

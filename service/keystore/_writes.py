@@ -223,9 +223,41 @@ class Writes(AppRoles, ABC, Generic[Db]):
             raise InvalidRequest(f"parent must be a token's accessor, not {parent!r}")
         token_id = "tok_" + secrets.token_hex(8)
         secret = secret if secret is not None else secrets.token_urlsafe(32)
-        now = time.time()
+        with self._transaction() as db:
+            now = time.time()
+            if parent and not orphan:
+                # A child lives within its parent: refused once the parent is gone, and never
+                # past its expiry (read in this transaction: a revocation of the parent either
+                # came first, or comes after and takes this child with it).
+                above = token_info(self._tables.checked_token(db, parent))
+                if above.revoked or above.expired(now):
+                    raise TokenNotFound(f"parent token {parent!r} is revoked or expired")
+                explicit = _lifetimes.within(explicit_max_ttl, above, now)
+                life = _lifetimes.creation(self.lifetimes, ttl, explicit, renewable, expires)
+            row = self._token_row(token_id, secret, scopes, label, now, life, uses, parent, orphan)
+            self._tables.insert_token(db, row)
+            self._tables.sweep_tokens(db, now - SWEEP_AFTER)
+        info = token_info(row)
+        family = {"parent": info.parent, "orphan": info.orphan} if info.parent else {}
+        self._changed(
+            "token_create", target_accessor=info.id, target_label=label, **_life(info), **family
+        )
+        return info, secret
+
+    @staticmethod
+    def _token_row(
+        token_id: str,
+        secret: str,
+        scopes: list[str],
+        label: str,
+        now: float,
+        life: _lifetimes.Creation,
+        uses: int,
+        parent: str,
+        orphan: bool,
+    ) -> tuple[object, ...]:
         # As SQLite hands them back (flags 0 or 1, expire_at a float), so the MAC verifies.
-        row = (
+        return (
             token_id,
             digest(secret),
             " ".join(scopes),
@@ -241,18 +273,18 @@ class Writes(AppRoles, ABC, Generic[Db]):
             parent,
             int(orphan or not parent),
         )
-        with self._transaction() as db:
-            self._tables.insert_token(db, row)
-            self._tables.sweep_tokens(db, now - SWEEP_AFTER)
-        info = token_info(row)
-        self._changed("token_create", target_accessor=info.id, target_label=label, **_life(info))
-        return info, secret
 
     def creation_warnings(
-        self, ttl: int | None, explicit_max_ttl: int = 0, renewable: bool = True
+        self,
+        ttl: int | None,
+        explicit_max_ttl: int = 0,
+        renewable: bool = True,
+        parent: TokenInfo | None = None,
     ) -> tuple[str, ...]:
         """Vault's warnings for a token created with this lifetime now (a TTL capped); what
         ``create_token`` will decide, for a route that answers with them."""
+        if parent is not None:
+            explicit_max_ttl = _lifetimes.within(explicit_max_ttl, parent, time.time())
         return _lifetimes.creation(self.lifetimes, ttl, explicit_max_ttl, renewable).warnings
 
     def get_token(self, token_id: str) -> TokenInfo:
@@ -264,9 +296,16 @@ class Writes(AppRoles, ABC, Generic[Db]):
 
     def revoke_token(self, token_id: str) -> TokenInfo:
         with self._transaction() as db:
-            row = self._tables.revoke_token(db, token_id)
-        info = token_info(row)
+            rows = self._tables.revoke_token(db, token_id)
+        info = token_info(rows[0])
         self._changed("token_revoke", target_accessor=info.id, target_label=info.label)
+        for child in map(token_info, rows[1:]):
+            self._changed(
+                "token_revoke",
+                target_accessor=child.id,
+                target_label=child.label,
+                revoked_with=info.id,
+            )
         return info
 
     def renew_token(self, token_id: str, increment: int | None = None) -> Renewal:

@@ -54,6 +54,8 @@ MAX_OTHER_BODY = 64 * 1024
 _UNLIMITED = frozenset(("/healthz", "/readyz", "/metrics", "/v1/sys/health"))
 _API = "/v1/"
 _ADMIN = "/v1/keys"
+_TOKENS = "/v1/tokens"
+_SELF = "/v1/tokens/self"
 _SINGLE = b"mode=single"
 # What a single-shot envelope adds to its plaintext at most: prefix (75 bytes), nonce, tag.
 _ENVELOPE_MAX = 128
@@ -174,7 +176,7 @@ class Front:
         else:
             self._fresh(svc)
             token = _auth.authenticate(svc.store, authorization)
-            if route is None and path.startswith(_ADMIN):
+            if route is None and (path.startswith(_ADMIN) or _manages_tokens(path)):
                 _auth.require_admin(token)
         if route is None and vault is None and length > MAX_OTHER_BODY:
             raise errors.too_large(MAX_OTHER_BODY)  # beyond any admin body: refused unread
@@ -562,13 +564,27 @@ _ADMIN_OPERATIONS = {
     ("DELETE", "/v1/keys/{name}"): "key_delete",
     ("POST", "/v1/keys/{name}/rotate"): "key_rotate",
     ("GET", "/v1/keys/{name}/export"): "export",
+    ("POST", "/v1/tokens"): "token_create",
+    ("GET", "/v1/tokens"): "token_list",
+    ("GET", "/v1/tokens/self"): "token_lookup",
+    ("POST", "/v1/tokens/self/renew"): "token_renew",
+    ("DELETE", "/v1/tokens/self"): "token_revoke",
+    ("DELETE", "/v1/tokens/{accessor}"): "token_revoke",
 }
 _TRANSIT_OPERATIONS = {
     "keys": "key_list",
     "config": "key_config",
     "rotate": "key_rotate",
+    "create": "token_create",
+    "create-orphan": "token_create",
+    "lookup": "token_lookup",
     "lookup-self": "token_lookup",
     "lookup-accessor": "token_lookup",
+    "renew": "token_renew",
+    "renew-self": "token_renew",
+    "renew-accessor": "token_renew",
+    "revoke": "token_revoke",
+    "revoke-self": "token_revoke",
     "revoke-accessor": "token_revoke",
 }
 
@@ -584,6 +600,12 @@ def _operation(plan: Plan, route: object) -> str:
         return _TRANSIT_OPERATIONS.get(kind, kind)
     template = getattr(route, "path", "")
     return _ADMIN_OPERATIONS.get((method, template), method.lower())
+
+
+def _manages_tokens(path: str) -> bool:
+    """A native token route for ``admin`` only: all but a token's own (``/v1/tokens/self``),
+    which every token may use (admin._tokens)."""
+    return path.startswith(_TOKENS) and not (path == _SELF or path.startswith(_SELF + "/"))
 
 
 def _hmacs(trail: _audit.Trail, values: set[str]) -> str | list[str]:

@@ -1,8 +1,10 @@
-"""FastAPI's routes: key management (``_keys``), the probes and metrics (``_health``), and the
+"""FastAPI's routes: key management (``_keys``), token management
+(``_tokens``), the probes and metrics (``_health``), and the
 API documentation pages (``_docs``)."""
 
 from ._docs import install as install_docs
 from ._health import router as health_router
 from ._keys import router as keys_router
+from ._tokens import router as tokens_router
 
-__all__ = ["health_router", "install_docs", "keys_router"]
+__all__ = ["health_router", "install_docs", "keys_router", "tokens_router"]

@@ -3,9 +3,10 @@ ids (``KeyStore.write_role`` and friends), in Vault's request and response shape
 (``kind``) and the management of roles and secret ids; the login is ``_approle_login``'s.
 
 Managing roles and secret ids needs ``admin`` (``_routes``), and every write that shapes what a
-login yields (a role, its role id, a secret id) needs the role's scopes too (``covers``): an
-``admin`` token can neither make a role that yields data scopes it lacks nor mint a secret id
-for one, so it cannot log in to scopes it does not hold.
+login yields (a role, its role id, a secret id) needs the role's scopes too, by the rule of
+token creation (``_token_rules.missing``): an ``admin`` token can neither make a role that
+yields data scopes it lacks nor mint a secret id for one, so it cannot log in to scopes it
+does not hold.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from fnmatch import fnmatchcase
 from typing import Any
 
 import orjson
@@ -28,6 +28,7 @@ from sealflow.service.keystore import (
 
 from .. import _metrics
 from .._state import Services
+from .._token_rules import missing
 from ..errors import ApiError
 from . import _wire
 from ._wire import Body
@@ -61,18 +62,6 @@ def kind(parts: list[str]) -> str | None:
     if n == 4 and parts[2] == "secret-id" and parts[3] in ("lookup", "destroy"):
         return "approle_secret_id_" + parts[3]
     return None
-
-
-def covers(held: tuple[str, ...], scope: str) -> bool:
-    """Whether a token with ``held`` holds ``scope`` (exactly, or a glob of the same action
-    that matches the asked glob's text: ``encrypt:*`` covers ``encrypt:orders*``)."""
-    if scope in held:
-        return True
-    action, sep, pattern = scope.partition(":")
-    prefix = action + ":"
-    return bool(sep) and any(
-        h.startswith(prefix) and fnmatchcase(pattern, h[len(prefix) :]) for h in held
-    )
 
 
 # -- management (``admin``, checked by ``_routes`` before the body is read)
@@ -134,7 +123,7 @@ async def _may_grant(
             policies = (await asyncio.to_thread(svc.store.get_role, name)).token_policies
         except RoleNotFound:
             return
-    if not all(covers(caller.scopes, scope) for scope in policies):
+    if missing(caller, policies):
         _metrics.AUTH_FAILURES.labels("forbidden").inc()
         raise _wire.permission_denied()
 

@@ -237,25 +237,77 @@ def paths(mount: str) -> dict[str, Any]:
                 "security": _SECURITY,
             }
         },
-        "/v1/auth/token/lookup-accessor": _by_accessor(
+        "/v1/auth/token/lookup-accessor": _token_route(
             "The token an accessor names, as lookup-self shows it but with an empty id (admin);"
             " 400 invalid accessor for one unknown or revoked",
+            _ACCESSOR,
             _answers(200, 400, 403, 413),
         ),
-        "/v1/auth/token/revoke-accessor": _by_accessor(
-            "Revoke the token an accessor names (admin): 204; 200 with the warning 'No token"
-            " found with this accessor' for one unknown or revoked already",
+        "/v1/auth/token/revoke-accessor": _token_route(
+            "Revoke the token an accessor names and its children (admin): 204; 200 with the"
+            " warning 'No token found with this accessor' for one unknown or revoked already",
+            _ACCESSOR,
             _answers(200, 204, 400, 403, 413),
+        ),
+        **{
+            f"/v1/auth/token/{name}": _token_route(summary, _CREATE, _answers(200, 400, 403, 413))
+            for name, summary in (
+                ("create", "A child token with a subset of the caller's scopes (admin)"),
+                ("create-orphan", "A token not revoked with the caller (admin)"),
+            )
+        },
+        "/v1/auth/token/lookup": _token_route(
+            "The token whose secret is 'token' (admin); 403 bad token for one unknown",
+            {"token": _STRING},
+            _answers(200, 400, 403, 413),
+        ),
+        "/v1/auth/token/renew": _token_route(
+            "Renew the token whose secret is 'token' (admin), capped at its maximum",
+            {"token": _STRING, "increment": _DURATION},
+            _answers(200, 400, 403, 413),
+        ),
+        "/v1/auth/token/renew-self": _token_route(
+            "Renew the calling token, capped at its maximum with Vault's warning",
+            {"increment": _DURATION},
+            _answers(200, 400, 403, 413),
+        ),
+        "/v1/auth/token/renew-accessor": _token_route(
+            "Renew the token an accessor names (admin); client_token is empty",
+            {**_ACCESSOR, "increment": _DURATION},
+            _answers(200, 400, 403, 413),
+        ),
+        "/v1/auth/token/revoke": _token_route(
+            "Revoke the token whose secret is 'token' and its children (admin): 204",
+            {"token": _STRING},
+            _answers(204, 400, 403, 413),
+        ),
+        "/v1/auth/token/revoke-self": _token_route(
+            "Revoke the calling token and its children: 204", {}, _answers(204, 400, 403, 413)
         ),
     }
 
 
-def _by_accessor(summary: str, responses: dict[str, Any]) -> dict[str, Any]:
-    """A token route that names its token by ``accessor`` in the body (POST or PUT)."""
+_STRING = {"type": "string"}
+_DURATION = {"type": ["string", "integer"], "description": "seconds, or 90s, 30m, 1h..."}
+_ACCESSOR = {"accessor": {"type": "string", "description": "tok_..."}}
+_CREATE = {
+    "policies": {"type": "array", "items": _STRING, "description": "sealflow scopes"},
+    "ttl": _DURATION,
+    "explicit_max_ttl": _DURATION,
+    "renewable": _LENIENT_BOOL,
+    "num_uses": _LENIENT_INT,
+    "display_name": _STRING,
+    "meta": {"type": "object"},
+    "no_parent": _LENIENT_BOOL,
+}
+
+
+def _token_route(summary: str, fields: dict[str, Any], responses: dict[str, Any]) -> dict[str, Any]:
+    """A token route (POST or PUT) and its body's fields."""
     operation = {
         "tags": _TAG,
         "summary": summary,
-        "requestBody": _body({"accessor": {"type": "string", "description": "tok_..."}}),
+        "requestBody": _body(fields),
         "responses": responses,
         "security": _SECURITY,
     }

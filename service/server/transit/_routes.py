@@ -13,8 +13,8 @@ needs both; reading a key's metadata needs either (clients read ``latest_version
 and ``exportable`` asked for on create or ``config``) needs ``export:<glob>`` besides, which
 ``admin`` does not imply.
 
-Outside the mount, Vault's token routes (``_tokens``): every token looks itself up
-(``lookup-self``); the routes that name a token by its accessor manage tokens, so they need
+Outside the mount, Vault's token routes (``_token_routes``): every token looks up, renews and
+revokes itself; the routes that create tokens or name another token manage tokens, so they need
 ``admin``, refused before the body is read.
 
 And Vault's AppRole routes (``APPROLE_ROUTES``): ``login`` (``_approle_login``) needs no token
@@ -24,13 +24,12 @@ And Vault's AppRole routes (``APPROLE_ROUTES``): ``login`` (``_approle_login``) 
 
 from __future__ import annotations
 
-import asyncio
 import functools
 from collections.abc import Awaitable, Callable
 
 from starlette.types import Receive, Scope, Send
 
-from sealflow.service.keystore import KeyStore, TokenInfo, WouldWait, valid_accessor
+from sealflow.service.keystore import KeyStore, TokenInfo, WouldWait
 
 from .. import _auth, _metrics, errors
 from .._budget import Hold
@@ -39,7 +38,7 @@ from .._state import Services
 from ..errors import ApiError
 from ..http import LIST_METHOD as LIST
 from ..http import Head
-from . import _approle, _approle_login, _data, _encrypt, _keys, _sys, _tokens, _wire
+from . import _approle, _approle_login, _data, _encrypt, _keys, _sys, _token_routes, _wire
 from ._wire import Reply
 
 # The largest encrypt body the protocol answers itself (``Transit.answer``), at once on the event
@@ -63,17 +62,12 @@ class Route:
 
 
 HEALTH = Route("health", HEALTH_PATH, frozenset(("GET", "HEAD")), token=False)
-# Under VAULT_AUTH, by name. Vault takes the accessor routes as updates only (POST, PUT).
+# Under VAULT_AUTH, by name (``_token_routes``). Vault takes them as updates (POST, PUT), and
+# lookup-self as a read.
 TOKEN_ROUTES = {
-    name: Route(name, VAULT_AUTH + name, methods)
-    for name, methods in (
-        ("lookup-self", frozenset(("GET",))),
-        ("lookup-accessor", _WRITE),
-        ("revoke-accessor", _WRITE),
-    )
+    name: Route(name, VAULT_AUTH + name, frozenset(("GET",)) if name == "lookup-self" else _WRITE)
+    for name in sorted(_token_routes.KINDS)
 }
-# The token routes that name a token by its accessor in the body: ``admin`` only.
-_BY_ACCESSOR = frozenset(("lookup-accessor", "revoke-accessor"))
 
 
 class Transit:
@@ -197,19 +191,13 @@ class Transit:
     ) -> tuple[int, Reply]:
         store, kind, method = svc.store, route.kind, scope["method"]
         limit = svc.settings.max_json_bytes
-        if kind == "lookup-self":
-            return 200, _tokens.lookup_self(token, _secret(scope) or "")
-        if kind in _BY_ACCESSOR:
-            if not _auth.is_admin(token):  # before the body is read
-                _metrics.AUTH_FAILURES.labels("forbidden").inc()
-                raise _wire.policy_denied()
-            accessor = _tokens.accessor(_wire.parse(await _read(receive, limit, hold, log), hold))
-            if valid_accessor(accessor):  # never what a caller made up, of any length
-                log.target_accessor = accessor
-            if kind == "lookup-accessor":
-                # A read of the keystore: off the event loop, as every wait on the database.
-                return 200, await asyncio.to_thread(_tokens.lookup_accessor, store, accessor)
-            return await _tokens.revoke_accessor(store, accessor)
+        if route is TOKEN_ROUTES.get(kind):
+
+            async def parsed() -> _wire.Body:
+                return _wire.parse(await _read(receive, limit, hold, log), hold)
+
+            secret = _secret(scope) or ""
+            return await _token_routes.answer(store, kind, token, secret, parsed, log)
         if kind in APPROLE_ROUTES:
             _admin(token)  # before the body is read
             if kind == "approle_roles" and method != LIST and not _listing(scope):

@@ -192,8 +192,8 @@ def request_id() -> str:
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
-def envelope(data: Any, warnings: list[str] | None = None) -> bytes:
-    """A success body in Vault's envelope."""
+def envelope(data: Any, warnings: list[str] | None = None, auth: Any = None) -> bytes:
+    """A success body in Vault's envelope (``auth``: a login's or a token route's block)."""
     return orjson.dumps(
         {
             "request_id": request_id(),
@@ -203,7 +203,7 @@ def envelope(data: Any, warnings: list[str] | None = None) -> bytes:
             "data": data,
             "wrap_info": None,
             "warnings": warnings or None,
-            "auth": None,
+            "auth": auth,
         }
     )
 
