@@ -1,4 +1,5 @@
-"""The `sealflow` console script: serve, keys, tokens, audit, encrypt, decrypt, selftest.
+"""The `sealflow` console script: serve, keys, tokens, approle, audit, encrypt, decrypt,
+selftest.
 
 ``encrypt`` and ``decrypt`` are parsed on their own and load the client library only (not
 pydantic, the engine or the keystore): start-up is part of every transfer's time, a tenth of
@@ -103,7 +104,7 @@ def _main(argv: list[str] | None) -> int:
 
     from sealflow.service.keystore import KeyStoreError
 
-    from . import _audit, _manage, _serve, _transfer
+    from . import _approle, _audit, _manage, _serve, _transfer
     from ._flags import PREFIX, add_settings, settings_error
 
     parser = argparse.ArgumentParser(
@@ -117,6 +118,7 @@ def _main(argv: list[str] | None) -> int:
     store_flags = argparse.ArgumentParser(add_help=False)
     add_settings(store_flags, ["data_dir", "master_key_file", "keystore_url", "keystore_url_file"])
     _manage.add_commands(commands, store_flags)
+    _approle.add_commands(commands, store_flags)
     _audit.add_commands(commands, store_flags)
     _transfer.add_client_commands(commands)
     selftest = commands.add_parser(

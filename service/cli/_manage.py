@@ -192,7 +192,8 @@ def run(args: argparse.Namespace) -> int:
     if auditor is not None:
         store.on_change = _recording(auditor)
     try:
-        (_keys if args.command == "keys" else _tokens)(args, store)
+        handle = getattr(args, "handle", None) or (_keys if args.command == "keys" else _tokens)
+        handle(args, store)
     finally:
         store.close()
         recorded = auditor is None or auditor.close()

@@ -3,6 +3,7 @@
 Nothing here knows about HTTP; the server, the CLI and the tests all use this package.
 """
 
+from ._approle_api import RoleInfo, SecretIdInfo
 from ._base import (
     SWEEP_AFTER,
     ChangeHook,
@@ -39,8 +40,10 @@ from .errors import (
     KeyStoreCorrupt,
     KeyStoreError,
     KeyStoreUnavailable,
+    LoginRefused,
     NotExportable,
     NotRenewable,
+    RoleNotFound,
     TokenExpired,
     TokenNotFound,
     VersionRetired,
@@ -68,13 +71,17 @@ __all__ = [
     "KeyWrapper",
     "Lease",
     "Lifetimes",
+    "LoginRefused",
     "Migrated",
     "NotExportable",
     "NotRenewable",
     "PostgresKeyStore",
     "PostgresSink",
     "Renewal",
+    "RoleInfo",
+    "RoleNotFound",
     "SQLiteKeyStore",
+    "SecretIdInfo",
     "Slot",
     "TokenExpired",
     "TokenInfo",

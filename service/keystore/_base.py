@@ -24,6 +24,7 @@ from typing import NamedTuple, Protocol
 from sealflow.engine import Algorithm
 from sealflow.service.envelope import valid_name
 
+from ._approle_api import AppRoleStore
 from .errors import NotExportable, VersionRetired
 
 
@@ -205,7 +206,7 @@ ChangeHook = Callable[[str, dict[str, object]], None]
 SWEEP_AFTER = 86400.0
 
 
-class KeyStore(Protocol):
+class KeyStore(AppRoleStore, Protocol):
     on_change: ChangeHook | None  # set once, before the store is used from several threads
     lifetimes: Lifetimes  # likewise (``open_store`` sets it from the settings)
 

@@ -8,8 +8,8 @@ volume, a restored backup, a careless chmod) must not be able to change what it 
   longer unwraps;
 - every other row that decides something, a key's row (algorithm, exportable,
   min_decryption_version), its limits row (max_encryptions, auto_rotate_period), its policy
-  row (min_encryption_version, deletion_allowed, made_exportable) and a token's row (digest,
-  scopes, revocation, lifetime and uses), carries an
+  row (min_encryption_version, deletion_allowed, made_exportable), a token's row (digest,
+  scopes, revocation, lifetime and uses) and an AppRole role's or secret id's row, carries an
   HMAC-SHA-256 over every one of its columns, under a key derived from the master key with
   HKDF-SHA-256, one key per kind of row.
 
@@ -87,6 +87,41 @@ POLICY_ROW = Row("policy", ("name", "min_encryption_version", "deletion_allowed"
 POLICY_EXPORTABLE_ROW = Row(
     "policy-exportable", ("name", "min_encryption_version", "deletion_allowed", "made_exportable")
 )
+# An AppRole role: what a login with it grants (``_approle_rows``).
+ROLE_ROW = Row(
+    "approle-role",
+    (
+        "name",
+        "role_id",
+        "policies",
+        "token_ttl",
+        "token_max_ttl",
+        "token_num_uses",
+        "secret_id_ttl",
+        "secret_id_num_uses",
+        "secret_id_bound_cidrs",
+        "token_bound_cidrs",
+        "bind_secret_id",
+        "created_at",
+    ),
+)
+# An AppRole secret id: its digest, the role (and that role's creation time, so a role deleted
+# and made again under the same name does not inherit it), its lifetime, uses and bounds.
+SECRET_ID_ROW = Row(
+    "approle-secret-id",
+    (
+        "accessor",
+        "role",
+        "role_born",
+        "digest",
+        "created_at",
+        "expire_at",
+        "num_uses",
+        "uses",
+        "cidrs",
+        "metadata",
+    ),
+)
 
 
 def encode(label: str, values: Sequence[object]) -> bytes:
@@ -137,6 +172,8 @@ class Integrity:
             LIMITS_ROW,
             POLICY_ROW,
             POLICY_EXPORTABLE_ROW,
+            ROLE_ROW,
+            SECRET_ID_ROW,
         )
         self._mac_keys = {row: _derive(master_key, row) for row in rows}
 

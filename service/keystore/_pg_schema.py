@@ -111,6 +111,25 @@ MIGRATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
             " ADD COLUMN orphan integer NOT NULL DEFAULT 1",
         ),
     ),
+    (
+        "AppRole: roles and secret ids",
+        (
+            # _approle_rows; mac: over the other columns, in ROLE_ROW.columns order.
+            "CREATE TABLE sealflow_approle_roles (name text PRIMARY KEY,"
+            " role_id text NOT NULL UNIQUE, policies text NOT NULL, token_ttl bigint NOT NULL,"
+            " token_max_ttl bigint NOT NULL, token_num_uses bigint NOT NULL,"
+            " secret_id_ttl bigint NOT NULL, secret_id_num_uses bigint NOT NULL,"
+            " secret_id_bound_cidrs text NOT NULL, token_bound_cidrs text NOT NULL,"
+            " bind_secret_id integer NOT NULL, created_at double precision NOT NULL,"
+            " mac bytea NOT NULL)",
+            # mac: in SECRET_ID_ROW.columns order; digest: SHA-256 of the secret id only.
+            "CREATE TABLE sealflow_approle_secret_ids (accessor text PRIMARY KEY,"
+            " role text NOT NULL, role_born double precision NOT NULL,"
+            " digest bytea NOT NULL UNIQUE, created_at double precision NOT NULL,"
+            " expire_at double precision, num_uses bigint NOT NULL, uses bigint NOT NULL,"
+            " cidrs text NOT NULL, metadata text NOT NULL, mac bytea NOT NULL)",
+        ),
+    ),
 )
 
 

@@ -27,6 +27,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from . import _pg_schema
+from ._approle_rows import AppRoleTables
 from ._base import KeyInfo, KeyStoreHealth, Slot, TokenInfo
 from ._dialect import Dialect, Sql, TableNames
 from ._integrity import Integrity
@@ -107,6 +108,9 @@ class PostgresKeyStore(Writes[Db]):
         self._where = redact(url)
         self._integrity = Integrity(master_key)
         self._tables = Tables(_SQL, self._integrity, self._where)
+        self._approle = AppRoleTables(
+            "%s", "sealflow_", " FOR UPDATE", self._integrity, self._where
+        )
         self._errors = _errors(f"keystore {self._where}")
         self._keys: dict[str, KeyInfo | None] = {}
         self._tokens: dict[bytes, tuple[bytes, TokenInfo]] = {}
@@ -215,6 +219,7 @@ class PostgresKeyStore(Writes[Db]):
         limits: list[tuple[object, ...]],
         usage: list[tuple[object, ...]],
         policies: list[tuple[object, ...]],
+        approle: tuple[list[tuple[object, ...]], list[tuple[object, ...]]] = ([], []),
     ) -> None:
         """Rows of another store, as stored (``_migrate``), in one transaction, into an empty
         keystore: KeyStoreUnavailable if it holds keys or tokens already."""
@@ -247,6 +252,8 @@ class PostgresKeyStore(Writes[Db]):
                     " deletion_allowed, made_exportable, mac) VALUES (%s, %s, %s, %s, %s)",
                     policies,
                 )
+                cur.executemany(self._approle.insert_role, approle[0])
+                cur.executemany(self._approle.insert_secret_id, approle[1])
 
     # -- the cache and its freshness
 

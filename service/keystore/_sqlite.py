@@ -18,6 +18,7 @@ from contextlib import closing, contextmanager
 from pathlib import Path
 
 from . import _sqlite_file
+from ._approle_rows import AppRoleTables
 from ._base import KeyInfo, KeyStoreHealth, Slot, TokenInfo
 from ._dialect import Dialect, Sql, TableNames
 from ._integrity import Integrity
@@ -77,6 +78,7 @@ class SQLiteKeyStore(Writes[sqlite3.Connection]):
         self._checked = -1.0
         self._integrity = Integrity(master_key)
         self._tables = Tables(_SQL, self._integrity, str(path))
+        self._approle = AppRoleTables("?", "", "", self._integrity, str(path))
         self._errors = _errors(f"keystore {path}")
         # The service calls in from the event loop and from worker threads.
         self._lock = threading.Lock()

@@ -60,6 +60,18 @@ USAGE_SCHEMA = (
     "CREATE TABLE IF NOT EXISTS key_policy (name TEXT PRIMARY KEY,"
     " min_encryption_version INTEGER NOT NULL, deletion_allowed INTEGER NOT NULL,"
     " mac BLOB NOT NULL, made_exportable INTEGER NOT NULL DEFAULT 0)",
+    # AppRole (``_approle_rows``); mac: over the other columns, in ROLE_ROW.columns order.
+    "CREATE TABLE IF NOT EXISTS approle_roles (name TEXT PRIMARY KEY,"
+    " role_id TEXT NOT NULL UNIQUE, policies TEXT NOT NULL, token_ttl INTEGER NOT NULL,"
+    " token_max_ttl INTEGER NOT NULL, token_num_uses INTEGER NOT NULL,"
+    " secret_id_ttl INTEGER NOT NULL, secret_id_num_uses INTEGER NOT NULL,"
+    " secret_id_bound_cidrs TEXT NOT NULL, token_bound_cidrs TEXT NOT NULL,"
+    " bind_secret_id INTEGER NOT NULL, created_at REAL NOT NULL, mac BLOB NOT NULL)",
+    # mac: in SECRET_ID_ROW.columns order; digest: SHA-256 of the secret id, never the secret.
+    "CREATE TABLE IF NOT EXISTS approle_secret_ids (accessor TEXT PRIMARY KEY,"
+    " role TEXT NOT NULL, role_born REAL NOT NULL, digest BLOB NOT NULL UNIQUE,"
+    " created_at REAL NOT NULL, expire_at REAL, num_uses INTEGER NOT NULL,"
+    " uses INTEGER NOT NULL, cidrs TEXT NOT NULL, metadata TEXT NOT NULL, mac BLOB NOT NULL)",
 )
 # Columns added to those tables since; a file whose table lacks one gets it at open (its rows
 # take the default, which is what they meant). The tokens' lifetime columns (TOKEN_ROW's; no

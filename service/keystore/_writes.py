@@ -15,6 +15,7 @@ from typing import Generic, TypeVar
 from sealflow.engine import Algorithm
 
 from . import _lifetimes, _root_scopes, _token_lifetimes, _usage_rows
+from ._approle import AppRoles
 from ._base import (
     SWEEP_AFTER,
     ChangeHook,
@@ -45,7 +46,7 @@ log = logging.getLogger("sealflow.keystore")
 Db = TypeVar("Db", bound=Connection)
 
 
-class Writes(ABC, Generic[Db]):
+class Writes(AppRoles, ABC, Generic[Db]):
     """The ``KeyStore``'s writes; a store adds its connections and its reads (its cache, kept
     fresh its own way) and sets ``_tables``."""
 

@@ -31,6 +31,14 @@ class KeyExists(KeyStoreError):
     pass
 
 
+class RoleNotFound(KeyStoreError):
+    """An AppRole role that is not there."""
+
+
+class LoginRefused(KeyStoreError):
+    """An AppRole login refused: its message is Vault's, safe to show (it names no secret)."""
+
+
 class InvalidRequest(KeyStoreError):
     """A well-formed call the store refuses (e.g. min_decryption_version out of range)."""
 

@@ -47,7 +47,7 @@ class SealflowApp(FastAPI):
     def openapi(self) -> dict[str, Any]:
         if self.openapi_schema is None:
             schema = super().openapi()
-            vault = transit.paths(self.front.transit.mount)
+            vault = {**transit.paths(self.front.transit.mount), **transit.approle_paths()}
             schema["paths"] = {**data.OPENAPI_PATHS, **vault, **schema["paths"]}
             schemes = schema.setdefault("components", {}).setdefault("securitySchemes", {})
             schemes.update(transit.SECURITY_SCHEMES)

@@ -6,12 +6,14 @@ request's items, ``_checks`` checks them, ``_leases`` leases their sealings, ``_
 seals and opens them and ``_batch`` answers for them; ``_encrypt`` is encrypt (``_column``: the
 common batch in one engine call), ``_data`` decrypt, rewrap and datakey; ``_ciphertext`` is the
 ``vault:v`` format, ``_keys`` the key routes, ``_sys`` health, ``_tokens`` Vault's token
-routes (lookup, revocation by accessor), ``_openapi`` describes the routes in the OpenAPI
-document. A small encrypt is answered by the same
-``_encrypt.encryption``, from the ASGI path or by the protocol (``Transit.answer``).
+routes (lookup, revocation by accessor), ``_approle`` and ``_approle_login`` Vault's AppRole,
+``_openapi`` and ``_openapi_approle`` describe the routes in the OpenAPI document. A small
+encrypt is answered by the same ``_encrypt.encryption``, from the ASGI path or by the protocol
+(``Transit.answer``).
 """
 
 from ._openapi import SECURITY_SCHEMES, paths
+from ._openapi_approle import paths as approle_paths
 from ._routes import Route, Transit, authenticate, token_secret
 from ._wire import permission_denied, refuse, token_expired
 
@@ -19,6 +21,7 @@ __all__ = [
     "SECURITY_SCHEMES",
     "Route",
     "Transit",
+    "approle_paths",
     "authenticate",
     "paths",
     "permission_denied",

@@ -16,10 +16,15 @@ and ``exportable`` asked for on create or ``config``) needs ``export:<glob>`` be
 Outside the mount, Vault's token routes (``_token_routes``): every token looks up, renews and
 revokes itself; the routes that create tokens or name another token manage tokens, so they need
 ``admin``, refused before the body is read.
+
+And Vault's AppRole routes (``APPROLE_ROUTES``): ``login`` (``_approle_login``) needs no token
+(its body, read with a small limit, is the credential); managing roles and secret ids
+(``_approle``) needs ``admin``, refused before the body is read.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 
 from starlette.types import Receive, Scope, Send
@@ -33,7 +38,7 @@ from .._state import Services
 from ..errors import ApiError
 from ..http import LIST_METHOD as LIST
 from ..http import Head
-from . import _data, _encrypt, _keys, _sys, _token_routes, _wire
+from . import _approle, _approle_login, _data, _encrypt, _keys, _sys, _token_routes, _wire
 from ._wire import Reply
 
 # The largest encrypt body the protocol answers itself (``Transit.answer``), at once on the event
@@ -93,6 +98,9 @@ class Transit:
             return HEALTH
         if path.startswith(VAULT_AUTH):
             return TOKEN_ROUTES.get(path[len(VAULT_AUTH) :])
+        if path.startswith(_approle.PREFIX):
+            kind = _approle.kind(path[len(_approle.PREFIX) :].split("/"))
+            return APPROLE_ROUTES[kind or "approle_other"]
         return None
 
     async def serve(
@@ -113,6 +121,15 @@ class Transit:
                     raise _unsupported_operation()
                 status, body = _sys.health(svc, scope["query_string"])
                 await _wire.respond(send, status, body, log, head=method == "HEAD")
+                return
+            if route is APPROLE_LOGIN and svc is not None:
+                if method not in route.methods:
+                    raise _unsupported_operation()
+                # No token: the credential is the body, read with a small limit.
+                with svc.budget.hold() as hold:
+                    body = await _read(receive, _approle_login.LOGIN_MAX, hold, log)
+                    status, reply = await _approle_login.login(svc, _wire.parse(body, hold), log)
+                await _wire.respond(send, status, reply, log, head=False)
                 return
             if svc is None or token is None:
                 raise errors.keystore_unavailable()
@@ -181,6 +198,12 @@ class Transit:
 
             secret = _secret(scope) or ""
             return await _token_routes.answer(store, kind, token, secret, parsed, log)
+        if kind in APPROLE_ROUTES:
+            _admin(token)  # before the body is read
+            if kind == "approle_roles" and method != LIST and not _listing(scope):
+                raise _unsupported_operation()
+            read = functools.partial(_read_json, receive, limit, hold, log)
+            return await _approle.manage(svc, kind, method, scope["path"], token, read)
         if kind == "keys":
             _admin(token)
             if method != LIST and scope["query_string"] not in (b"list=true", b"list=1"):
@@ -346,3 +369,29 @@ def _unsupported_path() -> ApiError:
 
 def _unsupported_operation() -> ApiError:
     return ApiError(405, "method_not_allowed", _wire.framework_error("unsupported operation"))
+
+
+async def _read_json(receive: Receive, limit: int, hold: Hold, log: AccessRecord) -> _wire.Body:
+    return _wire.parse(await _read(receive, limit, hold, log), hold)
+
+
+def _listing(scope: Scope) -> bool:
+    return scope["query_string"] in (b"list=true", b"list=1")
+
+
+# Vault's AppRole routes (``_approle``), by kind; the login alone needs no token.
+APPROLE_ROUTES = {
+    kind: Route(kind, _approle.PREFIX + path, methods, token=kind != "approle_login")
+    for kind, path, methods in (
+        ("approle_login", "login", _WRITE),
+        ("approle_roles", "role", frozenset(("GET", LIST))),
+        ("approle_role", "role/{name}", _WRITE | {"GET", "DELETE"}),
+        ("approle_role_id", "role/{name}/role-id", _WRITE | {"GET"}),
+        ("approle_secret_id", "role/{name}/secret-id", _WRITE),
+        ("approle_custom_secret_id", "role/{name}/custom-secret-id", _WRITE),
+        ("approle_secret_id_lookup", "role/{name}/secret-id/lookup", _WRITE),
+        ("approle_secret_id_destroy", "role/{name}/secret-id/destroy", _WRITE | {"DELETE"}),
+        ("approle_other", "{path}", frozenset()),  # Vault's 404 unsupported path
+    )
+}
+APPROLE_LOGIN = APPROLE_ROUTES["approle_login"]

@@ -56,6 +56,8 @@ def test_help_works_whatever_the_environment_says() -> None:
         ["serve"],
         ["keys", "create"],
         ["tokens", "create"],
+        ["approle", "role", "create"],
+        ["approle", "secret-id", "create"],
         ["selftest"],
         ["audit", "verify"],
         ["audit", "hmac"],

@@ -34,6 +34,8 @@ PG_UNDO_MIGRATION_6 = (
     " DROP COLUMN explicit_max_ttl, DROP COLUMN renewable, DROP COLUMN num_uses,"
     " DROP COLUMN uses, DROP COLUMN parent, DROP COLUMN orphan"
 )
+# The tables migration 7 made (AppRole), dropped to make a database of an earlier release.
+PG_UNDO_MIGRATION_7 = "DROP TABLE sealflow_approle_secret_ids, sealflow_approle_roles"
 KEY_LEN = {"aes-128-gcm": 16, "aes-256-gcm": 32, "chacha20-poly1305": 32}
 
 
