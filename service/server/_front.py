@@ -104,6 +104,11 @@ class Front:
         proxies = settings.trusted_proxy_networks
         self.proxies = _forwarded.Proxies(proxies) if proxies else None
         self.active = 0  # requests in flight, probes aside; also the in-flight gauge
+        # AppRole logins: the one counted route a client without a token reaches (its credential
+        # is in the body), so they may hold at most an eighth of the slots; the rest stay free
+        # for clients with a token however many logins trickle their bodies.
+        self.login_limit = max(1, self.limit // 8)
+        self.logins = 0
         self.by_token: dict[str, int] = {}
         self.trimmer = Trimmer(lambda: self.active > 0)
 
@@ -186,6 +191,8 @@ class Front:
             _metrics.AUTH_FAILURES.labels("audit_unavailable").inc()
             raise errors.audit_unavailable()
         if counted and self.active >= self.limit:
+            raise errors.overloaded()
+        if vault is transit.APPROLE_LOGIN and self.logins >= self.login_limit:
             raise errors.overloaded()
         if token is not None and self.by_token.get(token.id, 0) >= self.per_token:
             _metrics.AUTH_FAILURES.labels("token_limit").inc()
@@ -407,6 +414,8 @@ class Front:
             return
         plan.taken = True
         self.active += 1
+        if plan.vault is transit.APPROLE_LOGIN:
+            self.logins += 1
         token = plan.token
         if token is not None:
             self.by_token[token.id] = self.by_token.get(token.id, 0) + 1
@@ -416,6 +425,8 @@ class Front:
             return
         plan.taken = False
         self.active -= 1
+        if plan.vault is transit.APPROLE_LOGIN:
+            self.logins -= 1
         if not self.active:
             self.trimmer.idle()
         token = plan.token

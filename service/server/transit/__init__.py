@@ -14,10 +14,11 @@ encrypt is answered by the same ``_encrypt.encryption``, from the ASGI path or b
 
 from ._openapi import SECURITY_SCHEMES, paths
 from ._openapi_approle import paths as approle_paths
-from ._routes import Route, Transit, authenticate, token_secret
+from ._routes import APPROLE_LOGIN, Route, Transit, authenticate, token_secret
 from ._wire import permission_denied, refuse, token_expired
 
 __all__ = [
+    "APPROLE_LOGIN",
     "SECURITY_SCHEMES",
     "Route",
     "Transit",
