@@ -30,6 +30,7 @@ from .. import _metrics
 from .._state import Services
 from .._token_rules import missing
 from ..errors import ApiError
+from ..http import LIST_METHOD as LIST
 from . import _wire
 from ._wire import Body
 
@@ -40,6 +41,8 @@ _NO_TIME = "0001-01-01T00:00:00Z"  # Go's zero time, as Vault shows "no expiry"
 _UNSUPPORTED = ("token_explicit_max_ttl", "token_period", "token_bound_cidrs")
 _DURATIONS = ("token_ttl", "token_max_ttl", "secret_id_ttl")
 _COUNTS = ("token_num_uses", "secret_id_num_uses")
+
+_BY_SECRET = ("secret-id", "secret-id-accessor")  # .../lookup and .../destroy under each
 
 Reader = Callable[[], Awaitable[Body]]
 
@@ -53,14 +56,16 @@ def kind(parts: list[str]) -> str | None:
         return None
     if n == 1 or parts == ["role", ""]:
         return "approle_roles"
+    if n == 4 and parts[1] and parts[2:] == ["secret-id", ""]:
+        return "approle_secret_id"  # LIST with the slash Vault's CLI appends
     if not all(parts[1:]):
         return None
     if n == 2:
         return "approle_role"
     if n == 3 and parts[2] in ("role-id", "secret-id", "custom-secret-id"):
         return "approle_" + parts[2].replace("-", "_")
-    if n == 4 and parts[2] == "secret-id" and parts[3] in ("lookup", "destroy"):
-        return "approle_secret_id_" + parts[3]
+    if n == 4 and parts[2] in _BY_SECRET and parts[3] in ("lookup", "destroy"):
+        return "approle_" + parts[2].replace("-", "_") + "_" + parts[3]
     return None
 
 
@@ -97,7 +102,17 @@ async def manage(
         await _may_grant(svc, caller, name)
         await _keystore(store.set_role_id, name, role_id)
         return 204, b""
+    if route == "approle_secret_id" and method == LIST:
+        try:
+            held = await asyncio.to_thread(store.list_secret_ids, name)
+        except RoleNotFound as exc:
+            raise _wire.user_error(str(exc)) from None
+        if not held:
+            raise _wire.not_found()
+        return 200, _wire.envelope({"keys": [info.accessor for info in held]})
     body = await read()
+    if route.startswith("approle_secret_id_accessor_"):
+        return await _by_accessor(svc, route, name, body)
     if route in ("approle_secret_id", "approle_custom_secret_id"):
         await _may_grant(svc, caller, name)
         return 200, await _generate(svc, name, body, route == "approle_custom_secret_id")
@@ -108,6 +123,25 @@ async def manage(
         info = await _keystore(store.lookup_secret_id, name, secret)
         return (204, b"") if info is None else (200, _wire.envelope(_secret_id(info)))
     await _keystore(store.destroy_secret_id, name, secret)
+    return 204, b""
+
+
+async def _by_accessor(svc: Services, route: str, name: str, body: Body) -> tuple[int, bytes]:
+    """``secret-id-accessor/lookup`` and ``/destroy``: a secret id named by its accessor (what
+    ``LIST role/:name/secret-id`` shows), never by the secret. An unknown accessor is OpenBao's
+    words, as a 404 for the lookup (OpenBao's status) and a 400 for the destroy (OpenBao's
+    500)."""
+    accessor = _wire.as_str(body, "secret_id_accessor")
+    if not accessor:
+        raise _wire.user_error("missing secret_id_accessor")
+    unknown = f'failed to find accessor entry for secret_id_accessor: "{accessor}"'
+    if route == "approle_secret_id_accessor_lookup":
+        info = await _keystore(svc.store.lookup_secret_id, name, accessor=accessor)
+        if info is None:
+            raise ApiError(404, "not_found", unknown)
+        return 200, _wire.envelope(_secret_id(info))
+    if not await _keystore(svc.store.destroy_secret_id, name, accessor=accessor):
+        raise _wire.user_error(unknown)
     return 204, b""
 
 

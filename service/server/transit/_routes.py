@@ -200,8 +200,10 @@ class Transit:
             return await _token_routes.answer(store, kind, token, secret, parsed, log)
         if kind in APPROLE_ROUTES:
             _admin(token)  # before the body is read
-            if kind == "approle_roles" and method != LIST and not _listing(scope):
-                raise _unsupported_operation()
+            if kind in ("approle_roles", "approle_secret_id") and method == "GET":
+                if not _listing(scope):
+                    raise _unsupported_operation()
+                method = LIST
             read = functools.partial(_read_json, receive, limit, hold, log)
             return await _approle.manage(svc, kind, method, scope["path"], token, read)
         if kind == "keys":
@@ -387,10 +389,16 @@ APPROLE_ROUTES = {
         ("approle_roles", "role", frozenset(("GET", LIST))),
         ("approle_role", "role/{name}", _WRITE | {"GET", "DELETE"}),
         ("approle_role_id", "role/{name}/role-id", _WRITE | {"GET"}),
-        ("approle_secret_id", "role/{name}/secret-id", _WRITE),
+        ("approle_secret_id", "role/{name}/secret-id", _WRITE | {"GET", LIST}),
         ("approle_custom_secret_id", "role/{name}/custom-secret-id", _WRITE),
         ("approle_secret_id_lookup", "role/{name}/secret-id/lookup", _WRITE),
         ("approle_secret_id_destroy", "role/{name}/secret-id/destroy", _WRITE | {"DELETE"}),
+        ("approle_secret_id_accessor_lookup", "role/{name}/secret-id-accessor/lookup", _WRITE),
+        (
+            "approle_secret_id_accessor_destroy",
+            "role/{name}/secret-id-accessor/destroy",
+            _WRITE | {"DELETE"},
+        ),
         ("approle_other", "{path}", frozenset()),  # Vault's 404 unsupported path
     )
 }
