@@ -130,6 +130,15 @@ MIGRATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
             " cidrs text NOT NULL, metadata text NOT NULL, mac bytea NOT NULL)",
         ),
     ),
+    (
+        "Transit's BYOK import: a key's imported and allow_rotation flags",
+        (
+            # In the key row's MAC when imported is set (_integrity, KEY_IMPORTED_ROW); rows
+            # written before keep 0 and their MAC. The wrapping key is a sealflow_meta row.
+            "ALTER TABLE sealflow_keys ADD COLUMN imported integer NOT NULL DEFAULT 0,"
+            " ADD COLUMN allow_rotation integer NOT NULL DEFAULT 0",
+        ),
+    ),
 )
 
 

@@ -234,7 +234,12 @@ class PostgresKeyStore(Writes[Db]):
                     " migrate into a new database, before any replica starts on it"
                 )
             with db.cursor() as cur:
-                cur.executemany("INSERT INTO sealflow_keys VALUES (%s, %s, %s, %s, %s, %s)", keys)
+                cur.executemany(
+                    "INSERT INTO sealflow_keys (name, algorithm, exportable,"
+                    " min_decryption_version, created_at, mac, imported, allow_rotation)"
+                    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+                    keys,
+                )
                 cur.executemany(
                     "INSERT INTO sealflow_key_versions VALUES (%s, %s, %s, %s)", versions
                 )

@@ -195,7 +195,8 @@ class SQLiteKeyStore(Writes[sqlite3.Connection]):
         """Every row as stored, from one snapshot, in ``PostgresKeyStore.import_rows``'s order:
         keys, versions, tokens, limits, usage, policies (``_migrate``). Reads only."""
         statements = (
-            "SELECT name, algorithm, exportable, min_decryption_version, created_at, mac FROM keys",
+            "SELECT name, algorithm, exportable, min_decryption_version, created_at, mac,"
+            " imported, allow_rotation FROM keys",
             "SELECT name, version, wrapped, created_at FROM key_versions ORDER BY name, version",
             # Rowid order is creation order (_SQL).
             "SELECT id, digest, scopes, label, created_at, revoked_at, ttl, expire_at,"

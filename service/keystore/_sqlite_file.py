@@ -79,6 +79,9 @@ USAGE_SCHEMA = (
 # ``_token_lifetimes`` rewrites once for rows written before them.
 USAGE_COLUMNS = (
     ("key_policy", "made_exportable", "INTEGER NOT NULL DEFAULT 0"),
+    # A key imported (Transit's BYOK import): in the key row's MAC when set (KEY_IMPORTED_ROW).
+    ("keys", "imported", "INTEGER NOT NULL DEFAULT 0"),
+    ("keys", "allow_rotation", "INTEGER NOT NULL DEFAULT 0"),
     ("tokens", "ttl", "INTEGER NOT NULL DEFAULT 0"),
     ("tokens", "expire_at", "REAL"),
     ("tokens", "explicit_max_ttl", "INTEGER NOT NULL DEFAULT 0"),

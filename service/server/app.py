@@ -125,6 +125,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         redoc_url=None,
     )
     app.include_router(admin.keys_router)
+    app.include_router(admin.import_router)
     app.include_router(admin.tokens_router)
     app.include_router(admin.health_router)
     admin.install_docs(app)

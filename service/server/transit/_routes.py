@@ -10,8 +10,9 @@ then checks the scope the route needs against the key it names, reads the JSON b
 Scopes: ``encrypt:<glob>`` covers encrypt and datakey, ``decrypt:<glob>`` decrypt, rewrap
 needs both; reading a key's metadata needs either (clients read ``latest_version``) or
 ``admin``; every other key route needs ``admin``, and what lets material leave (``export/``,
-and ``exportable`` asked for on create or ``config``) needs ``export:<glob>`` besides, which
-``admin`` does not imply.
+and ``exportable`` asked for on create or ``config``) or come in (``keys/:name/import`` and
+``import_version``) needs ``export:<glob>`` besides, which ``admin`` does not imply. The
+public half of the import wrapping key (``wrapping_key``) is for any token.
 
 Outside the mount, Vault's token routes (``_token_routes``): every token looks up, renews and
 revokes itself; the routes that create tokens or name another token manage tokens, so they need
@@ -38,7 +39,17 @@ from .._state import Services
 from ..errors import ApiError
 from ..http import LIST_METHOD as LIST
 from ..http import Head
-from . import _approle, _approle_login, _data, _encrypt, _keys, _sys, _token_routes, _wire
+from . import (
+    _approle,
+    _approle_login,
+    _data,
+    _encrypt,
+    _import,
+    _keys,
+    _sys,
+    _token_routes,
+    _wire,
+)
 from ._wire import Reply
 
 # The largest encrypt body the protocol answers itself (``Transit.answer``), at once on the event
@@ -86,6 +97,9 @@ class Transit:
             "key": (f"{mount}/keys/{{name}}", get | any_write | {"DELETE"}),
             "rotate": (f"{mount}/keys/{{name}}/rotate", any_write),
             "config": (f"{mount}/keys/{{name}}/config", any_write),
+            "import": (f"{mount}/keys/{{name}}/import", any_write),
+            "import_version": (f"{mount}/keys/{{name}}/import_version", any_write),
+            "wrapping_key": (f"{mount}/wrapping_key", get),
             "export": (f"{mount}/export/{{type}}/{{name}}[/{{version}}]", get),
             "other": (f"{mount}/{{path}}", frozenset()),
         }
@@ -211,6 +225,8 @@ class Transit:
             if method != LIST and scope["query_string"] not in (b"list=true", b"list=1"):
                 raise _unsupported_operation()
             return 200, _keys.names(store)
+        if kind == "wrapping_key":  # its public half: any token may read it
+            return 200, await _import.wrapping_key(store)
         parts = scope["path"][len(self._under) :].split("/")
         name = parts[2] if kind in ("export", "datakey") else parts[1]
         log.key = name
@@ -230,6 +246,11 @@ class Transit:
                 raise _denied()
             return 200, await _keys.read(store, name)
         _admin(token)
+        if kind in _IMPORTS:  # material comes in: the export scope, as when it leaves
+            _allow("export", token, name)
+            fields = _wire.parse(await _read(receive, limit, hold, log), hold)
+            await _IMPORTS[kind](store, name, fields)
+            return 204, b""
         if kind == "export":
             _allow("export", token, name)
             return 200, _keys.export(store, parts[1], name, parts[3] if len(parts) == 4 else None)
@@ -254,6 +275,10 @@ _DATA: dict[
     "encrypt": _encrypt.encrypt,
     "decrypt": _data.decrypt,
     "rewrap": _data.rewrap,
+}
+_IMPORTS: dict[str, Callable[[KeyStore, str, _wire.Body], Awaitable[None]]] = {
+    "import": _import.import_key,
+    "import_version": _import.import_version,
 }
 _SCOPES: dict[str, tuple[_auth.Action, ...]] = {
     "encrypt": ("encrypt",),
@@ -280,8 +305,10 @@ def _kind(parts: list[str]) -> str:
             return "keys"
         if n == 2:
             return "key"
-        if n == 3 and parts[2] in ("rotate", "config"):
+        if n == 3 and parts[2] in ("rotate", "config", "import", "import_version"):
             return parts[2]
+    if parts == ["wrapping_key"]:
+        return "wrapping_key"
     if first == "export" and n in (3, 4):
         return "export"
     if first == "datakey" and n == 3:
