@@ -133,6 +133,27 @@ def test_bad_imports_are_400s_in_openbaos_words_and_write_nothing(
     assert (key["latest_version"], key["imported_key"]) == (1, False)
 
 
+def test_openbao_refuses_the_same_ciphertexts_in_the_same_words(openbao: hvac.Client) -> None:
+    pem = openbao.read("transit/wrapping_key")["data"]["public_key"]
+    raw = wrap_raw(pem, os.urandom(32))
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"ciphertext": wrap(other_public_pem(), os.urandom(32))}, "crypto/rsa: decryption error"),
+        ({"ciphertext": b64(raw[:400])}, "provided ciphertext is too short"),
+        ({"ciphertext": b64(raw[:-8])}, "kwp: unwrap failed integrity check"),
+        ({"ciphertext": b64(raw[:-1])}, "kwp: wrapped key size must be a multiple of 8 bytes"),
+        ({"ciphertext": b64(raw), "hash_function": "MD5"}, "unknown hash function: MD5"),
+        (
+            {"ciphertext": wrap(pem, os.urandom(16))},
+            "error importing key: invalid key size 16 bytes for key type aes256-gcm96",
+        ),
+    ]
+    for body, words in cases:
+        name = unique("bad")
+        with pytest.raises(hvac.exceptions.VaultError) as refused:
+            openbao.write_data(f"transit/keys/{name}/import", data=body)
+        assert words in str(refused.value), (words, str(refused.value))
+
+
 def test_import_needs_the_export_scope_and_admin_alone_is_not_enough(server: Server) -> None:
     name = unique("scoped")
     admin = new_token(server, "admin")
