@@ -42,7 +42,7 @@ async def import_key(store: KeyStore, name: str, body: Body) -> None:
     _keys.refuse_flags(body, "derived", "allow_plaintext_backup")
     if _wire.as_str(body, "context", ""):
         raise _wire.user_error("context is not supported by sealflow")
-    if name in {key.name for key in store.list_keys()}:
+    if _exists(store, name):
         raise _wire.user_error(
             "the import path cannot be used with an existing key; use import-version to rotate"
             " an existing imported key"
@@ -79,6 +79,15 @@ async def import_version(store: KeyStore, name: str, body: Body) -> None:
             raise _wire.user_error("no such key version")
         raise _wire.user_error("provided type does not support importing key versions")
     await asyncio.to_thread(store.import_version, name, material)
+
+
+def _exists(store: KeyStore, name: str) -> bool:
+    # Checked again in the keystore's transaction; here so no RSA work is spent on it.
+    try:
+        store.get_key(name)
+    except KeyNotFound:
+        return False
+    return True
 
 
 def _ciphertext(body: Body) -> str:

@@ -12,7 +12,13 @@ from collections.abc import Callable
 import pytest
 
 from sealflow.engine import Algorithm
-from sealflow.service.keystore import InvalidRequest, KeyStore, KeyStoreCorrupt
+from sealflow.service.keystore import (
+    InvalidRequest,
+    KeyStore,
+    KeyStoreCorrupt,
+    UsageMeter,
+    VersionUsedUp,
+)
 from tests.service.byok import other_public_pem, wrap
 
 
@@ -115,3 +121,18 @@ def test_a_flag_set_without_the_master_key_is_refused(
 def _execute(store: KeyStore, statement: str) -> None:
     with store._transaction() as db:  # type: ignore[attr-defined]
         db.execute(statement)
+
+
+def test_an_imported_key_not_rotatable_stops_at_its_limit(store: KeyStore) -> None:
+    material = store.unwrap_import(wrap(store.wrapping_public_pem(), os.urandom(32)))
+    store.import_key("fixed", Algorithm.AES_256_GCM, material)
+    store.set_limits("fixed", max_encryptions=10)
+    meter = UsageMeter(store)
+    try:
+        leases = [meter.lease("fixed") for _ in range(10)]
+        with pytest.raises(VersionUsedUp, match="imported without allow_rotation"):
+            meter.lease("fixed")
+    finally:
+        meter.close()
+    assert [lease.version for lease in leases] == [1] * 10
+    assert store.get_key("fixed").latest == 1

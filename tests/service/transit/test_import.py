@@ -184,3 +184,12 @@ def test_native_import_routes(server: Server) -> None:
         assert r.status_code == 400
         assert "provided ciphertext is too short" in r.json()["error"]["message"]
         assert http.get(f"/v1/keys/{name}").json()["latest"] == 2
+        bad = http.post("/v1/keys/nothing-here/import", json={"ciphertext": wrap(pem, b"x" * 16)})
+        assert bad.status_code == 400
+        assert "invalid key size 16 bytes" in bad.json()["error"]["message"]
+        assert http.get("/v1/keys/nothing-here").status_code == 404
+    admin = new_token(server, "admin")
+    with server.client(admin) as http:
+        r = http.post(f"/v1/keys/{unique('n')}/import", json={"ciphertext": wrap(pem, material)})
+        assert r.status_code == 403
+        assert http.get("/v1/wrapping-key").json()["public_key"] == pem
