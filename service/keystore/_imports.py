@@ -7,7 +7,6 @@ Every import is told to ``on_change`` (the audit trail) by key and version, neve
 
 from __future__ import annotations
 
-import threading
 import time
 from abc import abstractmethod
 from contextlib import AbstractContextManager
@@ -39,7 +38,6 @@ def rotatable(info: KeyInfo) -> None:
 class Imports:
     _tables: Tables
     _wrapping: rsa.RSAPrivateKey | None = None
-    _wrapping_lock = threading.Lock()
 
     @abstractmethod
     def _transaction(self, changes: bool = True) -> AbstractContextManager[Connection]: ...
@@ -53,10 +51,12 @@ class Imports:
     def wrapping_key(self) -> rsa.RSAPrivateKey:
         """The keystore's import wrapping key, made on first use: one per keystore, whichever
         process asks first (insert if absent, then read back)."""
-        with self._wrapping_lock:
-            if self._wrapping is None:
-                self._wrapping = self._load_wrapping_key()
-            return self._wrapping
+        key = self._wrapping
+        if key is None:
+            # No lock: threads racing here each make one, and agree on the one stored first,
+            # as replicas do.
+            key = self._wrapping = self._load_wrapping_key()
+        return key
 
     def wrapping_public_pem(self) -> str:
         public = self.wrapping_key().public_key()

@@ -8,6 +8,8 @@ import base64
 import os
 import threading
 from collections.abc import Callable
+from contextlib import closing
+from pathlib import Path
 
 import pytest
 
@@ -16,8 +18,11 @@ from sealflow.service.keystore import (
     InvalidRequest,
     KeyStore,
     KeyStoreCorrupt,
+    PostgresKeyStore,
+    SQLiteKeyStore,
     UsageMeter,
     VersionUsedUp,
+    migrate_keystore,
 )
 from tests.service.byok import other_public_pem, wrap
 
@@ -136,3 +141,21 @@ def test_an_imported_key_not_rotatable_stops_at_its_limit(store: KeyStore) -> No
         meter.close()
     assert [lease.version for lease in leases] == [1] * 10
     assert store.get_key("fixed").latest == 1
+
+
+def test_keystore_migrate_copies_the_import_flags(
+    db_path: Path, pg_url: str, master_key: bytes
+) -> None:
+    material = os.urandom(32)
+    with closing(SQLiteKeyStore(db_path, master_key)) as store:
+        pem = store.wrapping_public_pem()
+        store.import_key(
+            "moved", Algorithm.AES_256_GCM, store.unwrap_import(wrap(pem, material)),
+            allow_rotation=True,
+        )  # fmt: skip
+        before = store.list_keys()
+    migrate_keystore(db_path, pg_url, master_key)
+    with closing(PostgresKeyStore(pg_url, master_key, watch=False)) as copy:
+        assert copy.list_keys() == before
+        assert copy.get_key("moved").imported
+        assert copy.key_material("moved", 1) == material
