@@ -112,6 +112,10 @@ def test_bad_imports_are_400s_in_openbaos_words_and_write_nothing(
         ),
         ({"ciphertext": b64(raw), "type": "rsa-2048"}, "key type rsa-2048 is not supported"),
         ({"ciphertext": b64(raw), "derived": True}, "derived is not supported by sealflow"),
+        (
+            {"ciphertext": b64(raw), "auto_rotate_period": "24h"},
+            "allow_rotation must be set to true if auto-rotation is enabled",
+        ),
     ]
     for body, words in cases:
         name = unique("bad")
@@ -131,6 +135,15 @@ def test_bad_imports_are_400s_in_openbaos_words_and_write_nothing(
     ]
     key = vault.secrets.transit.read_key(made)["data"]
     assert (key["latest_version"], key["imported_key"]) == (1, False)
+    imported = unique("imported")
+    assert _post(server, f"keys/{imported}/import", {"ciphertext": b64(raw)}).status_code == 204
+    for version, words in ((1, "provided type does not support importing key versions"),
+                           (7, "no such key version")):  # fmt: skip
+        body = {"ciphertext": wrap(pem, os.urandom(32)), "version": version}
+        r = _post(server, f"keys/{imported}/import_version", body)
+        assert r.status_code == 400
+        assert r.json()["errors"] == [words]
+    assert vault.secrets.transit.read_key(imported)["data"]["latest_version"] == 1
 
 
 def test_openbao_refuses_the_same_ciphertexts_in_the_same_words(openbao: hvac.Client) -> None:
