@@ -30,6 +30,7 @@ from ._base import (
     valid_scope,
     valid_secret,
 )
+from ._cert_roles import CertRoles
 from ._dialect import Connection
 from ._rows import MAX_VERSION, digest, limits_row, policy_row, token_info
 from ._tables import Tables
@@ -46,7 +47,7 @@ log = logging.getLogger("sealflow.keystore")
 Db = TypeVar("Db", bound=Connection)
 
 
-class Writes(AppRoles, ABC, Generic[Db]):
+class Writes(AppRoles, CertRoles, ABC, Generic[Db]):
     """The ``KeyStore``'s writes; a store adds its connections and its reads (its cache, kept
     fresh its own way) and sets ``_tables``."""
 
