@@ -137,23 +137,23 @@ def _role_fields(body: Body) -> dict[str, Any]:
 
 
 def describe(role: CertRoleInfo) -> dict[str, Any]:
-    """A role as OpenBao's ``certs/:name`` read shows it."""
+    """A role as OpenBao's ``certs/:name`` read shows it (a rule never set is null there)."""
     return {
-        "allowed_common_names": list(role.allowed_common_names),
-        "allowed_dns_sans": list(role.allowed_dns_sans),
-        "allowed_email_sans": list(role.allowed_email_sans),
-        "allowed_metadata_extensions": [],
-        "allowed_names": [],
-        "allowed_organizational_units": list(role.allowed_organizational_units),
-        "allowed_uri_sans": list(role.allowed_uri_sans),
+        "allowed_common_names": _shown(role.allowed_common_names),
+        "allowed_dns_sans": _shown(role.allowed_dns_sans),
+        "allowed_email_sans": _shown(role.allowed_email_sans),
+        "allowed_metadata_extensions": None,
+        "allowed_names": None,
+        "allowed_organizational_units": _shown(role.allowed_organizational_units),
+        "allowed_uri_sans": _shown(role.allowed_uri_sans),
         "certificate": role.certificate,
         "display_name": role.display_name,
         "ocsp_ca_certificates": "",
         "ocsp_enabled": False,
         "ocsp_fail_open": False,
         "ocsp_query_all_servers": False,
-        "ocsp_servers_override": [],
-        "required_extensions": [],
+        "ocsp_servers_override": None,
+        "required_extensions": None,
         "token_bound_cidrs": [],
         "token_explicit_max_ttl": 0,
         "token_max_ttl": role.token_max_ttl,
@@ -161,6 +161,11 @@ def describe(role: CertRoleInfo) -> dict[str, Any]:
         "token_num_uses": 0,
         "token_period": 0,
         "token_policies": list(role.token_policies),
+        "token_strictly_bind_ip": False,
         "token_ttl": role.token_ttl,
         "token_type": "default",
     }
+
+
+def _shown(rule: tuple[str, ...]) -> list[str] | None:
+    return list(rule) or None
