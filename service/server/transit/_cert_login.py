@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import datetime
 
+from cryptography import x509
+
 from sealflow.service.keystore import CertRoleInfo, RoleNotFound
 
 from .._logging import AccessRecord
@@ -47,12 +49,32 @@ async def login(
     )
     who["role"] = role.name
     token, client_token = await _login.issue(svc, log, _LOGIN_ROUTE, grant, who)
-    metadata = {
+    return 200, _login.auth_envelope(token, client_token, _metadata(role, cert))
+
+
+def _metadata(role: CertRoleInfo, cert: PeerCert) -> dict[str, str]:
+    """OpenBao's metadata of a cert login: the role, and the certificate's public names."""
+    leaf = x509.load_der_x509_certificate(cert.der)
+    return {
+        "authority_key_id": _key_id(leaf, x509.AuthorityKeyIdentifier),
         "cert_name": role.name,
         "common_name": cert.common_name or "",
         "serial_number": str(int(cert.serial, 16)),
+        "subject_key_id": _key_id(leaf, x509.SubjectKeyIdentifier),
     }
-    return 200, _login.auth_envelope(token, client_token, metadata)
+
+
+def _key_id(
+    leaf: x509.Certificate,
+    kind: type[x509.AuthorityKeyIdentifier] | type[x509.SubjectKeyIdentifier],
+) -> str:
+    """The key identifier as OpenBao shows it, hex bytes joined by colons ("" if none)."""
+    try:
+        value = leaf.extensions.get_extension_for_class(kind).value
+    except x509.ExtensionNotFound:
+        return ""
+    ident = value.key_identifier if isinstance(value, x509.AuthorityKeyIdentifier) else value.digest
+    return ":".join(f"{b:02x}" for b in ident or b"")
 
 
 def _roles(svc: Services, name: str) -> list[CertRoleInfo]:

@@ -3,7 +3,8 @@
 client certificate and the token it yields encrypting on Transit; a certificate of another CA,
 one whose common name a role's rule refuses, and a connection without one, refused with
 Vault's words; the certificate taken from the TLS connection only, never from a header or the
-body. The role routes' shapes are compared with a real OpenBao dev server's.
+body. The role routes' shapes are compared with a real OpenBao dev server's, and the login's (its
+auth block, its refusals) with OpenBao's over TLS (``bao server -dev -dev-tls``).
 
 (``--tls-client-auth required`` refusing a client without a certificate during the handshake:
 tests/service/server/test_tls_client.py, ``test_required_refuses_a_client_without_...``.)
@@ -12,11 +13,14 @@ tests/service/server/test_tls_client.py, ``test_required_refuses_a_client_withou
 from __future__ import annotations
 
 import json
+import secrets
 import ssl
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import httpx
@@ -26,9 +30,9 @@ import pytest
 
 from tests.service import pki
 from tests.service.audit.records import files_of, lines
-from tests.service.conftest import Server, start_server
+from tests.service.conftest import Server, free_port, start_server
 from tests.service.server.test_auth import new_token
-from tests.service.transit.conftest import Bao, unique
+from tests.service.transit.conftest import Bao, bao_binary, unique
 
 NO_CERT = "no client certificate found"
 UNTRUSTED = "invalid certificate or no client certificate supplied"
@@ -351,3 +355,103 @@ def test_role_routes_answer_as_openbao(tls: Tls, bao_cert: Bao, tmp_path: Path) 
     assert mine == theirs
     assert name in ours[2].json()["data"]["keys"]
     assert set(ours[2].json()) == set(bao_[2].json())
+
+
+# -- the login's shapes and refusals, against a real OpenBao over TLS (``-dev-tls``)
+
+
+@dataclass
+class BaoTls:
+    url: str
+    token: str
+    ca: Path  # the CA of its server certificate
+
+
+@pytest.fixture(scope="module")
+def bao_tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BaoTls]:
+    """``bao server -dev -dev-tls``: its listener asks every client for a certificate (and
+    takes a connection without one), as Vault's does by default."""
+    d = tmp_path_factory.mktemp("bao-tls")
+    token, port = secrets.token_urlsafe(24), free_port()
+    with (d / "bao.log").open("wb") as out:
+        proc = subprocess.Popen(  # noqa: S603
+            [
+                bao_binary(),
+                "server",
+                "-dev",
+                "-dev-tls",
+                f"-dev-tls-cert-dir={d}",
+                f"-dev-root-token-id={token}",
+                f"-dev-listen-address=127.0.0.1:{port}",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        url = f"https://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60  # a bound against a hang, not a timing check
+        while True:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"bao -dev-tls did not start: {(d / 'bao.log').read_text()[-2000:]}")
+            try:
+                ctx = ssl.create_default_context(cafile=d / "vault-ca.pem")
+                if httpx.get(f"{url}/v1/sys/health", verify=ctx).status_code == 200:
+                    break
+            except (httpx.TransportError, OSError):
+                pass
+            time.sleep(0.1)
+        yield BaoTls(url, token, d / "vault-ca.pem")
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def test_logins_answer_as_openbaos_over_tls(tls: Tls, bao_tls: BaoTls) -> None:
+    pem = tls.ca.cert_path.read_text()
+    body = {
+        "certificate": pem,
+        "token_policies": "encrypt:default",
+        "allowed_common_names": "orders-*",
+        "token_ttl": "1h",
+    }
+    name = unique("same")
+    answers: dict[str, list[httpx.Response]] = {}
+    targets = (
+        ("bao", bao_tls.url, bao_tls.token, bao_tls.ca),
+        ("sealflow", tls.srv.https_url, tls.srv.token, tls.ca.cert_path),
+    )
+    for target, url, token, server_ca in targets:
+
+        def client(cert: pki.Issued | None, url: str = url, server_ca: Path = server_ca) -> Any:
+            ctx = ssl.create_default_context(cafile=server_ca)
+            if cert is not None:
+                ctx.load_cert_chain(cert.cert_path, cert.key_path)
+            return httpx.Client(base_url=url, verify=ctx, timeout=30)
+
+        with client(None) as admin:
+            headers = {"X-Vault-Token": token}
+            if target == "bao":
+                admin.post("/v1/sys/auth/cert", json={"type": "cert"}, headers=headers)
+            made = admin.post(f"/v1/auth/cert/certs/{name}", json=body, headers=headers)
+            assert made.status_code == 204, made.text
+        answers[target] = []
+        for cert, login in (
+            (tls.orders, {"name": name}),
+            (tls.billing, {"name": name}),  # the right CA, a CN the rule refuses
+            (tls.stranger, {"name": name}),  # another CA
+            (None, {"name": name}),  # no certificate
+            (tls.orders, {"name": "no-such-role"}),
+        ):
+            with client(cert) as c:
+                answers[target].append(c.post("/v1/auth/cert/login", json=login))
+    theirs, ours = answers["bao"], answers["sealflow"]
+    assert [r.status_code for r in ours] == [r.status_code for r in theirs] == [200, *[400] * 4]
+    assert [r.json() for r in ours[1:]] == [r.json() for r in theirs[1:]]
+    their_auth, our_auth = theirs[0].json()["auth"], ours[0].json()["auth"]
+    assert set(our_auth) == set(their_auth)
+    assert our_auth["metadata"] == their_auth["metadata"]  # same certificate, same role name
+    for field in ("lease_duration", "renewable", "orphan", "token_type", "num_uses"):
+        assert our_auth[field] == their_auth[field], field
+    # OpenBao adds its "default" policy; sealflow has none (docs/TRANSIT.md, Cert).
+    assert their_auth["policies"] == ["default", *our_auth["policies"]]
+    assert set(ours[0].json()) == set(theirs[0].json())
