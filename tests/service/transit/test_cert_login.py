@@ -455,3 +455,30 @@ def test_logins_answer_as_openbaos_over_tls(tls: Tls, bao_tls: BaoTls) -> None:
     # OpenBao adds its "default" policy; sealflow has none (docs/TRANSIT.md, Cert).
     assert their_auth["policies"] == ["default", *our_auth["policies"]]
     assert set(ours[0].json()) == set(theirs[0].json())
+
+
+def test_a_role_from_the_cli_logs_in_over_tls(tls: Tls) -> None:
+    made = tls.srv.cli(
+        "cert", "role", "create", "Cli-Web", "--certificate", str(tls.ca.cert_path),
+        "--scope", "encrypt:default", "--allowed-common-name", "orders-*", "--token-ttl", "10m",
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    shown = json.loads(made.stdout)
+    assert (shown["name"], shown["allowed_common_names"], shown["token_ttl"]) == (
+        "cli-web",
+        ["orders-*"],
+        600,
+    )
+    with tls.client(tls.orders) as c:
+        auth = c.post("/v1/auth/cert/login", json={"name": "cli-web"}).json()["auth"]
+        assert (auth["metadata"]["cert_name"], auth["lease_duration"]) == ("cli-web", 600)
+    with tls.client(tls.billing) as c:
+        refused = c.post("/v1/auth/cert/login", json={"name": "cli-web"})
+        assert refused.json() == {"errors": [NO_MATCH]}
+    assert "cli-web" in [r["name"] for r in json.loads(tls.srv.cli("cert", "role", "list").stdout)]
+    assert json.loads(tls.srv.cli("cert", "role", "show", "cli-web").stdout) == shown
+    assert tls.srv.cli("cert", "role", "delete", "cli-web").returncode == 0
+    gone = tls.srv.cli("cert", "role", "show", "cli-web")
+    assert (gone.returncode, b"does not exist" in gone.stderr) == (1, True)
+    no_ca = tls.srv.cli("cert", "role", "create", "x", "--scope", "encrypt:default")
+    assert (no_ca.returncode, b"missing certificate" in no_ca.stderr) == (1, True)
