@@ -21,7 +21,7 @@ from .. import _metrics
 from .._state import Services
 from .._token_rules import missing
 from . import _wire
-from ._approle import _duration, _keystore, _list
+from ._approle import duration, keystore, string_list
 from ._wire import Body
 
 PREFIX = "/v1/auth/cert/"
@@ -94,7 +94,7 @@ async def manage(
         return 204, b""
     fields = _role_fields(await read())
     await _may_grant(svc, caller, name, fields.get("token_policies"))
-    await _keystore(store.write_cert_role, name, fields)
+    await keystore(store.write_cert_role, name, fields)
     return 204, b""
 
 
@@ -127,12 +127,13 @@ def _role_fields(body: Body) -> dict[str, Any]:
         fields["display_name"] = _wire.as_str(body, "display_name")
     for rule in _RULES:
         if body.get(rule) is not None:
-            fields[rule] = _list(body, rule)
+            fields[rule] = string_list(body, rule)
     for field, names in _ALIASES.items():
         name = next((n for n in names if body.get(n) is not None), None)
         if name is None:
             continue
-        fields[field] = _list(body, name) if field == "token_policies" else _duration(body, name)
+        policies = field == "token_policies"
+        fields[field] = string_list(body, name) if policies else duration(body, name)
     return fields
 
 

@@ -482,3 +482,14 @@ def test_a_role_from_the_cli_logs_in_over_tls(tls: Tls) -> None:
     assert (gone.returncode, b"does not exist" in gone.stderr) == (1, True)
     no_ca = tls.srv.cli("cert", "role", "create", "x", "--scope", "encrypt:default")
     assert (no_ca.returncode, b"missing certificate" in no_ca.stderr) == (1, True)
+
+
+def test_cert_paths_sealflow_does_not_serve_are_vaults_404(tls: Tls) -> None:
+    role(tls, "listed")
+    with tls.admin() as admin:
+        for path in ("/crls/x", "/config", "/certs/x/extra"):
+            missing = admin.post(f"/v1/auth/cert{path}", json={})
+            assert missing.status_code == 404, path
+            assert "unsupported path" in missing.json()["errors"][0]
+        assert "listed" in admin.get("/v1/auth/cert/certs?list=true").json()["data"]["keys"]
+        assert admin.get("/v1/auth/cert/certs").status_code == 405  # a read is not a listing
