@@ -25,6 +25,7 @@ from sealflow.engine import Algorithm
 from sealflow.service.envelope import valid_name
 
 from ._approle_api import AppRoleStore
+from ._cert_api import CertRoleStore
 from .errors import NotExportable, VersionRetired
 
 
@@ -210,7 +211,7 @@ ChangeHook = Callable[[str, dict[str, object]], None]
 SWEEP_AFTER = 86400.0
 
 
-class KeyStore(AppRoleStore, Protocol):
+class KeyStore(AppRoleStore, CertRoleStore, Protocol):
     on_change: ChangeHook | None  # set once, before the store is used from several threads
     lifetimes: Lifetimes  # likewise (``open_store`` sets it from the settings)
 

@@ -30,6 +30,7 @@ from ._base import (
     valid_scope,
     valid_secret,
 )
+from ._cert_roles import CertRoles
 from ._dialect import Connection
 from ._imports import Imports, rotatable
 from ._rows import MAX_VERSION, digest, limits_row, policy_row, token_info
@@ -47,7 +48,7 @@ log = logging.getLogger("sealflow.keystore")
 Db = TypeVar("Db", bound=Connection)
 
 
-class Writes(Imports, AppRoles, ABC, Generic[Db]):
+class Writes(Imports, AppRoles, CertRoles, ABC, Generic[Db]):
     """The ``KeyStore``'s writes; a store adds its connections and its reads (its cache, kept
     fresh its own way) and sets ``_tables``."""
 
