@@ -256,3 +256,21 @@ def test_a_whole_key_import_is_all_or_nothing(server: Server) -> None:
         again = admin.post(f"/v1/keys/{name}/import", json=body)
         assert again.status_code == 400
         assert admin.get(f"/v1/keys/{name}").json() == key
+
+
+def test_a_failed_proof_removes_the_key_from_sealflow(
+    server: Server, bao: Bao, openbao: hvac.Client, tmp_path: Path
+) -> None:
+    """The probes go to a Transit mount sealflow does not serve: the key was written, cannot be
+    proved, and is removed again, whole; the source is left as it was."""
+    name = source_key(openbao, "aes128-gcm96")
+    before = bao_keys(openbao)
+
+    code, out, _err = migrate(server, bao, tmp_path, "--keys", name, "--to-mount", "elsewhere")
+
+    assert code == 1
+    assert "proof failed" in table_row(out, name)
+    assert "removed from sealflow" in table_row(out, name)
+    assert bao_keys(openbao) == before
+    with server.client() as admin:
+        assert admin.get(f"/v1/keys/{name}").status_code == 404
