@@ -18,6 +18,7 @@ import os
 import secrets
 import sys
 from dataclasses import dataclass
+from typing import Any
 
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
@@ -98,7 +99,7 @@ class Migration:
         row.result, row.ok = self._prove(name, info, least, latest)
         return row
 
-    def _check(self, name: str, info: dict[str, object]) -> None:
+    def _check(self, name: str, info: dict[str, Any]) -> None:
         kind = info.get("type")
         if kind not in TYPES:
             raise _Refused(f"skipped: type {kind} is not supported")
@@ -145,12 +146,10 @@ class Migration:
             "it here instead (the material passes through this process)"
         )
 
-    def _prove(
-        self, name: str, info: dict[str, object], least: int, latest: int
-    ) -> tuple[str, bool]:
+    def _prove(self, name: str, info: dict[str, Any], least: int, latest: int) -> tuple[str, bool]:
         """Decrypt here a probe the source encrypted under each version it encrypts with;
         remove the key on failure (whole or nothing)."""
-        lowest = max(least, int(str(info.get("min_encryption_version") or 0)))
+        lowest = max(least, int(info.get("min_encryption_version") or 0))
         how = "exported and wrapped locally" if self.local else "byok-export"
         try:
             for version in range(lowest, latest + 1):
