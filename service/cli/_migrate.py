@@ -116,10 +116,10 @@ class Migration:
     def _wrapped(self, name: str, version: int) -> str:
         """The version wrapped for sealflow's wrapping key, as an import ``ciphertext``."""
         if self._pem is None:
-            self._pem = self.client.wrapping_key()
-            self._place_wrapping_key(self._pem)
-        if not self.local:
-            assert self.temporary is not None
+            pem = self.client.wrapping_key()
+            self._place_wrapping_key(pem)  # tried again for the next key if this one fails
+            self._pem = pem
+        if self.temporary is not None and not self.local:
             try:
                 return self.source.byok_export(self.temporary, name, version)
             except SourceError as e:
