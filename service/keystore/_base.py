@@ -17,7 +17,7 @@ left out of ``list_tokens``. Either is logged once.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
@@ -408,6 +408,22 @@ class KeyStore(AppRoleStore, CertRoleStore, Protocol):
         auto_rotate_period: float | None = None,
     ) -> KeyInfo:
         """A new imported key of ``material`` (``_imports.Imports.import_key``)."""
+
+    def import_versions(
+        self,
+        name: str,
+        algorithm: Algorithm,
+        versions: Sequence[bytes | None],
+        *,
+        min_decryption_version: int = 1,
+        min_encryption_version: int = 0,
+        deletion_allowed: bool = False,
+        exportable: bool = False,
+        allow_rotation: bool = False,
+        auto_rotate_period: float | None = None,
+    ) -> KeyInfo:
+        """A whole imported key, placeholders included, in one transaction
+        (``_imports.Imports.import_versions``)."""
 
     def import_version(self, name: str, material: bytes) -> KeyInfo:
         """The next version of an imported key (``_imports.Imports.import_version``)."""

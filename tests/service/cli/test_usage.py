@@ -62,6 +62,7 @@ def test_help_works_whatever_the_environment_says() -> None:
         ["selftest"],
         ["audit", "verify"],
         ["audit", "hmac"],
+        ["migrate", "from-transit"],
     ],
 )
 def test_help_reads_as_words(command: list[str]) -> None:
