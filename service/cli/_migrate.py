@@ -26,8 +26,8 @@ from cryptography.hazmat.primitives.keywrap import aes_key_wrap_with_padding
 
 from sealflow.service.client import Client, KeyNotFound, SealflowError
 
+from ._connect import DEFAULT_URL, one_line, open_client
 from ._errors import ClientError
-from ._transfer import _DEFAULT_URL, _client, _one_line
 from ._transit_source import SourceError, TransitSource
 
 # Transit's symmetric types that sealflow holds, and sealflow's name for each.
@@ -94,7 +94,7 @@ class Migration:
             row.result = e.result
             return row
         except (SourceError, SealflowError) as e:
-            row.result = f"failed: nothing written on sealflow ({_one_line(str(e))})"
+            row.result = f"failed: nothing written on sealflow ({one_line(str(e))})"
             return row
         row.result, row.ok = self._prove(name, info, least, latest)
         return row
@@ -158,7 +158,7 @@ class Migration:
                 if self.client.transit_decrypt(name, ciphertext, mount=self.mount) != probe:
                     raise SealflowError(f"version {version} decrypted to something else")
         except (SourceError, SealflowError) as e:
-            return self._remove(name, f"proof failed ({_one_line(str(e))})"), False
+            return self._remove(name, f"proof failed ({one_line(str(e))})"), False
         unproven = "" if lowest == least else f", versions below {lowest} not probed"
         return f"imported ({how}{unproven})", True
 
@@ -167,7 +167,7 @@ class Migration:
             self.client.update_key(name, deletion_allowed=True)
             self.client.delete_key(name)
         except SealflowError as e:
-            return f"failed: {why}; could not remove it from sealflow ({_one_line(str(e))})"
+            return f"failed: {why}; could not remove it from sealflow ({one_line(str(e))})"
         return f"failed: {why}; removed from sealflow"
 
     def clean_up(self) -> bool:
@@ -226,7 +226,7 @@ def _token(path: str) -> str:
 def _from_transit(args: argparse.Namespace) -> int:
     try:
         source = TransitSource(args.addr, _token(args.token_file), args.mount, args.ca_cert)
-        with _client(args) as client:
+        with open_client(args) as client:
             migration = Migration(source, client, args.to_mount)
             try:
                 names = source.list_keys() if args.all else _names(args.keys)
@@ -241,7 +241,7 @@ def _from_transit(args: argparse.Namespace) -> int:
         print(f"sealflow: {e}", file=sys.stderr)
         return e.code
     except (SourceError, SealflowError) as e:
-        print(f"sealflow: migrate failed: {_one_line(str(e))}", file=sys.stderr)
+        print(f"sealflow: migrate failed: {one_line(str(e))}", file=sys.stderr)
         return 1
     _table(rows)
     return 0 if cleaned and all(r.ok for r in rows) else 1
@@ -284,7 +284,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--keys", metavar="A,B", help="the keys to move, comma-separated")
     which.add_argument("--all", action="store_true", help="every key of the source's mount")
-    p.add_argument("--url", help=f"sealflow's URL (default: $SEALFLOW_URL or {_DEFAULT_URL})")
+    p.add_argument("--url", help=f"sealflow's URL (default: $SEALFLOW_URL or {DEFAULT_URL})")
     p.add_argument(
         "--to-mount",
         default="transit",
