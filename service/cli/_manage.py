@@ -1,5 +1,5 @@
-"""``sealflow keys ...``, ``sealflow tokens ...`` and ``sealflow keystore migrate``: the keystore,
-from the command line.
+"""``sealflow keys ...``, ``sealflow tokens ...`` and ``sealflow keystore migrate`` (its backup and
+restore: ``_backup``): the keystore, from the command line.
 
 They open the keystore directly (same settings as ``serve``), so they work with
 the service running: it sees their writes on its next request.
@@ -38,6 +38,8 @@ from sealflow.service.keystore import (
     open_store,
     redact,
 )
+
+from . import _backup
 
 
 def _key_json(key: KeyInfo, store: KeyStore) -> dict[str, Any]:
@@ -344,9 +346,9 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     tokens.add_parser("list", parents=[common], help="list tokens (never their secrets)")
     tokens.add_parser("revoke", parents=[common], help="revoke a token").add_argument("id")
-    store = commands.add_parser("keystore", help="move a keystore").add_subparsers(
-        dest="action", required=True
-    )
+    store = commands.add_parser(
+        "keystore", help="move, back up or restore a keystore"
+    ).add_subparsers(dest="action", required=True)
     move = store.add_parser(
         "migrate",
         parents=[common],
@@ -355,6 +357,7 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     move.add_argument("--from", dest="source", required=True, metavar="sqlite:PATH")
     move.add_argument("--to", dest="target", required=True, metavar="postgresql://...")
     move.set_defaults(func=migrate)
+    _backup.add_commands(store, common)
     for sub in (keys, tokens):
         for parser in sub.choices.values():
             parser.set_defaults(func=run)

@@ -19,13 +19,16 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from sealflow.engine import Algorithm
 from sealflow.service.envelope import valid_name
 
 from ._approle_api import AppRoleStore
 from .errors import NotExportable, VersionRetired
+
+if TYPE_CHECKING:  # _snapshot imports this module (through _dialect)
+    from ._snapshot import Snapshot
 
 
 @dataclass(frozen=True, slots=True)
@@ -392,6 +395,15 @@ class KeyStore(AppRoleStore, Protocol):
         """Whether the store last heard from its database more than ``max_age`` seconds ago
         (a PostgreSQL replica cut off from it); cheap, asked on every request with a token.
         Never for a store that reads its database directly (SQLite)."""
+
+    def snapshot(self) -> Snapshot:
+        """Every row that matters, as stored, from one consistent snapshot of the store
+        (``_snapshot``): read while servers write."""
+
+    def restore(self, snapshot: Snapshot, replace: bool = False) -> None:
+        """The snapshot's rows put in, in one transaction, and read back to compare before it
+        commits. BackupRefused if the store holds rows and ``replace`` is not set (then its
+        rows are deleted first); KeyStoreCorrupt if the read-back differs."""
 
     def close(self) -> None: ...
 

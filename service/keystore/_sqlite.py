@@ -24,6 +24,7 @@ from ._dialect import Dialect, Sql, TableNames
 from ._integrity import Integrity
 from ._masterkey import KeyWrapper
 from ._rows import MAX_VERSION, forget_replaced, live_token, present
+from ._snapshot import Snapshot, Store
 from ._tables import Tables
 from ._writes import Writes
 from .errors import DriverErrors, KeyNotFound
@@ -44,6 +45,7 @@ _SQL = Sql(
         slots=lambda slots: ("", ()),
     )
 )
+_SNAPSHOT = Store("?", lambda table: table, "rowid")
 
 Rows = list[tuple[object, ...]]
 
@@ -216,6 +218,22 @@ class SQLiteKeyStore(Writes[sqlite3.Connection]):
                 return keys, versions, tokens, limits, usage, policies
             finally:
                 db.execute("COMMIT")
+
+    # -- backup and restore (``_backup``)
+
+    def snapshot(self) -> Snapshot:
+        with self._connection() as db:
+            # One read transaction: in WAL mode its first read fixes what every later one sees,
+            # while writers go on committing.
+            db.execute("BEGIN")
+            try:
+                return _SNAPSHOT.read(db)
+            finally:
+                db.execute("COMMIT")
+
+    def restore(self, snapshot: Snapshot, replace: bool = False) -> None:
+        with self._transaction() as db:
+            _SNAPSHOT.put(db, snapshot, replace, str(self._path))
 
     # -- the cache and its freshness; called holding the connection
 
