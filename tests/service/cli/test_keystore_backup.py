@@ -125,10 +125,10 @@ def check_decrypts(srv: Server, sealed: Sealed) -> None:
         for text, aad, envelope in sealed.envelopes:
             r = c.post("/v1/decrypt", content=envelope, headers={"x-aad": aad})
             assert (r.status_code, r.content) == (200, text)
-        for name, text, aad, ciphertext in sealed.transit:
+        for name, text, transit_aad, ciphertext in sealed.transit:
             body = {"ciphertext": ciphertext}
-            if aad is not None:
-                body["associated_data"] = aad
+            if transit_aad is not None:
+                body["associated_data"] = transit_aad
             r = c.post(f"/v1/transit/decrypt/{name}", json=body)
             assert r.status_code == 200, r.text
             assert base64.b64decode(r.json()["data"]["plaintext"]) == text
