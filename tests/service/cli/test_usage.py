@@ -61,6 +61,8 @@ def test_help_works_whatever_the_environment_says() -> None:
         ["selftest"],
         ["audit", "verify"],
         ["audit", "hmac"],
+        ["keystore", "backup"],
+        ["keystore", "restore"],
     ],
 )
 def test_help_reads_as_words(command: list[str]) -> None:
