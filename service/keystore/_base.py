@@ -59,6 +59,8 @@ class KeyInfo:
     # encrypt with (0: any), and whether DELETE may remove the key.
     min_encryption_version: int = 0
     deletion_allowed: bool = False
+    # Transit's allow_plaintext_backup: backup/:name may dump the key (if exportable too).
+    allow_plaintext_backup: bool = False
 
     @property
     def latest(self) -> int:
@@ -248,14 +250,16 @@ class KeyStore(AppRoleStore, Protocol):
         deletion_allowed: bool | None = None,
         allow_lowering: bool = False,
         exportable: bool | None = None,
+        plaintext_backup: bool | None = None,
     ) -> KeyInfo:
         """Set any of a key's version rules, its deletion flag and its exportability (None:
         unchanged) in one transaction: ``set_min_decryption_version``'s rules, and
         InvalidRequest unless ``0 <= min_encryption_version <= latest`` and, when it is not 0,
         it is at least the min_decryption_version that results. ``exportable`` True makes
         every version of the key exportable from now on (its wrapping is unchanged);
-        InvalidRequest for False on an exportable key: material may have left already. Each
-        change is logged (key name, old and new)."""
+        InvalidRequest for False on an exportable key: material may have left already.
+        ``plaintext_backup`` (Transit's allow_plaintext_backup) likewise: True from now on,
+        False refused once set. Each change is logged (key name, old and new)."""
 
     def delete_key(self, name: str) -> KeyInfo:
         """Remove the key, every version's material, its limits and usage, in one transaction;

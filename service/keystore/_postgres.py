@@ -260,7 +260,8 @@ class PostgresKeyStore(Writes[Db]):
                 cur.executemany("INSERT INTO sealflow_usage VALUES (%s, %s, %s, %s)", usage)
                 cur.executemany(
                     "INSERT INTO sealflow_key_policy (name, min_encryption_version,"
-                    " deletion_allowed, made_exportable, mac) VALUES (%s, %s, %s, %s, %s)",
+                    " deletion_allowed, made_exportable, plaintext_backup, mac)"
+                    " VALUES (%s, %s, %s, %s, %s, %s)",
                     policies,
                 )
                 cur.executemany(self._approle.insert_role, approle[0])

@@ -49,7 +49,14 @@ TABLES = (
     Table("key_usage", ("name", "version", "reserved", "bytes"), "name, version"),
     Table(
         "key_policy",
-        ("name", "min_encryption_version", "deletion_allowed", "made_exportable", "mac"),
+        (
+            "name",
+            "min_encryption_version",
+            "deletion_allowed",
+            "made_exportable",
+            "plaintext_backup",
+            "mac",
+        ),
         "name",
     ),
     Table("approle_roles", (*ROLE_ROW.columns, "mac"), "name"),

@@ -206,7 +206,8 @@ class SQLiteKeyStore(Writes[sqlite3.Connection]):
             # Opening the file made the tables added since schema 2, so they are there.
             "SELECT name, max_encryptions, auto_rotate_period, mac FROM key_limits",
             "SELECT name, version, reserved, bytes FROM key_usage",
-            "SELECT name, min_encryption_version, deletion_allowed, made_exportable, mac"
+            "SELECT name, min_encryption_version, deletion_allowed, made_exportable,"
+            " plaintext_backup, mac"
             " FROM key_policy",
         )
         with self._connection() as db:

@@ -79,6 +79,7 @@ USAGE_SCHEMA = (
 # ``_token_lifetimes`` rewrites once for rows written before them.
 USAGE_COLUMNS = (
     ("key_policy", "made_exportable", "INTEGER NOT NULL DEFAULT 0"),
+    ("key_policy", "plaintext_backup", "INTEGER NOT NULL DEFAULT 0"),
     ("tokens", "ttl", "INTEGER NOT NULL DEFAULT 0"),
     ("tokens", "expire_at", "REAL"),
     ("tokens", "explicit_max_ttl", "INTEGER NOT NULL DEFAULT 0"),

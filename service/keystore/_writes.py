@@ -151,6 +151,7 @@ class Writes(AppRoles, ABC, Generic[Db]):
         deletion_allowed: bool | None = None,
         allow_lowering: bool = False,
         exportable: bool | None = None,
+        plaintext_backup: bool | None = None,
     ) -> KeyInfo:
         with self._transaction() as db:
             before = info = self._tables.locked_key(db, name)
@@ -170,11 +171,14 @@ class Writes(AppRoles, ABC, Generic[Db]):
                     " makes retired versions decryptable again; it must be asked for"
                     " explicitly (allow_lowering)"
                 )
-            row = policy_row(info, least, min_encryption_version, deletion_allowed, exportable)
+            row = policy_row(
+                info, least, min_encryption_version, deletion_allowed, exportable, plaintext_backup
+            )
             if least != old:
                 self._tables.write_min_decryption(db, name, least)
             made = int(info.exportable and not info.created_exportable)
-            if row != (name, info.min_encryption_version, int(info.deletion_allowed), made):
+            backup = int(info.allow_plaintext_backup)
+            if row != (name, info.min_encryption_version, int(info.deletion_allowed), made, backup):
                 self._tables.write_policy(db, row)
             info = self._tables.locked_key(db, name)
         _log_changes(before, info)
@@ -418,15 +422,13 @@ def _life(token: TokenInfo) -> dict[str, object]:
 
 def _log_changes(before: KeyInfo, after: KeyInfo) -> None:
     """One line per rule changed; a lowering of min_decryption_version as a warning (retired
-    versions decrypt again), as are allowing deletion and making the key exportable."""
-    fields = ("min_decryption_version", "min_encryption_version", "deletion_allowed", "exportable")
-    for field in fields:
+    versions decrypt again), as are allowing deletion, export and plaintext backup."""
+    flags = ("deletion_allowed", "exportable", "allow_plaintext_backup")
+    for field in ("min_decryption_version", "min_encryption_version", *flags):
         old, new = getattr(before, field), getattr(after, field)
         if old == new:
             continue
-        louder = (field == "min_decryption_version" and new < old) or (
-            field in ("deletion_allowed", "exportable") and new
-        )
+        louder = (field == "min_decryption_version" and new < old) or (field in flags and new)
         log.log(
             logging.WARNING if louder else logging.INFO,
             "%s of key %r %s from %s to %s",
