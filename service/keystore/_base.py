@@ -42,6 +42,20 @@ DEFAULT_MAX_ENCRYPTIONS = 2**32
 
 
 @dataclass(frozen=True, slots=True)
+class RestoredKey:
+    """A key as a Transit backup holds it (``KeyStore.restore_key``): material by version."""
+
+    name: str
+    algorithm: Algorithm
+    material: tuple[tuple[int, bytes], ...]
+    min_decryption_version: int = 1
+    min_encryption_version: int = 0
+    deletion_allowed: bool = False
+    allow_plaintext_backup: bool = False
+    auto_rotate_period: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
 class KeyInfo:
     name: str
     algorithm: Algorithm
@@ -260,6 +274,15 @@ class KeyStore(AppRoleStore, Protocol):
         InvalidRequest for False on an exportable key: material may have left already.
         ``plaintext_backup`` (Transit's allow_plaintext_backup) likewise: True from now on,
         False refused once set. Each change is logged (key name, old and new)."""
+
+    def restore_key(self, key: RestoredKey, force: bool = False) -> KeyInfo:
+        """Transit's ``restore``: the key made again from a backup of it (``RestoredKey``), with
+        its version numbers and material, exportable, in one transaction; its versions are
+        stamped now, so the restored key is a new key (``KeyInfo.born``). KeyExists if the
+        name is taken, unless ``force``: then the key there is deleted in the same transaction,
+        which needs its ``deletion_allowed`` (DeletionNotAllowed), as a deletion does.
+        InvalidRequest for versions not numbered 1 to N, material of the wrong length, or
+        version rules out of range."""
 
     def delete_key(self, name: str) -> KeyInfo:
         """Remove the key, every version's material, its limits and usage, in one transaction;

@@ -98,9 +98,22 @@ class Tables:
     ) -> None:
         """A version of fresh random material, wrapped under ``exportable``: the flag the key
         was created with, for every version (``_integrity``)."""
-        material = os.urandom(alg.spec.key_len)
+        self.insert_version(db, name, version, alg, exportable, os.urandom(alg.spec.key_len))
+
+    def insert_version(
+        self,
+        db: Connection,
+        name: str,
+        version: int,
+        alg: Algorithm,
+        exportable: bool,
+        material: bytes,
+        created_at: float | None = None,
+    ) -> None:
+        """A version of the material given (a new one's, or a restored one's), wrapped."""
         wrapped = self._integrity.wrap(name, version, alg, exportable, material)
-        db.execute(self.sql.insert_version, (name, version, wrapped, time.time()))
+        when = time.time() if created_at is None else created_at
+        db.execute(self.sql.insert_version, (name, version, wrapped, when))
 
     def write_limits(self, db: Connection, row: tuple[str, int, float]) -> None:
         db.execute(self.sql.write_limits, (*row, self._integrity.mac(LIMITS_ROW, row)))

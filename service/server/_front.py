@@ -586,6 +586,8 @@ _TRANSIT_OPERATIONS = {
     "keys": "key_list",
     "config": "key_config",
     "rotate": "key_rotate",
+    "backup": "key_backup",
+    "restore": "key_restore",
     "create": "token_create",
     "create-orphan": "token_create",
     "lookup": "token_lookup",

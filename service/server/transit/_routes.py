@@ -38,7 +38,17 @@ from .._state import Services
 from ..errors import ApiError
 from ..http import LIST_METHOD as LIST
 from ..http import Head
-from . import _approle, _approle_login, _data, _encrypt, _keys, _sys, _token_routes, _wire
+from . import (
+    _approle,
+    _approle_login,
+    _backup,
+    _data,
+    _encrypt,
+    _keys,
+    _sys,
+    _token_routes,
+    _wire,
+)
 from ._wire import Reply
 
 # The largest encrypt body the protocol answers itself (``Transit.answer``), at once on the event
@@ -87,6 +97,8 @@ class Transit:
             "rotate": (f"{mount}/keys/{{name}}/rotate", any_write),
             "config": (f"{mount}/keys/{{name}}/config", any_write),
             "export": (f"{mount}/export/{{type}}/{{name}}[/{{version}}]", get),
+            "backup": (f"{mount}/backup/{{name}}", get),
+            "restore": (f"{mount}/restore[/{{name}}]", any_write),
             "other": (f"{mount}/{{path}}", frozenset()),
         }
         self.routes = {kind: Route(kind, *spec) for kind, spec in templates.items()}
@@ -210,6 +222,17 @@ class Transit:
                 raise _unsupported_operation()
             return 200, _keys.names(store)
         parts = scope["path"][len(self._under) :].split("/")
+        if kind == "restore":
+            _admin(token)  # before the body is read; export on the name once it is known
+            fields = _wire.parse(await _read(receive, limit, hold, log), hold)
+            named = parts[1] if len(parts) == 2 else None
+
+            def allow(name: str) -> None:
+                log.key = name
+                _allow("export", token, name)
+
+            await _backup.restore(store, named, fields, allow)
+            return 204, b""
         name = parts[2] if kind in ("export", "datakey") else parts[1]
         log.key = name
         if kind == "datakey":
@@ -231,6 +254,9 @@ class Transit:
         if kind == "export":
             _allow("export", token, name)
             return 200, _keys.export(store, parts[1], name, parts[3] if len(parts) == 4 else None)
+        if kind == "backup":
+            _allow("export", token, name)
+            return 200, _backup.backup(store, name)
         body = await _read(receive, limit, hold, log) if method in _WRITE else b""
         if kind == "rotate":
             return 200, await _keys.rotate(store, name)
@@ -282,6 +308,8 @@ def _kind(parts: list[str]) -> str:
             return parts[2]
     if first == "export" and n in (3, 4):
         return "export"
+    if (first == "backup" and n == 2) or (first == "restore" and n in (1, 2)):
+        return first
     if first == "datakey" and n == 3:
         return "datakey"
     return "other"
