@@ -8,10 +8,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from sealflow.service.audit import Auditor, open_auditor
 from sealflow.service.config import Settings
 from sealflow.service.keystore import (
     KeyStoreUnavailable,
     Snapshot,
+    audit_table,
     backup_keystore,
     describe,
     keystore_url,
@@ -21,6 +23,8 @@ from sealflow.service.keystore import (
     restore_postgres,
     restore_sqlite,
 )
+
+from ._trail import recording, sinks
 
 
 def _summary(snapshot: Snapshot) -> str:
@@ -39,13 +43,14 @@ def backup(args: argparse.Namespace) -> int:
         raise KeyStoreUnavailable(f"no keystore at {settings.keystore_path}")
     store = open_store(settings, watch=False)
     try:
+        # Before the backup: a trail that cannot be opened stops the command first.
+        auditor = open_auditor(settings, master_key(settings), audit_table(settings))
         snapshot = backup_keystore(store, master_key(settings), Path(args.file), args.force)
     finally:
         store.close()
-    print(
-        f"backed up {_summary(snapshot)} from {describe(settings)} to {args.file}", file=sys.stderr
-    )
-    return 0
+    where = describe(settings)
+    print(f"backed up {_summary(snapshot)} from {where} to {args.file}", file=sys.stderr)
+    return _recorded(settings, auditor, "keystore_backup")
 
 
 def restore(args: argparse.Namespace) -> int:
@@ -63,7 +68,25 @@ def restore(args: argparse.Namespace) -> int:
         " read back and compared",
         file=sys.stderr,
     )
-    return 0
+    # After the restore: a new PostgreSQL keystore has its audit table only now.
+    auditor = open_auditor(settings, master, audit_table(settings))
+    return _recorded(settings, auditor, "keystore_restore")
+
+
+def _recorded(settings: Settings, auditor: Auditor | None, operation: str) -> int:
+    """The command's change record (origin cli) on the trail the settings set, if any; 1, with
+    a message, if it could not be written (what it records is done)."""
+    if auditor is None:
+        return 0
+    recording(auditor)(operation, {})
+    if auditor.close():
+        return 0
+    print(
+        f"sealflow: done, but its audit record could not be written to the audit trail"
+        f" ({sinks(settings)})",
+        file=sys.stderr,
+    )
+    return 1
 
 
 def add_commands(store: Any, common: argparse.ArgumentParser) -> None:

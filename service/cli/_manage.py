@@ -10,20 +10,16 @@ from __future__ import annotations
 import argparse
 import base64
 import json
-import os
-import pwd
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from sealflow.engine import Algorithm
-from sealflow.service.audit import Auditor, open_auditor
+from sealflow.service.audit import open_auditor
 from sealflow.service.config import Settings
 from sealflow.service.durations import parse_duration
 from sealflow.service.keystore import (
-    AUDIT_TABLE,
-    ChangeHook,
     KeyInfo,
     KeyStore,
     KeyStoreUnavailable,
@@ -40,6 +36,7 @@ from sealflow.service.keystore import (
 )
 
 from . import _backup
+from ._trail import recording, sinks
 
 
 def _key_json(key: KeyInfo, store: KeyStore) -> dict[str, Any]:
@@ -192,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
         store.close()
         raise
     if auditor is not None:
-        store.on_change = _recording(auditor)
+        store.on_change = recording(auditor)
     try:
         handle = getattr(args, "handle", None) or (_keys if args.command == "keys" else _tokens)
         handle(args, store)
@@ -203,34 +200,11 @@ def run(args: argparse.Namespace) -> int:
         # The change is made (it committed first); its record is not, and that must show.
         print(
             "sealflow: the change was made, but its audit record could not be written to"
-            f" the audit trail ({_sinks(settings)})",
+            f" the audit trail ({sinks(settings)})",
             file=sys.stderr,
         )
         return 1
     return 0
-
-
-def _sinks(settings: Settings) -> str:
-    """Where the audit trail goes, for a message."""
-    named = [str(settings.audit_file)] if settings.audit_file is not None else []
-    named += ["stdout"] if settings.audit_stdout else []
-    named += [f"table {AUDIT_TABLE}"] if settings.audit_postgres else []
-    return ", ".join(named)
-
-
-def _recording(auditor: Auditor) -> ChangeHook:
-    """The keystore's change hook of one CLI invocation: a change record, origin cli, naming
-    the OS user who ran it (docs/AUDIT.md)."""
-    try:
-        user = pwd.getpwuid(os.getuid()).pw_name
-    except KeyError:  # a uid with no passwd entry (a container's)
-        user = str(os.getuid())
-
-    def record(operation: str, fields: dict[str, object]) -> None:
-        base = {"type": "change", "origin": "cli", "os_user": user, "operation": operation}
-        auditor.record({**base, **fields})
-
-    return record
 
 
 def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:

@@ -7,17 +7,22 @@ byte changed restores nothing."""
 from __future__ import annotations
 
 import base64
+import json
 import os
 import stat
 import subprocess
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import jsonschema_rs
 import psycopg
 
+from sealflow.engine import Algorithm
+from sealflow.service.audit import SCHEMA
+from sealflow.service.keystore import SQLiteKeyStore, create_master_key_file
 from tests.postgres import Cluster
 from tests.service.conftest import SEALFLOW, Server, start_server
 
@@ -228,3 +233,25 @@ def test_a_backup_with_one_byte_changed_restores_nothing(postgres: Cluster, tmp_
         "restore", str(good), "--replace-existing", keystore_url=url, master_key_file=str(master)
     )
     assert replaced.returncode == 0, replaced.stderr
+
+
+def test_backup_and_restore_are_on_the_audit_trail(tmp_path: Path) -> None:
+    source, target = tmp_path / "source", tmp_path / "target"
+    source.mkdir()
+    key = create_master_key_file(source / "master.key")
+    with closing(SQLiteKeyStore(source / "keystore.db", key)) as store:
+        store.create_key("orders", Algorithm.AES_256_GCM)
+    audit, backup = tmp_path / "audit.log", tmp_path / "keystore.bak"
+    master = str(source / "master.key")
+    done = keystore("backup", str(backup), data_dir=str(source), audit_file=str(audit))
+    assert done.returncode == 0, done.stderr
+    done = keystore(
+        "restore", str(backup), data_dir=str(target), master_key_file=master, audit_file=str(audit)
+    )
+    assert done.returncode == 0, done.stderr
+    records = [json.loads(line) for line in audit.read_text().splitlines()]
+    validator = jsonschema_rs.validator_for(json.loads(SCHEMA.read_text()))
+    for record in records:
+        validator.validate(record)
+    changes = [(r["operation"], r["origin"]) for r in records if r["type"] == "change"]
+    assert changes == [("keystore_backup", "cli"), ("keystore_restore", "cli")]
