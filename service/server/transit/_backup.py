@@ -71,9 +71,10 @@ def backup(store: KeyStore, name: str) -> bytes:
 
 async def restore(
     store: KeyStore, name: str | None, body: Body, allow: Callable[[str], None]
-) -> None:
+) -> str:
     """``POST restore[/:name]``: the key of ``backup`` under ``name``, or the name it was backed
-    up under. ``allow`` checks the caller's scope on the name, before anything is written."""
+    up under; the name. ``allow`` checks the caller's scope on the name, before anything is
+    written."""
     data = _wire.as_str(body, "backup")
     force = _wire.as_bool(body, "force")
     if not data:
@@ -94,6 +95,7 @@ async def restore(
         ) from None
     except InvalidRequest as exc:
         raise _wire.user_error(f"invalid backup: {exc}") from None
+    return key.name
 
 
 def _parse(data: str) -> RestoredKey:

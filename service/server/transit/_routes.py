@@ -231,7 +231,8 @@ class Transit:
                 log.key = name
                 _allow("export", token, name)
 
-            await _backup.restore(store, named, fields, allow)
+            restored = await _backup.restore(store, named, fields, allow)
+            svc.usage.forget(restored)  # what it held of a key force replaced: not the new one's
             return 204, b""
         name = parts[2] if kind in ("export", "datakey") else parts[1]
         log.key = name
