@@ -185,13 +185,22 @@ class AppRoles:
         self._changed("approle_secret_id_create", role=name, secret_id_accessor=info.accessor)
         return info, secret
 
-    def lookup_secret_id(self, name: str, secret: str) -> SecretIdInfo | None:
+    def lookup_secret_id(
+        self, name: str, secret: str | None = None, accessor: str = ""
+    ) -> SecretIdInfo | None:
+        """The secret id named by its secret or its accessor; None if there is none (or it has
+        expired)."""
         tables = self._approle
         with self._connection() as db:
             role = tables.role_row(db, tables.role, name)
             if role is None:
                 raise RoleNotFound(f'role "{name}" does not exist')
-            row = tables.secret_row(db, role_info(role), tables.secret_id, digest(secret))
+            statement, key = (
+                (tables.secret_id, digest(secret))
+                if secret is not None
+                else (tables.secret_id_by_accessor, accessor)
+            )
+            row = tables.secret_row(db, role_info(role), statement, key)
         if row is None:
             return None
         info = secret_id_info(row)

@@ -73,7 +73,9 @@ class AppRoleStore(Protocol):
     ) -> tuple[SecretIdInfo, str]:
         """A new secret id and its secret, shown once (stored as its digest only)."""
 
-    def lookup_secret_id(self, name: str, secret: str) -> SecretIdInfo | None: ...
+    def lookup_secret_id(
+        self, name: str, secret: str | None = None, accessor: str = ""
+    ) -> SecretIdInfo | None: ...
 
     def list_secret_ids(self, name: str) -> list[SecretIdInfo]: ...
 

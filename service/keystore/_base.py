@@ -25,6 +25,7 @@ from sealflow.engine import Algorithm
 from sealflow.service.envelope import valid_name
 
 from ._approle_api import AppRoleStore
+from ._cert_api import CertRoleStore
 from .errors import NotExportable, VersionRetired
 
 if TYPE_CHECKING:  # _snapshot imports this module (through _dialect)
@@ -73,6 +74,10 @@ class KeyInfo:
     # encrypt with (0: any), and whether DELETE may remove the key.
     min_encryption_version: int = 0
     deletion_allowed: bool = False
+    # Transit's BYOK import (docs/TRANSIT.md, Importing keys): made by ``import``, and whether
+    # sealflow may rotate it (a rotation makes it a key like any other, as in Transit).
+    imported: bool = False
+    allow_rotation: bool = False
     # Transit's allow_plaintext_backup: backup/:name may dump the key (if exportable too).
     allow_plaintext_backup: bool = False
 
@@ -225,7 +230,7 @@ ChangeHook = Callable[[str, dict[str, object]], None]
 SWEEP_AFTER = 86400.0
 
 
-class KeyStore(AppRoleStore, Protocol):
+class KeyStore(AppRoleStore, CertRoleStore, Protocol):
     on_change: ChangeHook | None  # set once, before the store is used from several threads
     lifetimes: Lifetimes  # likewise (``open_store`` sets it from the settings)
 
@@ -414,6 +419,28 @@ class KeyStore(AppRoleStore, Protocol):
         caller refuses it (with ``token_expired``, not as unknown). From memory: a renewal
         by another process shows once its change reaches this one (SQLite: the next read;
         PostgreSQL: its notification)."""
+
+    def wrapping_public_pem(self) -> str:
+        """The public half of the keystore's import wrapping key (RSA-4096, PEM), the key made
+        on first use, once per keystore (``_imports``)."""
+
+    def unwrap_import(self, ciphertext: str, hash_function: str = "SHA256") -> bytes:
+        """The key material of a Transit import ``ciphertext`` (``_byok``); InvalidRequest."""
+
+    def import_key(
+        self,
+        name: str,
+        algorithm: Algorithm,
+        material: bytes,
+        *,
+        exportable: bool = False,
+        allow_rotation: bool = False,
+        auto_rotate_period: float | None = None,
+    ) -> KeyInfo:
+        """A new imported key of ``material`` (``_imports.Imports.import_key``)."""
+
+    def import_version(self, name: str, material: bytes) -> KeyInfo:
+        """The next version of an imported key (``_imports.Imports.import_version``)."""
 
     def health(self) -> KeyStoreHealth:
         """Whether the store answers and how old the cache is (for /readyz and /metrics)."""

@@ -58,9 +58,10 @@ class Dialect:
 
 
 _KEY_ROWS = (
-    # The key's row in KEY_ROW.columns order, its MAC, then one version per result row.
-    "SELECT k.name, k.algorithm, k.exportable, k.min_decryption_version, k.created_at, k.mac,"
-    " v.version, v.created_at FROM {keys} k JOIN {versions} v ON v.name = k.name"
+    # The key's row in KEY_IMPORTED_ROW.columns order, its MAC, then one version per result row.
+    "SELECT k.name, k.algorithm, k.exportable, k.min_decryption_version, k.created_at,"
+    " k.imported, k.allow_rotation, k.mac, v.version, v.created_at"
+    " FROM {keys} k JOIN {versions} v ON v.name = k.name"
 )
 _LIMITS = "SELECT name, max_encryptions, auto_rotate_period, mac FROM {limits}"
 _POLICIES = (
@@ -108,7 +109,9 @@ class Sql:
         )
         # Key writes.
         self.insert_key = sql(
-            "INSERT INTO {keys} VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO NOTHING"
+            "INSERT INTO {keys} (name, algorithm, exportable, min_decryption_version,"
+            " created_at, imported, allow_rotation, mac) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT (name) DO NOTHING"
         )
         self.forget_usage = sql("DELETE FROM {usage} WHERE name = ?")
         self.insert_version = sql("INSERT INTO {versions} VALUES (?, ?, ?, ?)")
@@ -118,11 +121,13 @@ class Sql:
             " auto_rotate_period = excluded.auto_rotate_period, mac = excluded.mac"
         )
         self.key_row = sql(
-            "SELECT name, algorithm, exportable, min_decryption_version, created_at FROM {keys}"
-            " WHERE name = ?"
+            "SELECT name, algorithm, exportable, min_decryption_version, created_at, imported,"
+            " allow_rotation FROM {keys} WHERE name = ?"
         )
-        self.write_min_decryption = sql(
-            "UPDATE {keys} SET min_decryption_version = ?, mac = ? WHERE name = ?"
+        # A key's row with its import flags changed (``Tables.write_key_row``).
+        self.write_key_row = sql(
+            "UPDATE {keys} SET min_decryption_version = ?, imported = ?, allow_rotation = ?,"
+            " mac = ? WHERE name = ?"
         )
         self.write_policy = sql(
             "INSERT INTO {policy} (name, min_encryption_version, deletion_allowed,"
@@ -168,6 +173,8 @@ class Sql:
         # Once-only changes of the rows themselves (``_root_scopes``), each noted by a key here.
         self.meta_value = sql("SELECT value FROM {meta} WHERE key = ?")
         self.note_meta = sql("INSERT INTO {meta} VALUES (?, ?) ON CONFLICT (key) DO NOTHING")
+        # A version at a number given (an import); the primary key refuses one taken.
+        self.version_exists = sql("SELECT 1 FROM {versions} WHERE name = ? AND version = ?")
         # Usage (``_usage_rows``).
         self.same_key = sql(_SAME_KEY)
         self.usage_row = sql("INSERT INTO {usage} VALUES (?, ?, 0, 0) ON CONFLICT DO NOTHING")

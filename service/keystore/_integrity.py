@@ -5,13 +5,16 @@ volume, a restored backup, a careless chmod) must not be able to change what it 
 
 - key material is wrapped (AES-256-GCM under the master key) with an AAD that binds the key's
   name, the version, the algorithm and exportability: a relabelled key or a moved blob no
-  longer unwraps;
+  longer unwraps; the import wrapping key's private half (RSA-4096, ``_imports``) is wrapped
+  likewise, under its own AAD;
 - every other row that decides something, a key's row (algorithm, exportable,
-  min_decryption_version), its limits row (max_encryptions, auto_rotate_period), its policy
-  row (min_encryption_version, deletion_allowed, made_exportable, plaintext_backup), a
-  token's row (digest, scopes, revocation, lifetime and uses) and an AppRole role's or secret
-  id's row, carries an HMAC-SHA-256 over every one of its columns, under a key derived from
-  the master key with HKDF-SHA-256, one key per kind of row.
+  min_decryption_version, and for an imported key ``imported`` and ``allow_rotation``), its
+  limits row (max_encryptions, auto_rotate_period), its policy row (min_encryption_version,
+  deletion_allowed, made_exportable, plaintext_backup), a token's row (digest, scopes,
+  revocation, lifetime and uses), an AppRole role's or secret id's row and a certificate
+  role's row, carries an
+  HMAC-SHA-256 over every one of its columns, under a key derived from the master key with
+  HKDF-SHA-256, one key per kind of row.
 
 A store computes ``mac`` when it writes a row and calls ``verify`` on every row it loads,
 before it parses a value of it; a row that fails is refused and ``refuse`` logs it once.
@@ -52,6 +55,11 @@ class Row:
 
 
 KEY_ROW = Row("key", ("name", "algorithm", "exportable", "min_decryption_version", "created_at"))
+# A key imported (Transit's BYOK import, ``_imports``): its row MAC'd over two columns more,
+# under this kind's own key. A row whose ``imported`` is 0 is MAC'd as KEY_ROW, as every key row
+# was before imports existed, so those rows still verify; a flag set or cleared without the
+# master key fails either way.
+KEY_IMPORTED_ROW = Row("key-imported", (*KEY_ROW.columns, "imported", "allow_rotation"))
 # A token's row: its identity, scopes, revocation and lifetime (``TokenInfo``). Rows written
 # before lifetimes existed were MAC'd over the first six columns under LEGACY_TOKEN_ROW's key;
 # opening such a keystore re-MACs each one that passes that check under TOKEN_ROW's, and leaves
@@ -125,6 +133,25 @@ SECRET_ID_ROW = Row(
         "metadata",
     ),
 )
+# A certificate role of the cert auth method: the certificate it trusts, the rules a client
+# certificate must match, and what a login with it grants (``_cert_rows``).
+CERT_ROLE_ROW = Row(
+    "cert-role",
+    (
+        "name",
+        "certificate",
+        "allowed_common_names",
+        "allowed_dns_sans",
+        "allowed_email_sans",
+        "allowed_uri_sans",
+        "allowed_organizational_units",
+        "policies",
+        "token_ttl",
+        "token_max_ttl",
+        "display_name",
+        "created_at",
+    ),
+)
 
 
 def encode(label: str, values: Sequence[object]) -> bytes:
@@ -154,6 +181,7 @@ def _field(value: object) -> tuple[bytes, bytes]:
 _MATERIAL_LABEL = "sealflow-keystore-material"
 _CHECK_AAD = encode("sealflow-keystore-check", [SCHEMA_VERSION])
 _CHECK_VALUE = b"sealflow master key check"
+_WRAPPING_KEY_AAD = encode("sealflow-keystore-wrapping-key", [SCHEMA_VERSION])
 
 
 def _derive(master_key: bytes, row: Row) -> bytes:
@@ -170,6 +198,7 @@ class Integrity:
         self._wrapper = KeyWrapper(master_key)
         rows = (
             KEY_ROW,
+            KEY_IMPORTED_ROW,
             TOKEN_ROW,
             LEGACY_TOKEN_ROW,
             LIMITS_ROW,
@@ -178,6 +207,7 @@ class Integrity:
             POLICY_BACKUP_ROW,
             ROLE_ROW,
             SECRET_ID_ROW,
+            CERT_ROLE_ROW,
         )
         self._mac_keys = {row: _derive(master_key, row) for row in rows}
 
@@ -214,6 +244,13 @@ class Integrity:
             return False
         return hmac.compare_digest(expected, mac)
 
+    def wrap_wrapping_key(self, private_der: bytes) -> bytes:
+        """The import wrapping key's private half (PKCS #8 DER), wrapped under the master key."""
+        return self._wrapper.wrap(_WRAPPING_KEY_AAD, private_der)
+
+    def unwrap_wrapping_key(self, blob: object) -> bytes:
+        return self._wrapper.unwrap(_WRAPPING_KEY_AAD, blob)
+
     def check_blob(self) -> bytes:
         """Stored with a keystore, so a wrong master key fails at open; binds the schema version."""
         return self._wrapper.wrap(_CHECK_AAD, _CHECK_VALUE)
@@ -225,6 +262,14 @@ class Integrity:
             return self._wrapper.unwrap(_CHECK_AAD, check_blob) == _CHECK_VALUE
         except KeyStoreCorrupt:
             return False
+
+
+def key_row_form(values: Sequence[object]) -> tuple[Row, Sequence[object]]:
+    """How a key's stored row (KEY_IMPORTED_ROW's columns) is MAC'd: as KEY_ROW's five columns
+    unless the key was imported."""
+    if values[5] == 0:
+        return KEY_ROW, values[:5]
+    return KEY_IMPORTED_ROW, values
 
 
 def _material_aad(name: str, version: int, algorithm: Algorithm, exportable: bool) -> bytes:

@@ -131,6 +131,28 @@ MIGRATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ),
     ),
     (
+        "Transit's BYOK import: a key's imported and allow_rotation flags",
+        (
+            # In the key row's MAC when imported is set (_integrity, KEY_IMPORTED_ROW); rows
+            # written before keep 0 and their MAC. The wrapping key is a sealflow_meta row.
+            "ALTER TABLE sealflow_keys ADD COLUMN imported integer NOT NULL DEFAULT 0,"
+            " ADD COLUMN allow_rotation integer NOT NULL DEFAULT 0",
+        ),
+    ),
+    (
+        "cert auth: certificate roles",
+        (
+            # _cert_rows; mac: over the other columns, in CERT_ROLE_ROW.columns order.
+            "CREATE TABLE sealflow_cert_roles (name text PRIMARY KEY, certificate text NOT NULL,"
+            " allowed_common_names text NOT NULL, allowed_dns_sans text NOT NULL,"
+            " allowed_email_sans text NOT NULL, allowed_uri_sans text NOT NULL,"
+            " allowed_organizational_units text NOT NULL, policies text NOT NULL,"
+            " token_ttl bigint NOT NULL, token_max_ttl bigint NOT NULL,"
+            " display_name text NOT NULL, created_at double precision NOT NULL,"
+            " mac bytea NOT NULL)",
+        ),
+    ),
+    (
         "Transit policy per key: plaintext_backup (Transit's allow_plaintext_backup)",
         (
             # Set only by Transit's create or config (never cleared); the row's MAC then covers

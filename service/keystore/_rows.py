@@ -13,13 +13,13 @@ from sealflow.engine import Algorithm
 
 from ._base import KeyInfo, KeyVersionInfo, Slot, TokenInfo
 from ._integrity import (
-    KEY_ROW,
     LIMITS_ROW,
     POLICY_BACKUP_ROW,
     POLICY_EXPORTABLE_ROW,
     POLICY_ROW,
     Integrity,
     Row,
+    key_row_form,
     refuse,
 )
 from .errors import InvalidRequest, KeyNotFound, KeyStoreCorrupt
@@ -29,11 +29,12 @@ MAX_VERSION = 0xFFFFFFFF  # four bytes in the envelope
 
 
 def key_info(integrity: Integrity, rows: Sequence[Sequence[Any]], where: str) -> KeyInfo | None:
-    """One key from its rows (the KEY_ROW columns, the MAC, then version and its creation time,
-    one row per version), or None, logged once, if the key's row fails its check."""
-    row, mac = tuple(rows[0][:5]), rows[0][5]
-    if integrity.verify(KEY_ROW, row, mac):
-        name, algorithm, exportable, min_version, _ = row
+    """One key from its rows (the KEY_IMPORTED_ROW columns, the MAC, then version and its
+    creation time, one row per version), or None, logged once, if the key's row fails its
+    check."""
+    row, mac = tuple(rows[0][:7]), rows[0][7]
+    if integrity.verify(*key_row_form(row), mac):
+        name, algorithm, exportable, min_version, _, imported, allow_rotation = row
         if algorithm in ALGORITHMS:
             return KeyInfo(
                 name=name,
@@ -41,7 +42,9 @@ def key_info(integrity: Integrity, rows: Sequence[Sequence[Any]], where: str) ->
                 exportable=bool(exportable),
                 created_exportable=bool(exportable),
                 min_decryption_version=min_version,
-                versions=tuple(KeyVersionInfo(r[6], r[7]) for r in rows),
+                versions=tuple(KeyVersionInfo(r[8], r[9]) for r in rows),
+                imported=bool(imported),
+                allow_rotation=bool(allow_rotation),
             )
     refuse(where, f"key {row[0]!r}")
     return None

@@ -1,11 +1,11 @@
 """A keystore's rows as stored, read from one snapshot and written back, for either store.
 
 What ``sealflow keystore backup`` saves and ``restore`` puts back (``_backup``): every table
-whose rows decide something, verbatim (wrapped material, MACs, digests, times, ids), and the
-keystore's check value (``Integrity.check_blob``), whose digest is the keystore's id. Both
-stores authenticate the same columns with the same Python types (``_pg_schema``), so a row
-read from one is valid in the other under the same master key: nothing is unwrapped, rewrapped
-or re-signed, and a row that was refused before stays refused.
+whose rows decide something, verbatim (wrapped material, MACs, digests, times, ids), the import
+wrapping key (wrapped), and the keystore's check value (``Integrity.check_blob``), whose digest
+is the keystore's id. Both stores authenticate the same columns with the same Python types
+(``_pg_schema``), so a row read from one is valid in the other under the same master key:
+nothing is unwrapped, rewrapped or re-signed, and a row that was refused before stays refused.
 
 Left out: the change counter and migrations (each store keeps its own), the markers of
 one-time upgrades (a store that opens makes them), and the audit trail (``sealflow_audit``
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._dialect import Connection
-from ._integrity import ROLE_ROW, SECRET_ID_ROW, TOKEN_ROW
+from ._integrity import CERT_ROLE_ROW, ROLE_ROW, SECRET_ID_ROW, TOKEN_ROW
 from .errors import BackupRefused, KeyStoreCorrupt
 
 Rows = list[tuple[Any, ...]]
@@ -33,13 +33,24 @@ class Table:
     name: str
     columns: tuple[str, ...]
     order: str
+    # Some rows only (the meta table's that are state), kept out of the emptiness check.
+    where: str = ""
 
 
 # In an order that PostgreSQL's foreign keys accept on insert (keys before what refers to them).
 TABLES = (
     Table(
         "keys",
-        ("name", "algorithm", "exportable", "min_decryption_version", "created_at", "mac"),
+        (
+            "name",
+            "algorithm",
+            "exportable",
+            "min_decryption_version",
+            "created_at",
+            "imported",
+            "allow_rotation",
+            "mac",
+        ),
         "name",
     ),
     Table("key_versions", ("name", "version", "wrapped", "created_at"), "name, version"),
@@ -61,6 +72,9 @@ TABLES = (
     ),
     Table("approle_roles", (*ROLE_ROW.columns, "mac"), "name"),
     Table("approle_secret_ids", (*SECRET_ID_ROW.columns, "mac"), "accessor"),
+    Table("cert_roles", (*CERT_ROLE_ROW.columns, "mac"), "name"),
+    # The import wrapping key's private half, wrapped under the master key (``_imports``).
+    Table("meta", ("key", "value"), "key", where="key = 'import_wrapping_key'"),
 )
 
 
@@ -96,6 +110,7 @@ class Store:
             if table is not None:
                 names |= {
                     "table": name(table.name),
+                    "where": f" WHERE {table.where}" if table.where else "",
                     "columns": ", ".join(table.columns),
                     "marks": ", ".join([param] * len(table.columns)),
                     "order": table.order.format_map(names),
@@ -106,11 +121,13 @@ class Store:
         self._lock = sql(lock, tables=every) if lock else ""
         self._check = sql("SELECT value FROM {meta} WHERE key = 'check'")
         self._put_check = sql("UPDATE {meta} SET value = {p} WHERE key = 'check'")
-        counts = " + ".join(sql("(SELECT count(*) FROM {table})", t) for t in TABLES)
+        counts = " + ".join(sql("(SELECT count(*) FROM {table})", t) for t in TABLES if not t.where)
         self._count = "SELECT " + counts
-        self._select = [sql("SELECT {columns} FROM {table} ORDER BY {order}", t) for t in TABLES]
+        self._select = [
+            sql("SELECT {columns} FROM {table}{where} ORDER BY {order}", t) for t in TABLES
+        ]
         self._insert = [sql("INSERT INTO {table} ({columns}) VALUES ({marks})", t) for t in TABLES]
-        self._delete = [sql("DELETE FROM {table}", t) for t in reversed(TABLES)]
+        self._delete = [sql("DELETE FROM {table}{where}", t) for t in reversed(TABLES)]
 
     def read(self, db: Connection) -> Snapshot:
         """Every table, inside the caller's transaction: one snapshot when the caller's
@@ -132,7 +149,8 @@ class Store:
                 f"keystore {where} is not empty ({held} rows): restore into a new keystore, or"
                 " replace everything in it with --replace-existing; nothing was restored"
             )
-        for statement in self._delete if held else ():
+        # An empty store's deletes delete nothing of its own but state made at open (meta).
+        for statement in self._delete:
             db.execute(statement)
         for statement, rows in zip(self._insert, snapshot.tables, strict=True):
             for row in rows:

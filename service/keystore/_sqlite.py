@@ -20,6 +20,7 @@ from pathlib import Path
 from . import _sqlite_file
 from ._approle_rows import AppRoleTables
 from ._base import KeyInfo, KeyStoreHealth, Slot, TokenInfo
+from ._cert_rows import CertTables
 from ._dialect import Dialect, Sql, TableNames
 from ._integrity import Integrity
 from ._masterkey import KeyWrapper
@@ -81,6 +82,7 @@ class SQLiteKeyStore(Writes[sqlite3.Connection]):
         self._integrity = Integrity(master_key)
         self._tables = Tables(_SQL, self._integrity, str(path))
         self._approle = AppRoleTables("?", "", "", self._integrity, str(path))
+        self._cert = CertTables("?", "", "", self._integrity, str(path))
         self._errors = _errors(f"keystore {path}")
         # The service calls in from the event loop and from worker threads.
         self._lock = threading.Lock()
@@ -197,7 +199,8 @@ class SQLiteKeyStore(Writes[sqlite3.Connection]):
         """Every row as stored, from one snapshot, in ``PostgresKeyStore.import_rows``'s order:
         keys, versions, tokens, limits, usage, policies (``_migrate``). Reads only."""
         statements = (
-            "SELECT name, algorithm, exportable, min_decryption_version, created_at, mac FROM keys",
+            "SELECT name, algorithm, exportable, min_decryption_version, created_at, mac,"
+            " imported, allow_rotation FROM keys",
             "SELECT name, version, wrapped, created_at FROM key_versions ORDER BY name, version",
             # Rowid order is creation order (_SQL).
             "SELECT id, digest, scopes, label, created_at, revoked_at, ttl, expire_at,"

@@ -15,10 +15,14 @@ from sealflow.engine import Algorithm
 
 from ._base import KeyInfo, TokenInfo
 from ._dialect import Connection, Sql
-from ._integrity import KEY_ROW, LEGACY_TOKEN_ROW, LIMITS_ROW, TOKEN_ROW, Integrity, refuse
+from ._integrity import LEGACY_TOKEN_ROW, LIMITS_ROW, TOKEN_ROW, Integrity, key_row_form, refuse
 from ._rows import PolicyRow, key_info, policy_mac, present, token_info, with_limits, with_policy
 from .errors import KeyNotFound, KeyStoreCorrupt, TokenNotFound
 
+# The meta row holding the import wrapping key (``_imports``), wrapped under the master key.
+WRAPPING_KEY_META = "import_wrapping_key"
+# A key's authenticated columns (KEY_IMPORTED_ROW), as stored.
+KeyRow = tuple[str, str, int, int, float, int, int]
 # A token's authenticated columns (TOKEN_ROW), as stored.
 TokenRow = tuple[Any, ...]
 _TOKEN_WIDTH = len(TOKEN_ROW.columns)
@@ -82,10 +86,11 @@ class Tables:
             refuse(self._where, f"key {info.name!r} version {version}")
             raise
 
-    def insert_key(self, db: Connection, row: tuple[str, str, int, int, float]) -> bool:
-        """The key's row (KEY_ROW's columns), MAC'd; False, with nothing written, if the name is
-        taken."""
-        inserted = db.execute(self.sql.insert_key, (*row, self._integrity.mac(KEY_ROW, row)))
+    def insert_key(self, db: Connection, row: KeyRow) -> bool:
+        """The key's row (KEY_IMPORTED_ROW's columns), MAC'd; False, with nothing written, if
+        the name is taken."""
+        mac = self._integrity.mac(*key_row_form(row))
+        inserted = db.execute(self.sql.insert_key, (*row, mac))
         if inserted.rowcount != 1:
             return False
         # Counts an earlier release kept of a deleted key of this name are not this key's
@@ -94,37 +99,61 @@ class Tables:
         return True
 
     def add_version(
-        self, db: Connection, name: str, version: int, alg: Algorithm, exportable: bool
-    ) -> None:
-        """A version of fresh random material, wrapped under ``exportable``: the flag the key
-        was created with, for every version (``_integrity``)."""
-        self.insert_version(db, name, version, alg, exportable, os.urandom(alg.spec.key_len))
-
-    def insert_version(
         self,
         db: Connection,
         name: str,
         version: int,
         alg: Algorithm,
         exportable: bool,
-        material: bytes,
-        created_at: float | None = None,
+        material: bytes | None = None,
     ) -> None:
-        """A version of the material given (a new one's, or a restored one's), wrapped."""
+        """A version of ``material`` (an import), else of fresh random material, wrapped under
+        ``exportable``: the flag the key was created with, for every version (``_integrity``)."""
+        if material is None:
+            material = os.urandom(alg.spec.key_len)
         wrapped = self._integrity.wrap(name, version, alg, exportable, material)
-        when = time.time() if created_at is None else created_at
-        db.execute(self.sql.insert_version, (name, version, wrapped, when))
+        db.execute(self.sql.insert_version, (name, version, wrapped, time.time()))
+
+    def wrapping_key(self, db: Connection, fresh: bytes | None = None) -> bytes | None:
+        """The import wrapping key's private half (PKCS #8 DER) as stored, or None; ``fresh``
+        is stored first unless one is there already, so of replicas racing to make it, every
+        one reads back the one stored first. KeyStoreCorrupt if it does not unwrap."""
+        if fresh is not None:
+            blob = self._integrity.wrap_wrapping_key(fresh)
+            db.execute(self.sql.note_meta, (WRAPPING_KEY_META, blob))
+        row = db.execute(self.sql.meta_value, (WRAPPING_KEY_META,)).fetchone()
+        if row is None:
+            return None
+        try:
+            return self._integrity.unwrap_wrapping_key(bytes(row[0]))
+        except KeyStoreCorrupt:
+            refuse(self._where, "the import wrapping key")
+            raise KeyStoreCorrupt("the import wrapping key fails its integrity check") from None
 
     def write_limits(self, db: Connection, row: tuple[str, int, float]) -> None:
         db.execute(self.sql.write_limits, (*row, self._integrity.mac(LIMITS_ROW, row)))
 
     def write_min_decryption(self, db: Connection, name: str, version: int) -> None:
-        """The key's row with a new min_decryption_version, MAC'd again. The caller has checked
-        it (``locked_key``) in this transaction: a refused row is never re-signed."""
-        stored = db.execute(self.sql.key_row, (name,)).fetchone()
-        row = (*stored[:3], version, stored[4])
-        mac = self._integrity.mac(KEY_ROW, row)
-        db.execute(self.sql.write_min_decryption, (version, mac, name))
+        """The key's row with a new min_decryption_version, MAC'd again."""
+        self.write_key_row(db, name, min_decryption_version=version)
+
+    def write_key_row(
+        self,
+        db: Connection,
+        name: str,
+        *,
+        min_decryption_version: int | None = None,
+        imported: bool | None = None,
+    ) -> None:
+        """The key's row with what changes in it (None: unchanged; ``imported`` False also
+        clears ``allow_rotation``), MAC'd again. The caller has checked it (``locked_key``) in
+        this transaction: a refused row is never re-signed."""
+        stored = tuple(db.execute(self.sql.key_row, (name,)).fetchone())
+        least = stored[3] if min_decryption_version is None else min_decryption_version
+        flags = stored[5:] if imported is None else (int(imported), stored[6] if imported else 0)
+        row = (*stored[:3], least, stored[4], *flags)
+        mac = self._integrity.mac(*key_row_form(row))
+        db.execute(self.sql.write_key_row, (least, *flags, mac, name))
 
     def write_policy(self, db: Connection, row: PolicyRow) -> None:
         db.execute(self.sql.write_policy, (*row, policy_mac(self._integrity, row)))

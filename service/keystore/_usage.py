@@ -231,6 +231,12 @@ class UsageMeter:
             return self._bytes.pop(slot, 0)
 
     def _rotate_now(self, key: KeyInfo, version: int) -> KeyInfo:
+        if not rotatable(key):
+            raise VersionUsedUp(
+                f"key {key.name!r} version {version} has reached its max_encryptions"
+                f" ({key.max_encryptions}) and was imported without allow_rotation: import"
+                " a new version"
+            )
         return self._store.rotate_if_latest(key.name, version)
 
     def _current(self, slot: Slot) -> KeyInfo | None:
@@ -298,7 +304,9 @@ class UsageMeter:
                 continue
             key = self._current(slot)
             # Still reserved to the limit once others had their time to give sealings back.
-            if key is not None and self._store.reserved([slot]).get(slot, 0) >= key.max_encryptions:
+            if key is None or not rotatable(key):
+                continue
+            if self._store.reserved([slot]).get(slot, 0) >= key.max_encryptions:
                 self._rotate_now(key, slot.version)
 
     def _refills(self) -> None:
@@ -358,12 +366,18 @@ class UsageMeter:
         now = time.time()
         for key in self._store.list_keys():
             period = key.auto_rotate_period
-            if period > 0 and now >= key.versions[-1].created_at + period:
+            if period > 0 and rotatable(key) and now >= key.versions[-1].created_at + period:
                 self._rotate_now(key, key.latest)
+
+
+def rotatable(key: KeyInfo) -> bool:
+    """Whether sealflow may rotate the key: not one imported without ``allow_rotation``
+    (Transit's rule; docs/TRANSIT.md, Importing keys)."""
+    return key.allow_rotation or not key.imported
 
 
 def next_rotation(key: KeyInfo) -> float | None:
     """When the key rotates by time (Unix time), or None."""
-    if key.auto_rotate_period <= 0:
+    if key.auto_rotate_period <= 0 or not rotatable(key):
         return None
     return key.versions[-1].created_at + key.auto_rotate_period

@@ -31,7 +31,9 @@ from ._base import (
     valid_scope,
     valid_secret,
 )
+from ._cert_roles import CertRoles
 from ._dialect import Connection
+from ._imports import Imports, rotatable
 from ._rows import MAX_VERSION, digest, limits_row, policy_row, token_info
 from ._tables import Tables
 from .errors import (
@@ -48,7 +50,7 @@ log = logging.getLogger("sealflow.keystore")
 Db = TypeVar("Db", bound=Connection)
 
 
-class Writes(AppRoles, ABC, Generic[Db]):
+class Writes(Imports, AppRoles, CertRoles, ABC, Generic[Db]):
     """The ``KeyStore``'s writes; a store adds its connections and its reads (its cache, kept
     fresh its own way) and sets ``_tables``."""
 
@@ -86,7 +88,7 @@ class Writes(AppRoles, ABC, Generic[Db]):
         if not isinstance(algorithm, Algorithm):
             raise InvalidRequest(f"unknown algorithm {algorithm!r}")
         # As SQLite hands them back (exportable as 0 or 1), so the MAC verifies on reading.
-        row = (name, algorithm.value, int(exportable), 1, time.time())
+        row = (name, algorithm.value, int(exportable), 1, time.time(), 0, 0)
         with self._transaction() as db:
             if not self._tables.insert_key(db, row):
                 raise KeyExists(f"key {name!r} already exists")
@@ -104,10 +106,13 @@ class Writes(AppRoles, ABC, Generic[Db]):
             info = self._tables.locked_key(db, name)
             if info.latest >= MAX_VERSION:
                 raise InvalidRequest(f"key {name!r} has no version left")
+            rotatable(info)
             # Wrapped under the creation flag, as every version before it (_integrity).
             self._tables.add_version(
                 db, name, info.latest + 1, info.algorithm, info.created_exportable
             )
+            if info.imported:  # as Transit: once rotated here, a key like any other
+                self._tables.write_key_row(db, name, imported=False)
             info = self._tables.locked_key(db, name)
         self._changed("key_rotate", key=name, version=info.latest)
         return info
@@ -117,9 +122,12 @@ class Writes(AppRoles, ABC, Generic[Db]):
             info = self._tables.locked_key(db, name)
             if info.latest != version:
                 return info
+            rotatable(info)
             self._tables.add_version(
                 db, name, info.latest + 1, info.algorithm, info.created_exportable
             )
+            if info.imported:
+                self._tables.write_key_row(db, name, imported=False)
             info = self._tables.locked_key(db, name)
         self._changed("key_rotate", key=name, version=info.latest, mode="automatic")
         log.warning(
@@ -208,10 +216,10 @@ class Writes(AppRoles, ABC, Generic[Db]):
             if old is not None:
                 self._tables.delete_key(db, name)
             now = time.time()
-            if not self._tables.insert_key(db, (name, alg.value, 1, 1, now)):
+            if not self._tables.insert_key(db, (name, alg.value, 1, 1, now, 0, 0)):
                 raise KeyExists(f"key {name!r} already exists")
             for version, material in key.material:
-                self._tables.insert_version(db, name, version, alg, True, material, now)
+                self._tables.add_version(db, name, version, alg, True, material)
             info = self._tables.locked_key(db, name)
             least = key.min_decryption_version
             if isinstance(least, bool) or not 1 <= least <= info.latest:

@@ -104,9 +104,9 @@ class Front:
         proxies = settings.trusted_proxy_networks
         self.proxies = _forwarded.Proxies(proxies) if proxies else None
         self.active = 0  # requests in flight, probes aside; also the in-flight gauge
-        # AppRole logins: the one counted route a client without a token reaches (its credential
-        # is in the body), so they may hold at most an eighth of the slots; the rest stay free
-        # for clients with a token however many logins trickle their bodies.
+        # Logins (AppRole, cert): the counted routes a client without a token reaches (AppRole's
+        # credential is in the body), so together they may hold at most an eighth of the slots;
+        # the rest stay free for clients with a token however many logins trickle their bodies.
         self.login_limit = max(1, self.limit // 8)
         self.logins = 0
         self.by_token: dict[str, int] = {}
@@ -192,7 +192,7 @@ class Front:
             raise errors.audit_unavailable()
         if counted and self.active >= self.limit:
             raise errors.overloaded()
-        if vault is transit.APPROLE_LOGIN and self.logins >= self.login_limit:
+        if vault in transit.LOGINS and self.logins >= self.login_limit:
             raise errors.overloaded()
         if token is not None and self.by_token.get(token.id, 0) >= self.per_token:
             _metrics.AUTH_FAILURES.labels("token_limit").inc()
@@ -414,7 +414,7 @@ class Front:
             return
         plan.taken = True
         self.active += 1
-        if plan.vault is transit.APPROLE_LOGIN:
+        if plan.vault in transit.LOGINS:
             self.logins += 1
         token = plan.token
         if token is not None:
@@ -425,7 +425,7 @@ class Front:
             return
         plan.taken = False
         self.active -= 1
-        if plan.vault is transit.APPROLE_LOGIN:
+        if plan.vault in transit.LOGINS:
             self.logins -= 1
         if not self.active:
             self.trimmer.idle()
@@ -575,6 +575,9 @@ _ADMIN_OPERATIONS = {
     ("DELETE", "/v1/keys/{name}"): "key_delete",
     ("POST", "/v1/keys/{name}/rotate"): "key_rotate",
     ("GET", "/v1/keys/{name}/export"): "export",
+    ("POST", "/v1/keys/{name}/import"): "key_import",
+    ("POST", "/v1/keys/{name}/import-version"): "key_import_version",
+    ("GET", "/v1/wrapping-key"): "wrapping_key_read",
     ("POST", "/v1/tokens"): "token_create",
     ("GET", "/v1/tokens"): "token_list",
     ("GET", "/v1/tokens/self"): "token_lookup",
@@ -588,6 +591,9 @@ _TRANSIT_OPERATIONS = {
     "rotate": "key_rotate",
     "backup": "key_backup",
     "restore": "key_restore",
+    "import": "key_import",
+    "import_version": "key_import_version",
+    "wrapping_key": "wrapping_key_read",
     "create": "token_create",
     "create-orphan": "token_create",
     "lookup": "token_lookup",

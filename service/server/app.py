@@ -47,7 +47,11 @@ class SealflowApp(FastAPI):
     def openapi(self) -> dict[str, Any]:
         if self.openapi_schema is None:
             schema = super().openapi()
-            vault = {**transit.paths(self.front.transit.mount), **transit.approle_paths()}
+            vault = {
+                **transit.paths(self.front.transit.mount),
+                **transit.approle_paths(),
+                **transit.cert_paths(),
+            }
             schema["paths"] = {**data.OPENAPI_PATHS, **vault, **schema["paths"]}
             schemes = schema.setdefault("components", {}).setdefault("securitySchemes", {})
             schemes.update(transit.SECURITY_SCHEMES)
@@ -125,6 +129,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         redoc_url=None,
     )
     app.include_router(admin.keys_router)
+    app.include_router(admin.import_router)
     app.include_router(admin.tokens_router)
     app.include_router(admin.health_router)
     admin.install_docs(app)

@@ -4,7 +4,8 @@ API documentation pages (``_docs``)."""
 
 from ._docs import install as install_docs
 from ._health import router as health_router
+from ._import import router as import_router
 from ._keys import router as keys_router
 from ._tokens import router as tokens_router
 
-__all__ = ["health_router", "install_docs", "keys_router", "tokens_router"]
+__all__ = ["health_router", "import_router", "install_docs", "keys_router", "tokens_router"]

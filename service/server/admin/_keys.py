@@ -149,6 +149,7 @@ class KeyOut(BaseModel):
     min_decryption_version: int
     min_encryption_version: int
     deletion_allowed: bool
+    imported: bool = Field(description="made by an import, and not rotated here since")
     versions: list[VersionOut]
     max_encryptions: int
     auto_rotate_period: float
@@ -172,6 +173,7 @@ class KeyOut(BaseModel):
             min_decryption_version=key.min_decryption_version,
             min_encryption_version=key.min_encryption_version,
             deletion_allowed=key.deletion_allowed,
+            imported=key.imported,
             versions=[
                 VersionOut(
                     version=v.version,

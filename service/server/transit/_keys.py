@@ -43,13 +43,8 @@ TYPES = {
 _TYPE_NAMES = {alg: name for name, alg in TYPES.items()}
 
 
-def type_name(algorithm: Algorithm) -> str:
-    """Transit's name of the key type (``aes256-gcm96``, ...)."""
-    return _TYPE_NAMES[algorithm]
-
-
 # Vault's names that sealflow has no algorithm for: refused as Transit refuses unknown types.
-_UNSUPPORTED = frozenset(
+UNSUPPORTED = frozenset(
     [
         "xchacha20-poly1305",
         "ecdsa-p256",
@@ -88,7 +83,7 @@ def policy(key: KeyInfo, usage: dict[int, VersionUsage] | None = None) -> dict[s
         "deletion_allowed": key.deletion_allowed,
         "derived": False,
         "exportable": key.exportable,
-        "imported_key": False,
+        "imported_key": key.imported,
         "keys": {
             str(v.version): int(v.created_at)
             for v in key.versions
@@ -111,7 +106,7 @@ def policy(key: KeyInfo, usage: dict[int, VersionUsage] | None = None) -> dict[s
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
-def _period(body: Body) -> float | None:
+def period(body: Body) -> float | None:
     """``auto_rotate_period`` as Transit takes it: seconds, or a duration such as ``"24h"``;
     0 turns it off; otherwise at least an hour, as in Transit. None when not given."""
     value = body.get("auto_rotate_period")
@@ -130,6 +125,10 @@ def _period(body: Body) -> float | None:
     if seconds != 0 and not 3600 <= seconds <= 100 * 365 * 86400:
         raise _wire.user_error("auto rotate period must be 0 to disable or at least an hour")
     return float(seconds)
+
+
+def type_name(algorithm: Algorithm) -> str:
+    return _TYPE_NAMES[algorithm]
 
 
 def check_name(name: str) -> None:
@@ -162,16 +161,16 @@ async def create(store: KeyStore, name: str, body: Body) -> bytes:
     kind = _wire.as_str(body, "type", "aes256-gcm96")
     algorithm = TYPES.get(kind)
     if algorithm is None:
-        if kind in _UNSUPPORTED:
+        if kind in UNSUPPORTED:
             raise _wire.user_error(f"key type {kind} is not supported by sealflow")
         raise _wire.user_error(f"unknown key type {kind}")
     exportable = _wire.as_bool(body, "exportable")
     backup = _wire.as_bool(body, "allow_plaintext_backup")
-    _unsupported(body, "derived", "convergent_encryption")
-    period = _period(body)
+    refuse_flags(body, "derived", "convergent_encryption")
+    rotate_period = period(body)
     try:
         key = await asyncio.to_thread(
-            store.create_key, name, algorithm, exportable, None, period or None
+            store.create_key, name, algorithm, exportable, None, rotate_period or None
         )
     except KeyExists:
         return _wire.envelope(policy(store.get_key(name)))  # as Transit: the key, unchanged
@@ -235,7 +234,7 @@ async def config(store: KeyStore, name: str, body: Body) -> bytes:
     exportable = _wire.as_bool(body, "exportable") or key.exportable
     # Likewise false -> true only, as Transit: a backup once allowed may have been taken.
     backup = _wire.as_bool(body, "allow_plaintext_backup") or key.allow_plaintext_backup
-    period = _period(body)
+    rotate_period = period(body)
     # Everything checked: now the writes (the version rules and flags in one transaction).
     rules = (min_decryption, min_encryption, deletion, exportable, backup)
     if rules != (
@@ -256,8 +255,8 @@ async def config(store: KeyStore, name: str, body: Body) -> bytes:
             exportable,
             backup,
         )
-    if period is not None and period != key.auto_rotate_period:
-        key = await asyncio.to_thread(store.set_limits, name, None, period)
+    if rotate_period is not None and rotate_period != key.auto_rotate_period:
+        key = await asyncio.to_thread(store.set_limits, name, None, rotate_period)
     return _wire.envelope(policy(key), warnings)
 
 
@@ -335,7 +334,7 @@ def _version(text: str) -> int:
     return number
 
 
-def _unsupported(body: Body, *flags: str) -> None:
+def refuse_flags(body: Body, *flags: str) -> None:
     for flag in flags:
         if _wire.as_bool(body, flag):
             raise _wire.user_error(f"{flag} is not supported by sealflow")

@@ -203,6 +203,20 @@ def paths(mount: str) -> dict[str, Any]:
                 "security": _SECURITY,
             }
         },
+        f"{mount}/wrapping_key": {
+            "get": {
+                "tags": _TAG,
+                "summary": "The RSA-4096 import wrapping key's public half, PEM (any token)",
+                "responses": _answers(200, 403),
+                "security": _SECURITY,
+            }
+        },
+        f"{mount}/keys/{{name}}/import": {
+            "post": _import("A key of imported material (admin and export on the key)", _IMPORT)
+        },
+        f"{mount}/keys/{{name}}/import_version": {
+            "post": _import("The next version of an imported key (admin and export)", _WRAPPED)
+        },
         f"{mount}/export/{{type}}/{{name}}": {
             "get": {
                 "tags": _TAG,
@@ -312,6 +326,33 @@ def paths(mount: str) -> dict[str, Any]:
 
 
 _STRING = {"type": "string"}
+_WRAPPED = {
+    "ciphertext": {
+        "type": "string",
+        "description": "base64: RSA-OAEP of an ephemeral AES-256 key, then AES-KWP of the key",
+    },
+    "hash_function": {"type": "string", "enum": ["SHA1", "SHA224", "SHA256", "SHA384", "SHA512"]},
+}
+_IMPORT = {
+    **_WRAPPED,
+    "type": {"type": "string", "enum": ["aes128-gcm96", "aes256-gcm96", "chacha20-poly1305"]},
+    "exportable": _LENIENT_BOOL,
+    "allow_rotation": _LENIENT_BOOL,
+    "auto_rotate_period": {"type": ["string", "integer"]},
+}
+
+
+def _import(summary: str, fields: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "tags": _TAG,
+        "summary": summary,
+        "parameters": [_param("name")],
+        "requestBody": _body(fields),
+        "responses": _answers(204, 400, 403),
+        "security": _SECURITY,
+    }
+
+
 _DURATION = {"type": ["string", "integer"], "description": "seconds, or 90s, 30m, 1h..."}
 _ACCESSOR = {"accessor": {"type": "string", "description": "tok_..."}}
 _CREATE = {

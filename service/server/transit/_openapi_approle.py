@@ -57,6 +57,7 @@ def paths() -> dict[str, Any]:
     }
     role = f"{PREFIX}role/{{name}}"
     secret = {"secret_id": {"type": "string"}}
+    by = {"secret_id_accessor": {"type": "string"}}
     return {
         f"{PREFIX}login": {"post": login, "put": login},
         f"{PREFIX}role": {
@@ -85,9 +86,25 @@ def paths() -> dict[str, Any]:
                 )
             ),
         },
-        f"{role}/secret-id": _writes(
-            _op("A new secret id (admin and the role's scopes)", (200, 403, 404, 413), _SECRET_ID)
-        ),
+        f"{role}/secret-id": {
+            "get": {
+                **_op(
+                    "The accessors of a role's secret ids, with list=true (admin)",
+                    (200, 400, 403, 404, 405),
+                ),
+                "parameters": [
+                    _param("name"),
+                    _param("list", "query", {"type": "string", "enum": ["true"]}),
+                ],
+            },
+            **_writes(
+                _op(
+                    "A new secret id (admin and the role's scopes)",
+                    (200, 403, 404, 413),
+                    _SECRET_ID,
+                )
+            ),
+        },
         f"{role}/custom-secret-id": _writes(
             _op(
                 "A secret id the caller chose (admin and the role's scopes)",
@@ -100,5 +117,11 @@ def paths() -> dict[str, Any]:
         ),
         f"{role}/secret-id/destroy": _writes(
             _op("Destroy a secret id (admin)", (204, 403, 404, 413), secret)
+        ),
+        f"{role}/secret-id-accessor/lookup": _writes(
+            _op("A secret id's properties by its accessor (admin)", (200, 400, 403, 404, 413), by)
+        ),
+        f"{role}/secret-id-accessor/destroy": _writes(
+            _op("Destroy a secret id by its accessor (admin)", (204, 400, 403, 404, 413), by)
         ),
     }

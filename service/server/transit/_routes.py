@@ -10,8 +10,9 @@ then checks the scope the route needs against the key it names, reads the JSON b
 Scopes: ``encrypt:<glob>`` covers encrypt and datakey, ``decrypt:<glob>`` decrypt, rewrap
 needs both; reading a key's metadata needs either (clients read ``latest_version``) or
 ``admin``; every other key route needs ``admin``, and what lets material leave (``export/``,
-and ``exportable`` asked for on create or ``config``) needs ``export:<glob>`` besides, which
-``admin`` does not imply.
+and ``exportable`` asked for on create or ``config``) or come in (``keys/:name/import`` and
+``import_version``) needs ``export:<glob>`` besides, which ``admin`` does not imply. The
+public half of the import wrapping key (``wrapping_key``) is for any token.
 
 Outside the mount, Vault's token routes (``_token_routes``): every token looks up, renews and
 revokes itself; the routes that create tokens or name another token manage tokens, so they need
@@ -19,7 +20,9 @@ revokes itself; the routes that create tokens or name another token manage token
 
 And Vault's AppRole routes (``APPROLE_ROUTES``): ``login`` (``_approle_login``) needs no token
 (its body, read with a small limit, is the credential); managing roles and secret ids
-(``_approle``) needs ``admin``, refused before the body is read.
+(``_approle``) needs ``admin``, refused before the body is read. Vault's cert routes
+(``CERT_ROUTES``) likewise: ``login`` (``_cert_login``) needs no token (the connection's TLS
+client certificate is the credential), managing certificate roles (``_cert``) needs ``admin``.
 """
 
 from __future__ import annotations
@@ -42,9 +45,13 @@ from . import (
     _approle,
     _approle_login,
     _backup,
+    _cert,
+    _cert_login,
     _data,
     _encrypt,
+    _import,
     _keys,
+    _login,
     _sys,
     _token_routes,
     _wire,
@@ -96,6 +103,9 @@ class Transit:
             "key": (f"{mount}/keys/{{name}}", get | any_write | {"DELETE"}),
             "rotate": (f"{mount}/keys/{{name}}/rotate", any_write),
             "config": (f"{mount}/keys/{{name}}/config", any_write),
+            "import": (f"{mount}/keys/{{name}}/import", any_write),
+            "import_version": (f"{mount}/keys/{{name}}/import_version", any_write),
+            "wrapping_key": (f"{mount}/wrapping_key", get),
             "export": (f"{mount}/export/{{type}}/{{name}}[/{{version}}]", get),
             "backup": (f"{mount}/backup/{{name}}", get),
             "restore": (f"{mount}/restore[/{{name}}]", any_write),
@@ -113,6 +123,8 @@ class Transit:
         if path.startswith(_approle.PREFIX):
             kind = _approle.kind(path[len(_approle.PREFIX) :].split("/"))
             return APPROLE_ROUTES[kind or "approle_other"]
+        if path.startswith(_cert.PREFIX):
+            return CERT_ROUTES[_cert.kind(path[len(_cert.PREFIX) :].split("/")) or "cert_other"]
         return None
 
     async def serve(
@@ -134,13 +146,18 @@ class Transit:
                 status, body = _sys.health(svc, scope["query_string"])
                 await _wire.respond(send, status, body, log, head=method == "HEAD")
                 return
-            if route is APPROLE_LOGIN and svc is not None:
+            if route in LOGINS and svc is not None:
                 if method not in route.methods:
                     raise _unsupported_operation()
-                # No token: the credential is the body, read with a small limit.
+                # No token: the credential is the body (AppRole) or the connection's client
+                # certificate (cert); a body is read with a small limit.
                 with svc.budget.hold() as hold:
-                    body = await _read(receive, _approle_login.LOGIN_MAX, hold, log)
-                    status, reply = await _approle_login.login(svc, _wire.parse(body, hold), log)
+                    fields = _wire.parse(await _read(receive, _login.LOGIN_MAX, hold, log), hold)
+                    if route is APPROLE_LOGIN:
+                        status, reply = await _approle_login.login(svc, fields, log)
+                    else:
+                        cert = scope["sealflow.head"].peer_cert
+                        status, reply = await _cert_login.login(svc, cert, fields, log)
                 await _wire.respond(send, status, reply, log, head=False)
                 return
             if svc is None or token is None:
@@ -212,15 +229,25 @@ class Transit:
             return await _token_routes.answer(store, kind, token, secret, parsed, log)
         if kind in APPROLE_ROUTES:
             _admin(token)  # before the body is read
-            if kind == "approle_roles" and method != LIST and not _listing(scope):
-                raise _unsupported_operation()
+            if kind in ("approle_roles", "approle_secret_id") and method == "GET":
+                if not _listing(scope):
+                    raise _unsupported_operation()
+                method = LIST
             read = functools.partial(_read_json, receive, limit, hold, log)
             return await _approle.manage(svc, kind, method, scope["path"], token, read)
+        if kind in CERT_ROUTES:
+            _admin(token)  # before the body is read
+            if kind == "cert_roles" and method != LIST and not _listing(scope):
+                raise _unsupported_operation()
+            read = functools.partial(_read_json, receive, limit, hold, log)
+            return await _cert.manage(svc, kind, method, scope["path"], token, read)
         if kind == "keys":
             _admin(token)
             if method != LIST and scope["query_string"] not in (b"list=true", b"list=1"):
                 raise _unsupported_operation()
             return 200, _keys.names(store)
+        if kind == "wrapping_key":  # its public half: any token may read it
+            return 200, await _import.wrapping_key(store)
         parts = scope["path"][len(self._under) :].split("/")
         if kind == "restore":
             _admin(token)  # before the body is read; export on the name once it is known
@@ -252,6 +279,11 @@ class Transit:
                 raise _denied()
             return 200, await _keys.read(store, name)
         _admin(token)
+        if kind in _IMPORTS:  # material comes in: the export scope, as when it leaves
+            _allow("export", token, name)
+            fields = _wire.parse(await _read(receive, limit, hold, log), hold)
+            await _IMPORTS[kind](store, name, fields)
+            return 204, b""
         if kind == "export":
             _allow("export", token, name)
             return 200, _keys.export(store, parts[1], name, parts[3] if len(parts) == 4 else None)
@@ -280,6 +312,10 @@ _DATA: dict[
     "decrypt": _data.decrypt,
     "rewrap": _data.rewrap,
 }
+_IMPORTS: dict[str, Callable[[KeyStore, str, _wire.Body], Awaitable[None]]] = {
+    "import": _import.import_key,
+    "import_version": _import.import_version,
+}
 _SCOPES: dict[str, tuple[_auth.Action, ...]] = {
     "encrypt": ("encrypt",),
     "decrypt": ("decrypt",),
@@ -305,8 +341,10 @@ def _kind(parts: list[str]) -> str:
             return "keys"
         if n == 2:
             return "key"
-        if n == 3 and parts[2] in ("rotate", "config"):
+        if n == 3 and parts[2] in ("rotate", "config", "import", "import_version"):
             return parts[2]
+    if parts == ["wrapping_key"]:
+        return "wrapping_key"
     if first == "export" and n in (3, 4):
         return "export"
     if (first == "backup" and n == 2) or (first == "restore" and n in (1, 2)):
@@ -416,11 +454,30 @@ APPROLE_ROUTES = {
         ("approle_roles", "role", frozenset(("GET", LIST))),
         ("approle_role", "role/{name}", _WRITE | {"GET", "DELETE"}),
         ("approle_role_id", "role/{name}/role-id", _WRITE | {"GET"}),
-        ("approle_secret_id", "role/{name}/secret-id", _WRITE),
+        ("approle_secret_id", "role/{name}/secret-id", _WRITE | {"GET", LIST}),
         ("approle_custom_secret_id", "role/{name}/custom-secret-id", _WRITE),
         ("approle_secret_id_lookup", "role/{name}/secret-id/lookup", _WRITE),
         ("approle_secret_id_destroy", "role/{name}/secret-id/destroy", _WRITE | {"DELETE"}),
+        ("approle_secret_id_accessor_lookup", "role/{name}/secret-id-accessor/lookup", _WRITE),
+        (
+            "approle_secret_id_accessor_destroy",
+            "role/{name}/secret-id-accessor/destroy",
+            _WRITE | {"DELETE"},
+        ),
         ("approle_other", "{path}", frozenset()),  # Vault's 404 unsupported path
     )
 }
 APPROLE_LOGIN = APPROLE_ROUTES["approle_login"]
+# Vault's cert routes (``_cert``), by kind; the login alone needs no token.
+CERT_ROUTES = {
+    kind: Route(kind, _cert.PREFIX + path, methods, token=kind != "cert_login")
+    for kind, path, methods in (
+        ("cert_login", "login", _WRITE),
+        ("cert_roles", "certs", frozenset(("GET", LIST))),
+        ("cert_role", "certs/{name}", _WRITE | {"GET", "DELETE"}),
+        ("cert_other", "{path}", frozenset()),  # Vault's 404 unsupported path
+    )
+}
+CERT_LOGIN = CERT_ROUTES["cert_login"]
+# The routes a client without a token reaches to log in: they share the login slots (``_front``).
+LOGINS = frozenset((APPROLE_LOGIN, CERT_LOGIN))

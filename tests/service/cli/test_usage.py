@@ -58,6 +58,7 @@ def test_help_works_whatever_the_environment_says() -> None:
         ["tokens", "create"],
         ["approle", "role", "create"],
         ["approle", "secret-id", "create"],
+        ["cert", "role", "create"],
         ["selftest"],
         ["audit", "verify"],
         ["audit", "hmac"],

@@ -36,8 +36,14 @@ PG_UNDO_MIGRATION_6 = (
 )
 # The tables migration 7 made (AppRole), dropped to make a database of an earlier release.
 PG_UNDO_MIGRATION_7 = "DROP TABLE sealflow_approle_secret_ids, sealflow_approle_roles"
-# The column migration 8 added (Transit's allow_plaintext_backup), likewise.
-PG_UNDO_MIGRATION_8 = "ALTER TABLE sealflow_key_policy DROP COLUMN plaintext_backup"
+PG_UNDO_MIGRATION_8 = (
+    "ALTER TABLE sealflow_keys DROP COLUMN imported, DROP COLUMN allow_rotation;"
+    " DELETE FROM sealflow_meta WHERE key = 'import_wrapping_key'"
+)
+# The table migration 9 made (certificate roles), likewise.
+PG_UNDO_MIGRATION_9 = "DROP TABLE sealflow_cert_roles"
+# The column migration 10 added (Transit's allow_plaintext_backup), likewise.
+PG_UNDO_MIGRATION_10 = "ALTER TABLE sealflow_key_policy DROP COLUMN plaintext_backup"
 KEY_LEN = {"aes-128-gcm": 16, "aes-256-gcm": 32, "chacha20-poly1305": 32}
 
 

@@ -24,6 +24,7 @@ from sealflow.service.keystore import (
     restore_sqlite,
 )
 from tests.postgres import Cluster
+from tests.service import pki
 
 
 def populate(store: KeyStore) -> dict[str, str]:
@@ -78,11 +79,18 @@ def opened(target: str, master_key: bytes) -> KeyStore:
 def test_every_row_comes_back_in_either_store(
     store: KeyStore, populated: dict[str, str], master_key: bytes, target: str, tmp_path: Path
 ) -> None:
+    # The import wrapping key and a certificate role come along too.
+    wrapping = store.wrapping_key().public_key().public_numbers()
+    ca_pem = pki.ca(tmp_path / "pki", "client-ca").cert_path.read_text()
+    store.write_cert_role("web", {"certificate": ca_pem, "token_policies": ["encrypt:k-*"]})
     backup = tmp_path / "keystore.bak"
     taken = backup_keystore(store, master_key, backup)
     restore(target, master_key, backup)
     with closing(opened(target, master_key)) as new:
         assert new.snapshot() == taken == store.snapshot()
+        assert new.wrapping_key().public_key().public_numbers() == wrapping
+        assert new.list_cert_roles() == store.list_cert_roles()
+        assert new.get_cert_role("web").certificate == ca_pem
         assert new.list_keys() == store.list_keys()
         for key in store.list_keys():
             assert new.usage(key.name) == store.usage(key.name)

@@ -165,7 +165,10 @@ def test_a_schema_1_keystore_is_upgraded_keeping_every_version(
         assert new_blobs.keys() == old_blobs.keys()
         assert all(new_blobs[k] != old_blobs[k] for k in old_blobs)  # rewrapped, every one
         # The rows themselves are unchanged (but the root token's export:*); each gained its MAC.
-        keys = db.execute("SELECT * FROM keys ORDER BY name").fetchall()
+        keys = db.execute(
+            "SELECT name, algorithm, exportable, min_decryption_version, created_at, mac"
+            " FROM keys ORDER BY name"
+        ).fetchall()
         tokens = db.execute(
             "SELECT id, digest, scopes, label, created_at, revoked_at, mac FROM tokens ORDER BY id"
         ).fetchall()

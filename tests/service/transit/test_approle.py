@@ -160,6 +160,52 @@ def test_role_id_destroy_and_delete(target: Target) -> None:
         admin.auth.approle.generate_secret_id(role)
 
 
+def test_secret_ids_by_accessor(target: Target) -> None:
+    """LIST role/:name/secret-id shows accessors; secret-id-accessor/lookup and /destroy take
+    one, never the secret."""
+    admin, key, role = target.admin, _key_and_policy(target), unique("role")
+    approle = admin.auth.approle
+    approle.create_or_update_approle(role, token_policies=[f"encrypt:{key}"])
+    with pytest.raises(hvac.exceptions.InvalidPath):
+        approle.list_secret_id_accessors(role)  # none yet: Vault's empty 404
+    made = [approle.generate_secret_id(role)["data"] for _ in range(2)]
+    accessors = approle.list_secret_id_accessors(role)["data"]["keys"]
+    assert sorted(accessors) == sorted(m["secret_id_accessor"] for m in made)
+    assert not {m["secret_id"] for m in made} & set(accessors)
+
+    looked = approle.read_secret_id_accessor(role, made[0]["secret_id_accessor"])["data"]
+    assert looked == approle.read_secret_id(role, made[0]["secret_id"])["data"]
+    unknown = r'failed to find accessor entry for secret_id_accessor: \\?"nope'
+    with pytest.raises(hvac.exceptions.InvalidPath, match=unknown):
+        approle.read_secret_id_accessor(role, "nope")
+    with pytest.raises(hvac.exceptions.InvalidRequest, match="missing secret_id_accessor"):
+        admin.adapter.post(f"/v1/auth/approle/role/{role}/secret-id-accessor/lookup", json={})
+    with pytest.raises(hvac.exceptions.InvalidRequest, match=f'role "nope-{role}" does not'):
+        approle.list_secret_id_accessors("nope-" + role)
+
+    gone = approle.destroy_secret_id_accessor(role, made[0]["secret_id_accessor"])
+    assert gone.status_code == 204
+    assert approle.list_secret_id_accessors(role)["data"]["keys"] == [made[1]["secret_id_accessor"]]
+    role_id = approle.read_role_id(role)["data"]["role_id"]
+    with pytest.raises(hvac.exceptions.InvalidRequest, match=INVALID):
+        target.anonymous().auth.approle.login(role_id, made[0]["secret_id"])
+    assert target.anonymous().auth.approle.login(role_id, made[1]["secret_id"])["auth"]
+
+
+def test_unknown_accessor_destroy_is_a_400_on_sealflow(server: Server) -> None:
+    """OpenBao answers it with a 500; sealflow with a 400 and the same words."""
+    admin = _client(server.url, server.token)
+    role = unique("role")
+    admin.auth.approle.create_or_update_approle(role, token_policies=["encrypt:orders"])
+    with pytest.raises(hvac.exceptions.InvalidRequest, match="failed to find accessor entry"):
+        admin.auth.approle.destroy_secret_id_accessor(role, "nope")
+    r = httpx.get(
+        f"{server.url}/v1/auth/approle/role/{role}/secret-id",
+        headers={"X-Vault-Token": server.token},
+    )
+    assert r.status_code == 405  # a GET without list=true, as OpenBao
+
+
 # sealflow's own rules (no OpenBao counterpart: its policies are not scopes).
 
 
@@ -192,7 +238,7 @@ def test_managing_roles_needs_admin_and_grants_only_held_scopes(server: Server) 
 def test_approle_paths_sealflow_does_not_serve_are_vaults_404(server: Server) -> None:
     headers = {"X-Vault-Token": server.token}
     with httpx.Client(base_url=server.url + "/v1/auth/approle", timeout=30) as c:
-        for path in ("/role/x/secret-id-accessor/lookup", "/tidy/secret-id", "/role/x/policies"):
+        for path in ("/role/x/secret-id-accessor/other", "/tidy/secret-id", "/role/x/policies"):
             r = c.post(path, json={}, headers=headers)
             assert (r.status_code, r.json()) == (
                 404,

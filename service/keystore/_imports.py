@@ -1,0 +1,150 @@
+"""Transit's BYOK import, written once for every store (``Writes`` inherits this): the RSA-4096
+wrapping key, made once per keystore and held wrapped under the master key; keys and versions
+made of imported material, which is wrapped at once like any version's and kept nowhere else.
+
+Every import is told to ``on_change`` (the audit trail) by key and version, never material.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import abstractmethod
+from contextlib import AbstractContextManager
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+from sealflow.engine import Algorithm
+
+from . import _byok
+from ._base import KeyInfo, valid_key_name
+from ._dialect import Connection
+from ._rows import MAX_VERSION, limits_row
+from ._tables import Tables
+from .errors import InvalidRequest, KeyStoreCorrupt
+
+_EXISTING = (
+    "the import path cannot be used with an existing key; use import-version to rotate an"
+    " existing imported key"
+)
+
+
+def rotatable(info: KeyInfo) -> None:
+    """InvalidRequest, in Transit's words, for an imported key that does not allow rotation."""
+    if info.imported and not info.allow_rotation:
+        raise InvalidRequest(f"imported key {info.name} does not allow rotation within Vault")
+
+
+class Imports:
+    _tables: Tables
+    _wrapping: rsa.RSAPrivateKey | None = None
+
+    @abstractmethod
+    def _transaction(self, changes: bool = True) -> AbstractContextManager[Connection]: ...
+
+    @abstractmethod
+    def _connection(self) -> AbstractContextManager[Connection]: ...
+
+    @abstractmethod
+    def _changed(self, operation: str, **fields: object) -> None: ...
+
+    def wrapping_key(self) -> rsa.RSAPrivateKey:
+        """The keystore's import wrapping key, made on first use: one per keystore, whichever
+        process asks first (insert if absent, then read back)."""
+        key = self._wrapping
+        if key is None:
+            # No lock: threads racing here each make one, and agree on the one stored first,
+            # as replicas do.
+            key = self._wrapping = self._load_wrapping_key()
+        return key
+
+    def wrapping_public_pem(self) -> str:
+        public = self.wrapping_key().public_key()
+        return public.public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        ).decode()
+
+    def _load_wrapping_key(self) -> rsa.RSAPrivateKey:
+        with self._connection() as db:
+            der = self._tables.wrapping_key(db)
+        if der is None:
+            # Made outside the transaction (a second or so): a replica that stored one first
+            # wins, and this one is dropped.
+            fresh = rsa.generate_private_key(65537, _byok.WRAPPING_KEY_BITS)
+            encoded = fresh.private_bytes(
+                serialization.Encoding.DER,
+                serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption(),
+            )
+            with self._transaction(changes=False) as db:
+                der = self._tables.wrapping_key(db, encoded)
+        key = None if der is None else serialization.load_der_private_key(der, None)
+        if not isinstance(key, rsa.RSAPrivateKey):
+            raise KeyStoreCorrupt("the import wrapping key is missing or not an RSA key")
+        return key
+
+    def unwrap_import(self, ciphertext: str, hash_function: str = "SHA256") -> bytes:
+        """The key material of an import ``ciphertext`` (base64); InvalidRequest in Transit's
+        words for anything wrong with it."""
+        _byok.hash_function(hash_function)  # named first, as Transit checks it first
+        return _byok.unwrap(self.wrapping_key(), _byok.decode(ciphertext), hash_function)
+
+    def import_key(
+        self,
+        name: str,
+        algorithm: Algorithm,
+        material: bytes,
+        *,
+        exportable: bool = False,
+        allow_rotation: bool = False,
+        auto_rotate_period: float | None = None,
+    ) -> KeyInfo:
+        """A new key whose version 1 is ``material``, marked imported, in one transaction.
+
+        InvalidRequest (Transit's words) if the name is taken, by an imported key or not, or
+        the material's length is not the algorithm's, or ``auto_rotate_period`` is set without
+        ``allow_rotation``."""
+        if not valid_key_name(name):
+            raise InvalidRequest(f"invalid key name {name!r}")
+        _length(algorithm, material)
+        if auto_rotate_period and not allow_rotation:
+            raise InvalidRequest("allow_rotation must be set to true if auto-rotation is enabled")
+        row = (name, algorithm.value, int(exportable), 1, time.time(), 1, int(allow_rotation))
+        with self._transaction() as db:
+            if not self._tables.insert_key(db, row):
+                raise InvalidRequest(_EXISTING)
+            self._tables.add_version(db, name, 1, algorithm, exportable, material)
+            if auto_rotate_period:
+                info = self._tables.locked_key(db, name)
+                self._tables.write_limits(db, limits_row(info, None, auto_rotate_period))
+            info = self._tables.locked_key(db, name)
+        self._changed("key_import", key=name, version=1)
+        return info
+
+    def import_version(self, name: str, material: bytes) -> KeyInfo:
+        """Version latest+1 of an imported key, of ``material``, in one transaction.
+        KeyNotFound; InvalidRequest for a key not imported or material of the wrong length."""
+        with self._transaction() as db:
+            info = self._tables.locked_key(db, name)
+            if not info.imported:
+                raise InvalidRequest(
+                    "the import_version endpoint can only be used with an imported key"
+                )
+            _length(info.algorithm, material)
+            if info.latest >= MAX_VERSION:
+                raise InvalidRequest(f"key {name!r} has no version left")
+            version = info.latest + 1
+            self._tables.add_version(
+                db, name, version, info.algorithm, info.created_exportable, material
+            )
+            info = self._tables.locked_key(db, name)
+        self._changed("key_import_version", key=name, version=version)
+        return info
+
+
+def _length(algorithm: Algorithm, material: bytes) -> None:
+    if len(material) != algorithm.spec.key_len:
+        raise InvalidRequest(
+            f"error importing key: invalid key size {len(material)} bytes for key type"
+            f" {algorithm.value}"
+        )

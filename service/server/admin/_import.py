@@ -1,0 +1,93 @@
+"""Native BYOK import: the wrapping key's public half, and keys or versions imported from
+another engine in Transit's format (``keystore._byok``; docs/API.md, Importing keys).
+
+Importing needs ``admin`` and ``export`` on the key, as exporting does: material crossing the
+keystore's edge, either way, is the export scope's business. Reading the wrapping key's public
+half needs any token.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt
+
+from sealflow.engine import Algorithm
+
+from .. import _auth
+from ._deps import AdminDep, LogDep, ServicesDep, TokenDep
+from ._keys import _ERRORS, KeyName, KeyOut
+
+router = APIRouter(prefix="/v1", tags=["import"], responses=_ERRORS)
+
+_CIPHERTEXT = Field(
+    min_length=1,
+    description="base64 of RSA-OAEP (hash_function, MGF1 alike) under the wrapping key of an"
+    " ephemeral AES-256 key, then the key wrapped under it with AES-KWP (RFC 5649)",
+)
+_HASH = Field("SHA256", description="SHA1, SHA224, SHA256, SHA384 or SHA512")
+
+
+class WrappingKey(BaseModel):
+    public_key: str = Field(description="RSA-4096, PEM (SubjectPublicKeyInfo)")
+
+
+class KeyImport(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    ciphertext: str = _CIPHERTEXT
+    hash_function: str = _HASH
+    algorithm: Algorithm = Algorithm.AES_256_GCM
+    exportable: StrictBool = Field(False)
+    allow_rotation: StrictBool = Field(False, description="whether sealflow may rotate the key")
+    auto_rotate_period: StrictInt | StrictFloat | None = Field(None, ge=0, le=100 * 365 * 86400)
+
+
+class VersionImport(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    ciphertext: str = _CIPHERTEXT
+    hash_function: str = _HASH
+
+
+@router.get("/wrapping-key", summary="The import wrapping key's public half (any token)")
+def wrapping_key(svc: ServicesDep, _: TokenDep) -> WrappingKey:
+    return WrappingKey(public_key=svc.store.wrapping_public_pem())
+
+
+@router.post(
+    "/keys/{name}/import",
+    status_code=201,
+    summary="Create a key of imported material (scopes admin and export on the key)",
+)
+def import_key(
+    name: KeyName, body: KeyImport, svc: ServicesDep, token: AdminDep, log: LogDep
+) -> KeyOut:
+    log.key = name
+    _auth.require(token, "export", name)
+    material = svc.store.unwrap_import(body.ciphertext, body.hash_function)
+    key = svc.store.import_key(
+        name,
+        body.algorithm,
+        material,
+        exportable=body.exportable,
+        allow_rotation=body.allow_rotation,
+        auto_rotate_period=body.auto_rotate_period or None,
+    )
+    log.version = key.latest
+    return KeyOut.of(key, svc.store)
+
+
+@router.post(
+    "/keys/{name}/import-version",
+    summary="Add a version of imported material to an imported key (admin and export)",
+)
+def import_version(
+    name: KeyName, body: VersionImport, svc: ServicesDep, token: AdminDep, log: LogDep
+) -> KeyOut:
+    log.key = name
+    _auth.require(token, "export", name)
+    svc.store.get_key(name)  # 404 for a key that is not there, before any RSA work
+    material = svc.store.unwrap_import(body.ciphertext, body.hash_function)
+    key = svc.store.import_version(name, material)
+    log.version = key.latest
+    return KeyOut.of(key, svc.store)

@@ -1,0 +1,111 @@
+"""Transit's BYOK import: ``wrapping_key``, ``keys/:name/import`` and ``keys/:name/import_version``
+(OpenBao's path_import.go and path_wrapping_key.go), over the keystore's ``Imports``.
+
+Fields are checked in Transit's order and refused with its words, before anything is written;
+the ciphertext is unwrapped (``keystore._byok``) only once the request is otherwise valid, and
+its material goes straight into the keystore, which wraps it under the master key. What the
+keystore cannot hold (derived keys, ``public_key`` imports, Vault's other key types) is refused
+with a 400 naming it. Keystore work (RSA, one transaction) runs on a thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from sealflow.service.keystore import KeyNotFound, KeyStore
+
+from . import _keys, _wire
+from ._wire import Body
+
+
+async def wrapping_key(store: KeyStore) -> bytes:
+    # The first read makes the key (RSA-4096: a second or so): off the event loop.
+    return _wire.envelope({"public_key": await asyncio.to_thread(store.wrapping_public_pem)})
+
+
+async def import_key(store: KeyStore, name: str, body: Body) -> None:
+    _keys.check_name(name)
+    if "convergent_encryption" in body:
+        raise _wire.user_error("import cannot be used on keys with convergent encryption enabled")
+    allow_rotation = _wire.as_bool(body, "allow_rotation")
+    period = _keys.period(body)
+    if period and not allow_rotation:
+        raise _wire.user_error("allow_rotation must be set to true if auto-rotation is enabled")
+    ciphertext = _ciphertext(body)
+    kind = _wire.as_str(body, "type", "aes256-gcm96").lower()
+    algorithm = _keys.TYPES.get(kind)
+    if algorithm is None:
+        if kind in _keys.UNSUPPORTED:
+            raise _wire.user_error(f"key type {kind} is not supported by sealflow")
+        raise _wire.user_error(f"unknown key type: {kind}")
+    exportable = _wire.as_bool(body, "exportable")
+    _keys.refuse_flags(body, "derived", "allow_plaintext_backup")
+    if _wire.as_str(body, "context", ""):
+        raise _wire.user_error("context is not supported by sealflow")
+    if _exists(store, name):
+        raise _wire.user_error(
+            "the import path cannot be used with an existing key; use import-version to rotate"
+            " an existing imported key"
+        )
+    material = await _unwrap(store, ciphertext, body)
+    _size(material, algorithm.spec.key_len, kind)
+    await asyncio.to_thread(
+        store.import_key,
+        name,
+        algorithm,
+        material,
+        exportable=exportable,
+        allow_rotation=allow_rotation,
+        auto_rotate_period=period or None,
+    )
+
+
+async def import_version(store: KeyStore, name: str, body: Body) -> None:
+    ciphertext = _ciphertext(body)
+    try:
+        key = store.get_key(name)
+    except KeyNotFound:
+        raise _wire.user_error(
+            f"no key found with name {name}; to import a new key, use the import/ endpoint"
+        ) from None
+    if not key.imported:
+        raise _wire.user_error("the import_version endpoint can only be used with an imported key")
+    material = await _unwrap(store, ciphertext, body)
+    _size(material, key.algorithm.spec.key_len, _keys.type_name(key.algorithm))
+    if body.get("version") is not None:
+        # As Transit: only asymmetric keys take a version to fill in; every type here is not.
+        wanted = _wire.as_int(body, "version")
+        if wanted not in {v.version for v in key.versions}:
+            raise _wire.user_error("no such key version")
+        raise _wire.user_error("provided type does not support importing key versions")
+    await asyncio.to_thread(store.import_version, name, material)
+
+
+def _exists(store: KeyStore, name: str) -> bool:
+    # Checked again in the keystore's transaction; here so no RSA work is spent on it.
+    try:
+        store.get_key(name)
+    except KeyNotFound:
+        return False
+    return True
+
+
+def _ciphertext(body: Body) -> str:
+    if body.get("public_key") is not None:
+        raise _wire.user_error("public_key import is not supported by sealflow")
+    ciphertext = _wire.as_str(body, "ciphertext", "")
+    if not ciphertext:
+        raise _wire.user_error("provided type does not support public_key import")
+    return ciphertext
+
+
+async def _unwrap(store: KeyStore, ciphertext: str, body: Body) -> bytes:
+    hash_function = _wire.as_str(body, "hash_function", "SHA256")
+    return await asyncio.to_thread(store.unwrap_import, ciphertext, hash_function)
+
+
+def _size(material: bytes, wanted: int, kind: str) -> None:
+    if len(material) != wanted:
+        raise _wire.user_error(
+            f"error importing key: invalid key size {len(material)} bytes for key type {kind}"
+        )
