@@ -4,6 +4,8 @@ Nothing here knows about HTTP; the server, the CLI and the tests all use this pa
 """
 
 from ._approle_api import RoleInfo, SecretIdInfo
+from ._backup import backup as backup_keystore
+from ._backup import read_backup, restore_postgres, restore_sqlite
 from ._base import (
     SWEEP_AFTER,
     ChangeHook,
@@ -13,6 +15,7 @@ from ._base import (
     KeyVersionInfo,
     Lifetimes,
     Renewal,
+    RestoredKey,
     Slot,
     TokenInfo,
     VersionUsage,
@@ -31,9 +34,11 @@ from ._pg_audit import PostgresSink, audit_rows
 from ._postgres import PostgresKeyStore, redact
 from ._provision import audit_table, describe, keystore_url, master_key, open_store, prepare
 from ._root_scopes import ROOT_SCOPES
+from ._snapshot import Snapshot
 from ._sqlite import SQLiteKeyStore
 from ._usage import SCARCE, Lease, UsageMeter, next_rotation
 from .errors import (
+    BackupRefused,
     DeletionNotAllowed,
     InvalidRequest,
     KeyExists,
@@ -57,6 +62,7 @@ __all__ = [
     "ROOT_SCOPES",
     "SCARCE",
     "SWEEP_AFTER",
+    "BackupRefused",
     "CertRoleInfo",
     "ChangeHook",
     "DeletionNotAllowed",
@@ -80,11 +86,13 @@ __all__ = [
     "PostgresKeyStore",
     "PostgresSink",
     "Renewal",
+    "RestoredKey",
     "RoleInfo",
     "RoleNotFound",
     "SQLiteKeyStore",
     "SecretIdInfo",
     "Slot",
+    "Snapshot",
     "TokenExpired",
     "TokenInfo",
     "TokenNotFound",
@@ -95,6 +103,7 @@ __all__ = [
     "WouldWait",
     "audit_rows",
     "audit_table",
+    "backup_keystore",
     "create_master_key_file",
     "describe",
     "export_material",
@@ -105,8 +114,11 @@ __all__ = [
     "next_rotation",
     "open_store",
     "prepare",
+    "read_backup",
     "read_secret",
     "redact",
+    "restore_postgres",
+    "restore_sqlite",
     "valid_accessor",
     "valid_key_name",
     "valid_scope",

@@ -65,7 +65,8 @@ _KEY_ROWS = (
 )
 _LIMITS = "SELECT name, max_encryptions, auto_rotate_period, mac FROM {limits}"
 _POLICIES = (
-    "SELECT name, min_encryption_version, deletion_allowed, made_exportable, mac FROM {policy}"
+    "SELECT name, min_encryption_version, deletion_allowed, made_exportable,"
+    " plaintext_backup, mac FROM {policy}"
 )
 # TOKEN_ROW.columns order, then the MAC.
 _TOKENS = "SELECT {token_columns}, mac FROM {tokens}"
@@ -130,10 +131,12 @@ class Sql:
         )
         self.write_policy = sql(
             "INSERT INTO {policy} (name, min_encryption_version, deletion_allowed,"
-            " made_exportable, mac) VALUES (?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE"
+            " made_exportable, plaintext_backup, mac) VALUES (?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT (name) DO UPDATE"
             " SET min_encryption_version = excluded.min_encryption_version,"
             " deletion_allowed = excluded.deletion_allowed,"
-            " made_exportable = excluded.made_exportable, mac = excluded.mac"
+            " made_exportable = excluded.made_exportable,"
+            " plaintext_backup = excluded.plaintext_backup, mac = excluded.mac"
         )
         # Children first (PostgreSQL's foreign keys), the key's own row last.
         self.delete_key = tuple(

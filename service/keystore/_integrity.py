@@ -10,8 +10,9 @@ volume, a restored backup, a careless chmod) must not be able to change what it 
 - every other row that decides something, a key's row (algorithm, exportable,
   min_decryption_version, and for an imported key ``imported`` and ``allow_rotation``), its
   limits row (max_encryptions, auto_rotate_period), its policy row (min_encryption_version,
-  deletion_allowed, made_exportable), a token's row (digest, scopes, revocation, lifetime and
-  uses), an AppRole role's or secret id's row and a certificate role's row, carries an
+  deletion_allowed, made_exportable, plaintext_backup), a token's row (digest, scopes,
+  revocation, lifetime and uses), an AppRole role's or secret id's row and a certificate
+  role's row, carries an
   HMAC-SHA-256 over every one of its columns, under a key derived from the master key with
   HKDF-SHA-256, one key per kind of row.
 
@@ -94,6 +95,9 @@ POLICY_ROW = Row("policy", ("name", "min_encryption_version", "deletion_allowed"
 POLICY_EXPORTABLE_ROW = Row(
     "policy-exportable", ("name", "min_encryption_version", "deletion_allowed", "made_exportable")
 )
+# One whose plaintext_backup (Transit's allow_plaintext_backup) is set, over all five, under a
+# key of its own, likewise: rows without it keep their forms and MACs.
+POLICY_BACKUP_ROW = Row("policy-backup", (*POLICY_EXPORTABLE_ROW.columns, "plaintext_backup"))
 # An AppRole role: what a login with it grants (``_approle_rows``).
 ROLE_ROW = Row(
     "approle-role",
@@ -200,6 +204,7 @@ class Integrity:
             LIMITS_ROW,
             POLICY_ROW,
             POLICY_EXPORTABLE_ROW,
+            POLICY_BACKUP_ROW,
             ROLE_ROW,
             SECRET_ID_ROW,
             CERT_ROLE_ROW,

@@ -14,6 +14,7 @@ from sealflow.engine import Algorithm
 from ._base import KeyInfo, KeyVersionInfo, Slot, TokenInfo
 from ._integrity import (
     LIMITS_ROW,
+    POLICY_BACKUP_ROW,
     POLICY_EXPORTABLE_ROW,
     POLICY_ROW,
     Integrity,
@@ -142,21 +143,22 @@ def with_policy(
     where: str,
 ) -> dict[str, KeyInfo | None]:
     """The keys with their policy rows (name, min_encryption_version, deletion_allowed,
-    made_exportable, mac) applied; a key whose policy row fails its check is refused like one
-    whose own row does (a forged ``deletion_allowed`` must not let a key be deleted, nor a
-    forged ``made_exportable`` its material be exported)."""
+    made_exportable, plaintext_backup, mac) applied; a key whose policy row fails its check is
+    refused like one whose own row does (a forged ``deletion_allowed`` must not let a key be
+    deleted, nor a forged ``made_exportable`` or ``plaintext_backup`` its material leave)."""
     for row in policy_rows:
         name = row[0]
         info = keys.get(name)
         if info is None:
             continue
-        values = tuple(row[:4])
-        if integrity.verify(*_policy_form(values), row[4]):
+        values = tuple(row[:5])
+        if integrity.verify(*_policy_form(values), row[5]):
             keys[name] = replace(
                 info,
                 min_encryption_version=row[1],
                 deletion_allowed=bool(row[2]),
                 exportable=info.created_exportable or bool(row[3]),
+                allow_plaintext_backup=bool(row[4]),
             )
         else:
             refuse(where, f"policy of key {name!r}")
@@ -164,14 +166,16 @@ def with_policy(
     return keys
 
 
-PolicyRow = tuple[str, int, int, int]
+PolicyRow = tuple[str, int, int, int, int]
 
 
 def _policy_form(values: Sequence[Any]) -> tuple[Row, Sequence[Any]]:
-    # A row without the flag is MAC'd as before the flag existed (_integrity, POLICY_ROW).
+    # A row without a flag is MAC'd as before the flag existed (_integrity, POLICY_ROW).
+    if values[4] != 0:
+        return POLICY_BACKUP_ROW, values
     if values[3] == 0:
         return POLICY_ROW, values[:3]
-    return POLICY_EXPORTABLE_ROW, values
+    return POLICY_EXPORTABLE_ROW, values[:4]
 
 
 def policy_mac(integrity: Integrity, row: PolicyRow) -> bytes:
@@ -184,6 +188,7 @@ def policy_row(
     min_encryption_version: int | None,
     deletion_allowed: bool | None,
     exportable: bool | None = None,
+    plaintext_backup: bool | None = None,
 ) -> PolicyRow:
     """The new policy row of a key (None: unchanged), or InvalidRequest. Stored as SQLite hands
     it back (``deletion_allowed`` and ``made_exportable`` 0 or 1), so the MAC verifies on
@@ -211,8 +216,18 @@ def policy_row(
             f"key {info.name!r} is exportable and stays so: its material may have been"
             " exported already"
         )
+    if plaintext_backup is not None and not isinstance(plaintext_backup, bool):
+        raise InvalidRequest(
+            f"allow_plaintext_backup must be true or false, not {plaintext_backup!r}"
+        )
+    if plaintext_backup is False and info.allow_plaintext_backup:
+        raise InvalidRequest(
+            f"key {info.name!r} allows plaintext backup and stays so: a backup of it may have"
+            " been taken already"
+        )
     made = info.exportable or bool(exportable)
-    return info.name, least, int(allowed), int(made and not info.created_exportable)
+    backup = info.allow_plaintext_backup or bool(plaintext_backup)
+    return info.name, least, int(allowed), int(made and not info.created_exportable), int(backup)
 
 
 def forget_replaced(material: dict[Slot, bytes], keys: dict[str, KeyInfo | None]) -> None:

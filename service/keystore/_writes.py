@@ -22,6 +22,7 @@ from ._base import (
     KeyInfo,
     Lifetimes,
     Renewal,
+    RestoredKey,
     Slot,
     TokenInfo,
     VersionUsage,
@@ -39,6 +40,7 @@ from .errors import (
     DeletionNotAllowed,
     InvalidRequest,
     KeyExists,
+    KeyNotFound,
     KeyStoreCorrupt,
     TokenExpired,
     TokenNotFound,
@@ -159,6 +161,7 @@ class Writes(Imports, AppRoles, CertRoles, ABC, Generic[Db]):
         deletion_allowed: bool | None = None,
         allow_lowering: bool = False,
         exportable: bool | None = None,
+        plaintext_backup: bool | None = None,
     ) -> KeyInfo:
         with self._transaction() as db:
             before = info = self._tables.locked_key(db, name)
@@ -178,15 +181,61 @@ class Writes(Imports, AppRoles, CertRoles, ABC, Generic[Db]):
                     " makes retired versions decryptable again; it must be asked for"
                     " explicitly (allow_lowering)"
                 )
-            row = policy_row(info, least, min_encryption_version, deletion_allowed, exportable)
+            row = policy_row(
+                info, least, min_encryption_version, deletion_allowed, exportable, plaintext_backup
+            )
             if least != old:
                 self._tables.write_min_decryption(db, name, least)
             made = int(info.exportable and not info.created_exportable)
-            if row != (name, info.min_encryption_version, int(info.deletion_allowed), made):
+            backup = int(info.allow_plaintext_backup)
+            if row != (name, info.min_encryption_version, int(info.deletion_allowed), made, backup):
                 self._tables.write_policy(db, row)
             info = self._tables.locked_key(db, name)
         _log_changes(before, info)
         self._changed("key_config", key=name)
+        return info
+
+    def restore_key(self, key: RestoredKey, force: bool = False) -> KeyInfo:
+        name, alg = key.name, key.algorithm
+        if not valid_key_name(name):
+            raise InvalidRequest(f"invalid key name {name!r}")
+        numbers = [version for version, _ in key.material]
+        if not 1 <= len(numbers) <= MAX_VERSION or numbers != list(range(1, len(numbers) + 1)):
+            raise InvalidRequest("the backup's versions must be numbered from 1 up, each once")
+        if any(len(material) != alg.spec.key_len for _, material in key.material):
+            raise InvalidRequest(f"the backup holds material of the wrong length for {alg.value}")
+        with self._transaction() as db:
+            try:
+                old: KeyInfo | None = self._tables.locked_key(db, name)
+            except KeyNotFound:
+                old = None
+            if old is not None and not force:
+                raise KeyExists(f"key {name!r} already exists")
+            if old is not None and not old.deletion_allowed:
+                raise DeletionNotAllowed(f"deletion is not allowed for key {name!r}")
+            if old is not None:
+                self._tables.delete_key(db, name)
+            now = time.time()
+            if not self._tables.insert_key(db, (name, alg.value, 1, 1, now, 0, 0)):
+                raise KeyExists(f"key {name!r} already exists")
+            for version, material in key.material:
+                self._tables.add_version(db, name, version, alg, True, material)
+            info = self._tables.locked_key(db, name)
+            least = key.min_decryption_version
+            if isinstance(least, bool) or not 1 <= least <= info.latest:
+                raise InvalidRequest(
+                    f"min_decryption_version must be between 1 and {info.latest}, not {least}"
+                )
+            self._tables.write_min_decryption(db, name, least)
+            rules = (key.min_encryption_version, key.deletion_allowed, None)
+            row = policy_row(info, least, *rules, key.allow_plaintext_backup)
+            self._tables.write_policy(db, row)
+            if key.auto_rotate_period:
+                self._tables.write_limits(db, limits_row(info, None, key.auto_rotate_period))
+            info = self._tables.locked_key(db, name)
+        if old is not None:
+            self._changed("key_delete", key=name, version=old.latest)
+        self._changed("key_restore", key=name, version=info.latest)
         return info
 
     def delete_key(self, name: str) -> KeyInfo:
@@ -426,15 +475,13 @@ def _life(token: TokenInfo) -> dict[str, object]:
 
 def _log_changes(before: KeyInfo, after: KeyInfo) -> None:
     """One line per rule changed; a lowering of min_decryption_version as a warning (retired
-    versions decrypt again), as are allowing deletion and making the key exportable."""
-    fields = ("min_decryption_version", "min_encryption_version", "deletion_allowed", "exportable")
-    for field in fields:
+    versions decrypt again), as are allowing deletion, export and plaintext backup."""
+    flags = ("deletion_allowed", "exportable", "allow_plaintext_backup")
+    for field in ("min_decryption_version", "min_encryption_version", *flags):
         old, new = getattr(before, field), getattr(after, field)
         if old == new:
             continue
-        louder = (field == "min_decryption_version" and new < old) or (
-            field in ("deletion_allowed", "exportable") and new
-        )
+        louder = (field == "min_decryption_version" and new < old) or (field in flags and new)
         log.log(
             logging.WARNING if louder else logging.INFO,
             "%s of key %r %s from %s to %s",

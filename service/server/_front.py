@@ -589,6 +589,8 @@ _TRANSIT_OPERATIONS = {
     "keys": "key_list",
     "config": "key_config",
     "rotate": "key_rotate",
+    "backup": "key_backup",
+    "restore": "key_restore",
     "import": "key_import",
     "import_version": "key_import_version",
     "wrapping_key": "wrapping_key_read",

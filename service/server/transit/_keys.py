@@ -2,11 +2,11 @@
 
 Keys are the native API's keys: a key made here encrypts on ``/v1/keys/{name}/encrypt`` and
 back, unless its name is one of Vault's that an envelope cannot carry (capitals, ``_``): such
-a key is used through Transit only. What the keystore cannot hold (derived or convergent keys,
-``allow_plaintext_backup``) is refused with a 400 naming the field, rather than accepted and
-ignored (docs/TRANSIT.md). ``keys/:name/config`` checks every field in Transit's order, with
-Transit's messages, before it writes anything; ``exportable`` goes false -> true only (the
-keystore records it beside the key's wrapping, which keeps the creation flag). Keystore writes
+a key is used through Transit only. What the keystore cannot hold (derived or convergent keys)
+is refused with a 400 naming the field, rather than accepted and ignored (docs/TRANSIT.md).
+``keys/:name/config`` checks every field in Transit's order, with Transit's messages, before it
+writes anything; ``exportable`` and ``allow_plaintext_backup`` go false -> true only (the
+keystore records them beside the key's wrapping, which keeps the creation flag). Keystore writes
 (one fsynced transaction) run on a thread, off the event loop.
 """
 
@@ -41,6 +41,8 @@ TYPES = {
     "chacha20-poly1305": Algorithm.CHACHA20_POLY1305,
 }
 _TYPE_NAMES = {alg: name for name, alg in TYPES.items()}
+
+
 # Vault's names that sealflow has no algorithm for: refused as Transit refuses unknown types.
 UNSUPPORTED = frozenset(
     [
@@ -76,7 +78,7 @@ def policy(key: KeyInfo, usage: dict[int, VersionUsage] | None = None) -> dict[s
             },
         }
     return extra | {
-        "allow_plaintext_backup": False,
+        "allow_plaintext_backup": key.allow_plaintext_backup,
         "auto_rotate_period": int(key.auto_rotate_period),
         "deletion_allowed": key.deletion_allowed,
         "derived": False,
@@ -163,14 +165,18 @@ async def create(store: KeyStore, name: str, body: Body) -> bytes:
             raise _wire.user_error(f"key type {kind} is not supported by sealflow")
         raise _wire.user_error(f"unknown key type {kind}")
     exportable = _wire.as_bool(body, "exportable")
-    refuse_flags(body, "derived", "convergent_encryption", "allow_plaintext_backup")
+    backup = _wire.as_bool(body, "allow_plaintext_backup")
+    refuse_flags(body, "derived", "convergent_encryption")
     rotate_period = period(body)
     try:
         key = await asyncio.to_thread(
             store.create_key, name, algorithm, exportable, None, rotate_period or None
         )
     except KeyExists:
-        key = store.get_key(name)  # as Transit: the key that exists, unchanged
+        return _wire.envelope(policy(store.get_key(name)))  # as Transit: the key, unchanged
+    if backup:
+        # A second transaction: a failure between the two leaves the flag unset (closed).
+        key = await asyncio.to_thread(store.configure, name, plaintext_backup=True)
     return _wire.envelope(policy(key))
 
 
@@ -226,18 +232,28 @@ async def config(store: KeyStore, name: str, body: Body) -> bytes:
     # As Transit: false -> true only; false on an exportable key is ignored (no error), since
     # material once exportable may have left already.
     exportable = _wire.as_bool(body, "exportable") or key.exportable
-    refuse_flags(body, "allow_plaintext_backup")
+    # Likewise false -> true only, as Transit: a backup once allowed may have been taken.
+    backup = _wire.as_bool(body, "allow_plaintext_backup") or key.allow_plaintext_backup
     rotate_period = period(body)
     # Everything checked: now the writes (the version rules and flags in one transaction).
-    if (min_decryption, min_encryption, deletion, exportable) != (
+    rules = (min_decryption, min_encryption, deletion, exportable, backup)
+    if rules != (
         key.min_decryption_version,
         key.min_encryption_version,
         key.deletion_allowed,
         key.exportable,
+        key.allow_plaintext_backup,
     ):
         # Transit lowers min_decryption_version when asked to; the keystore logs every change.
         key = await asyncio.to_thread(
-            store.configure, name, min_decryption, min_encryption, deletion, True, exportable
+            store.configure,
+            name,
+            min_decryption,
+            min_encryption,
+            deletion,
+            True,
+            exportable,
+            backup,
         )
     if rotate_period is not None and rotate_period != key.auto_rotate_period:
         key = await asyncio.to_thread(store.set_limits, name, None, rotate_period)
@@ -245,10 +261,11 @@ async def config(store: KeyStore, name: str, body: Body) -> bytes:
 
 
 def asks_export(body: Body) -> bool:
-    """Whether a create or ``config`` asks for ``exportable`` (the export scope's business). A
-    value Vault would not read as a bool is not asking: the route refuses it in its turn."""
+    """Whether a create or ``config`` asks for ``exportable`` or ``allow_plaintext_backup``
+    (the export scope's business: either lets material leave). A value Vault would not read as
+    a bool is not asking: the route refuses it in its turn."""
     try:
-        return _wire.as_bool(body, "exportable")
+        return _wire.as_bool(body, "exportable") or _wire.as_bool(body, "allow_plaintext_backup")
     except ApiError:
         return False
 

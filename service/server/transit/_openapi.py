@@ -187,7 +187,8 @@ def paths(mount: str) -> dict[str, Any]:
             "post": {
                 "tags": _TAG,
                 "summary": "min_decryption_version, min_encryption_version, deletion_allowed,"
-                " auto_rotate_period, exportable (admin)",
+                " auto_rotate_period, exportable, allow_plaintext_backup (admin; the last two"
+                " export too)",
                 "parameters": [name],
                 "requestBody": _body(
                     {
@@ -195,6 +196,7 @@ def paths(mount: str) -> dict[str, Any]:
                         "min_encryption_version": _LENIENT_INT,
                         "deletion_allowed": _LENIENT_BOOL,
                         "exportable": _LENIENT_BOOL,
+                        "allow_plaintext_backup": _LENIENT_BOOL,
                     }
                 ),
                 "responses": admin_write,
@@ -224,6 +226,28 @@ def paths(mount: str) -> dict[str, Any]:
                     name,
                 ],
                 "responses": _answers(200, 400, 403, 404),
+                "security": _SECURITY,
+            }
+        },
+        f"{mount}/backup/{{name}}": {
+            "get": {
+                "tags": _TAG,
+                "summary": "The key in the clear, as sealflow's backup (admin and export; the"
+                " key exportable and allow_plaintext_backup)",
+                "parameters": [name],
+                "responses": _answers(200, 400, 403),
+                "security": _SECURITY,
+            }
+        },
+        f"{mount}/restore/{{name}}": {
+            "post": {
+                "tags": _TAG,
+                "summary": "The key of a backup made again, under this name or its own"
+                " (restore without a name); force replaces a key that may be deleted (admin"
+                " and export)",
+                "parameters": [name],
+                "requestBody": _body({"backup": _B64, "force": _LENIENT_BOOL}),
+                "responses": _answers(204, 400, 403),
                 "security": _SECURITY,
             }
         },

@@ -44,6 +44,7 @@ from ..http import Head
 from . import (
     _approle,
     _approle_login,
+    _backup,
     _cert,
     _cert_login,
     _data,
@@ -106,6 +107,8 @@ class Transit:
             "import_version": (f"{mount}/keys/{{name}}/import_version", any_write),
             "wrapping_key": (f"{mount}/wrapping_key", get),
             "export": (f"{mount}/export/{{type}}/{{name}}[/{{version}}]", get),
+            "backup": (f"{mount}/backup/{{name}}", get),
+            "restore": (f"{mount}/restore[/{{name}}]", any_write),
             "other": (f"{mount}/{{path}}", frozenset()),
         }
         self.routes = {kind: Route(kind, *spec) for kind, spec in templates.items()}
@@ -246,6 +249,18 @@ class Transit:
         if kind == "wrapping_key":  # its public half: any token may read it
             return 200, await _import.wrapping_key(store)
         parts = scope["path"][len(self._under) :].split("/")
+        if kind == "restore":
+            _admin(token)  # before the body is read; export on the name once it is known
+            fields = _wire.parse(await _read(receive, limit, hold, log), hold)
+            named = parts[1] if len(parts) == 2 else None
+
+            def allow(name: str) -> None:
+                log.key = name
+                _allow("export", token, name)
+
+            restored = await _backup.restore(store, named, fields, allow)
+            svc.usage.forget(restored)  # what it held of a key force replaced: not the new one's
+            return 204, b""
         name = parts[2] if kind in ("export", "datakey") else parts[1]
         log.key = name
         if kind == "datakey":
@@ -272,6 +287,9 @@ class Transit:
         if kind == "export":
             _allow("export", token, name)
             return 200, _keys.export(store, parts[1], name, parts[3] if len(parts) == 4 else None)
+        if kind == "backup":
+            _allow("export", token, name)
+            return 200, _backup.backup(store, name)
         body = await _read(receive, limit, hold, log) if method in _WRITE else b""
         if kind == "rotate":
             return 200, await _keys.rotate(store, name)
@@ -329,6 +347,8 @@ def _kind(parts: list[str]) -> str:
         return "wrapping_key"
     if first == "export" and n in (3, 4):
         return "export"
+    if (first == "backup" and n == 2) or (first == "restore" and n in (1, 2)):
+        return first
     if first == "datakey" and n == 3:
         return "datakey"
     return "other"

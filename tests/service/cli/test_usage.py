@@ -63,6 +63,8 @@ def test_help_works_whatever_the_environment_says() -> None:
         ["audit", "verify"],
         ["audit", "hmac"],
         ["migrate", "from-transit"],
+        ["keystore", "backup"],
+        ["keystore", "restore"],
     ],
 )
 def test_help_reads_as_words(command: list[str]) -> None:
