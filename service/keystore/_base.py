@@ -436,6 +436,7 @@ class KeyStore(AppRoleStore, CertRoleStore, Protocol):
         exportable: bool = False,
         allow_rotation: bool = False,
         auto_rotate_period: float | None = None,
+        allow_plaintext_backup: bool = False,
     ) -> KeyInfo:
         """A new imported key of ``material`` (``_imports.Imports.import_key``)."""
 
@@ -451,6 +452,7 @@ class KeyStore(AppRoleStore, CertRoleStore, Protocol):
         exportable: bool = False,
         allow_rotation: bool = False,
         auto_rotate_period: float | None = None,
+        allow_plaintext_backup: bool = False,
     ) -> KeyInfo:
         """A whole imported key, placeholders included, in one transaction
         (``_imports.Imports.import_versions``)."""

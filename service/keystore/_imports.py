@@ -99,6 +99,7 @@ class Imports:
         exportable: bool = False,
         allow_rotation: bool = False,
         auto_rotate_period: float | None = None,
+        allow_plaintext_backup: bool = False,
     ) -> KeyInfo:
         """A new key whose version 1 is ``material``, marked imported, in one transaction
         (``import_versions`` of one version)."""
@@ -109,6 +110,7 @@ class Imports:
             exportable=exportable,
             allow_rotation=allow_rotation,
             auto_rotate_period=auto_rotate_period,
+            allow_plaintext_backup=allow_plaintext_backup,
         )
 
     def import_versions(
@@ -123,6 +125,7 @@ class Imports:
         exportable: bool = False,
         allow_rotation: bool = False,
         auto_rotate_period: float | None = None,
+        allow_plaintext_backup: bool = False,
     ) -> KeyInfo:
         """A new imported key whose versions 1, 2, ... are ``versions``, with its minimum
         versions and deletion flag, in one transaction: the whole key or nothing. None is a
@@ -149,8 +152,14 @@ class Imports:
             for version, material in enumerate(versions, start=1):
                 self._tables.add_version(db, name, version, algorithm, exportable, material)
             info = self._tables.locked_key(db, name)
-            if min_encryption_version or deletion_allowed:
-                policy = policy_row(info, least, min_encryption_version, deletion_allowed)
+            if min_encryption_version or deletion_allowed or allow_plaintext_backup:
+                policy = policy_row(
+                    info,
+                    least,
+                    min_encryption_version,
+                    deletion_allowed,
+                    plaintext_backup=allow_plaintext_backup or None,
+                )
                 self._tables.write_policy(db, policy)
             if auto_rotate_period:
                 self._tables.write_limits(db, limits_row(info, None, auto_rotate_period))

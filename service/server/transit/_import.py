@@ -39,7 +39,8 @@ async def import_key(store: KeyStore, name: str, body: Body) -> None:
             raise _wire.user_error(f"key type {kind} is not supported by sealflow")
         raise _wire.user_error(f"unknown key type: {kind}")
     exportable = _wire.as_bool(body, "exportable")
-    _keys.refuse_flags(body, "derived", "allow_plaintext_backup")
+    backup = _wire.as_bool(body, "allow_plaintext_backup")
+    _keys.refuse_flags(body, "derived")
     if _wire.as_str(body, "context", ""):
         raise _wire.user_error("context is not supported by sealflow")
     if _exists(store, name):
@@ -57,6 +58,7 @@ async def import_key(store: KeyStore, name: str, body: Body) -> None:
         exportable=exportable,
         allow_rotation=allow_rotation,
         auto_rotate_period=period or None,
+        allow_plaintext_backup=backup,
     )
 
 
