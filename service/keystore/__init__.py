@@ -29,6 +29,7 @@ from ._pg_audit import TABLE as AUDIT_TABLE
 from ._pg_audit import PostgresSink, audit_rows
 from ._postgres import PostgresKeyStore, redact
 from ._provision import audit_table, describe, keystore_url, master_key, open_store, prepare
+from ._public_keys import RSA_TYPES, PublicKeyInfo
 from ._root_scopes import ROOT_SCOPES
 from ._sqlite import SQLiteKeyStore
 from ._usage import SCARCE, Lease, UsageMeter, next_rotation
@@ -54,6 +55,7 @@ from .errors import (
 __all__ = [
     "AUDIT_TABLE",
     "ROOT_SCOPES",
+    "RSA_TYPES",
     "SCARCE",
     "SWEEP_AFTER",
     "ChangeHook",
@@ -77,6 +79,7 @@ __all__ = [
     "NotRenewable",
     "PostgresKeyStore",
     "PostgresSink",
+    "PublicKeyInfo",
     "Renewal",
     "RoleInfo",
     "RoleNotFound",

@@ -19,13 +19,16 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from sealflow.engine import Algorithm
 from sealflow.service.envelope import valid_name
 
 from ._approle_api import AppRoleStore
 from .errors import NotExportable, VersionRetired
+
+if TYPE_CHECKING:
+    from ._public_keys import PublicKeyInfo
 
 
 @dataclass(frozen=True, slots=True)
@@ -410,6 +413,17 @@ class KeyStore(AppRoleStore, Protocol):
 
     def import_version(self, name: str, material: bytes) -> KeyInfo:
         """The next version of an imported key (``_imports.Imports.import_version``)."""
+
+    def import_public_key(self, name: str, kind: str, pem: str) -> PublicKeyInfo:
+        """A public-key-only RSA key (``_public_keys``): a byok-export destination."""
+
+    def public_key(self, name: str) -> PublicKeyInfo | None: ...
+
+    def public_keys(self) -> list[PublicKeyInfo]: ...
+
+    def configure_public_key(self, name: str, deletion_allowed: bool) -> PublicKeyInfo: ...
+
+    def delete_public_key(self, name: str) -> None: ...
 
     def health(self) -> KeyStoreHealth:
         """Whether the store answers and how old the cache is (for /readyz and /metrics)."""

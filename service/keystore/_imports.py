@@ -19,14 +19,10 @@ from sealflow.engine import Algorithm
 from . import _byok
 from ._base import KeyInfo, valid_key_name
 from ._dialect import Connection
+from ._public_keys import EXISTING, held
 from ._rows import MAX_VERSION, limits_row
 from ._tables import Tables
 from .errors import InvalidRequest, KeyStoreCorrupt
-
-_EXISTING = (
-    "the import path cannot be used with an existing key; use import-version to rotate an"
-    " existing imported key"
-)
 
 
 def rotatable(info: KeyInfo) -> None:
@@ -111,8 +107,8 @@ class Imports:
             raise InvalidRequest("allow_rotation must be set to true if auto-rotation is enabled")
         row = (name, algorithm.value, int(exportable), 1, time.time(), 1, int(allow_rotation))
         with self._transaction() as db:
-            if not self._tables.insert_key(db, row):
-                raise InvalidRequest(_EXISTING)
+            if held(self._tables, db, name) or not self._tables.insert_key(db, row):
+                raise InvalidRequest(EXISTING)
             self._tables.add_version(db, name, 1, algorithm, exportable, material)
             if auto_rotate_period:
                 info = self._tables.locked_key(db, name)

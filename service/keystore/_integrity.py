@@ -10,7 +10,8 @@ volume, a restored backup, a careless chmod) must not be able to change what it 
 - every other row that decides something, a key's row (algorithm, exportable,
   min_decryption_version, and for an imported key ``imported`` and ``allow_rotation``), its
   limits row (max_encryptions, auto_rotate_period), its policy row (min_encryption_version,
-  deletion_allowed, made_exportable), a token's row (digest,
+  deletion_allowed, made_exportable), a public-key-only key's row (its type, PEM and
+  deletion_allowed), a token's row (digest,
   scopes, revocation, lifetime and uses) and an AppRole role's or secret id's row, carries an
   HMAC-SHA-256 over every one of its columns, under a key derived from the master key with
   HKDF-SHA-256, one key per kind of row.
@@ -94,6 +95,9 @@ POLICY_ROW = Row("policy", ("name", "min_encryption_version", "deletion_allowed"
 POLICY_EXPORTABLE_ROW = Row(
     "policy-exportable", ("name", "min_encryption_version", "deletion_allowed", "made_exportable")
 )
+# A public-key-only key (an RSA public key imported as a byok-export destination,
+# ``_public_keys``): a keystore meta row whose value carries this MAC.
+PUBLIC_KEY_ROW = Row("public-key", ("name", "type", "public_key", "created_at", "deletion_allowed"))
 # An AppRole role: what a login with it grants (``_approle_rows``).
 ROLE_ROW = Row(
     "approle-role",
@@ -181,6 +185,7 @@ class Integrity:
             LIMITS_ROW,
             POLICY_ROW,
             POLICY_EXPORTABLE_ROW,
+            PUBLIC_KEY_ROW,
             ROLE_ROW,
             SECRET_ID_ROW,
         )

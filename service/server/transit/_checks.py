@@ -8,7 +8,7 @@ from __future__ import annotations
 from sealflow.service.envelope import in_native_domain
 from sealflow.service.keystore import KeyInfo, KeyNotFound, KeyStore
 
-from . import _ciphertext, _wire
+from . import _ciphertext, _public, _wire
 from ._batch import Results
 from ._ciphertext import CiphertextError
 from ._items import Item
@@ -25,10 +25,11 @@ _VERSION_TOO_LOW = (
 )
 
 
-def key_of(store: KeyStore, name: str) -> KeyInfo:
+def key_of(store: KeyStore, name: str, operation: str = "encrypt") -> KeyInfo:
     try:
         return store.get_key(name)
     except KeyNotFound:
+        _public.refuse(store, name, operation)  # a refusal: the keystore read is off no hot path
         raise _wire.user_error(KEY_NOT_FOUND) from None
 
 

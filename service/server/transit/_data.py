@@ -114,7 +114,7 @@ class _Opening:
         svc, results = self.svc, Results(len(work))
         # Looked up once the first group's items are read: a batch of one group says what is
         # wrong with its items before whether its key exists, as Transit does.
-        key = self._key = self._key or key_of(svc.store, self.name)
+        key = self._key = self._key or key_of(svc.store, self.name, "decrypt")
         versions, payloads = parse_all(key, work, results)
         aad = aads(work, results, offset)
         opening = materials(svc.store, key, versions, results)

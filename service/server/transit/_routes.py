@@ -11,8 +11,9 @@ Scopes: ``encrypt:<glob>`` covers encrypt and datakey, ``decrypt:<glob>`` decryp
 needs both; reading a key's metadata needs either (clients read ``latest_version``) or
 ``admin``; every other key route needs ``admin``, and what lets material leave (``export/``,
 and ``exportable`` asked for on create or ``config``) or come in (``keys/:name/import`` and
-``import_version``) needs ``export:<glob>`` besides, which ``admin`` does not imply. The
-public half of the import wrapping key (``wrapping_key``) is for any token.
+``import_version``, and ``byok-export`` of its source) needs ``export:<glob>`` besides, which
+``admin`` does not imply. The public half of the import wrapping key (``wrapping_key``) is for
+any token.
 
 Outside the mount, Vault's token routes (``_token_routes``): every token looks up, renews and
 revokes itself; the routes that create tokens or name another token manage tokens, so they need
@@ -25,6 +26,7 @@ And Vault's AppRole routes (``APPROLE_ROUTES``): ``login`` (``_approle_login``) 
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import Awaitable, Callable
 
@@ -46,6 +48,7 @@ from . import (
     _encrypt,
     _import,
     _keys,
+    _public,
     _sys,
     _token_routes,
     _wire,
@@ -101,6 +104,7 @@ class Transit:
             "import_version": (f"{mount}/keys/{{name}}/import_version", any_write),
             "wrapping_key": (f"{mount}/wrapping_key", get),
             "export": (f"{mount}/export/{{type}}/{{name}}[/{{version}}]", get),
+            "byok_export": (f"{mount}/byok-export/{{destination}}/{{source}}[/{{version}}]", get),
             "other": (f"{mount}/{{path}}", frozenset()),
         }
         self.routes = {kind: Route(kind, *spec) for kind, spec in templates.items()}
@@ -228,7 +232,7 @@ class Transit:
         if kind == "wrapping_key":  # its public half: any token may read it
             return 200, await _import.wrapping_key(store)
         parts = scope["path"][len(self._under) :].split("/")
-        name = parts[2] if kind in ("export", "datakey") else parts[1]
+        name = parts[2] if kind in ("export", "datakey", "byok_export") else parts[1]
         log.key = name
         if kind == "datakey":
             if not _auth.allows(token, "encrypt", name):
@@ -251,6 +255,13 @@ class Transit:
             fields = _wire.parse(await _read(receive, limit, hold, log), hold)
             await _IMPORTS[kind](store, name, fields)
             return 204, b""
+        if kind == "byok_export":  # the source's material leaves, wrapped: as an export
+            _allow("export", token, name)
+            version = parts[3] if len(parts) == 4 else None
+            query = scope["query_string"]
+            return 200, await asyncio.to_thread(
+                _public.byok_export, store, parts[1], name, version, query, log
+            )
         if kind == "export":
             _allow("export", token, name)
             return 200, _keys.export(store, parts[1], name, parts[3] if len(parts) == 4 else None)
@@ -311,6 +322,8 @@ def _kind(parts: list[str]) -> str:
         return "wrapping_key"
     if first == "export" and n in (3, 4):
         return "export"
+    if first == "byok-export" and n in (3, 4):
+        return "byok_export"
     if first == "datakey" and n == 3:
         return "datakey"
     return "other"
