@@ -220,6 +220,7 @@ class PostgresKeyStore(Writes[Db]):
         usage: list[tuple[object, ...]],
         policies: list[tuple[object, ...]],
         approle: tuple[list[tuple[object, ...]], list[tuple[object, ...]]] = ([], []),
+        public_keys: list[tuple[object, ...]] | None = None,
     ) -> None:
         """Rows of another store, as stored (``_migrate``), in one transaction, into an empty
         keystore: KeyStoreUnavailable if it holds keys or tokens already."""
@@ -259,6 +260,8 @@ class PostgresKeyStore(Writes[Db]):
                 )
                 cur.executemany(self._approle.insert_role, approle[0])
                 cur.executemany(self._approle.insert_secret_id, approle[1])
+                # Public-key-only keys: meta rows, MAC'd over their name (``_public_keys``).
+                cur.executemany(self._tables.sql.note_meta, public_keys or [])
 
     # -- the cache and its freshness
 

@@ -135,6 +135,12 @@ class PublicKeys:
                 found.append(info)
         return found
 
+    def public_key_rows(self) -> list[tuple[object, ...]]:
+        """Every public-key-only key's meta row as stored, checked or not (``_migrate``)."""
+        with self._connection() as db:
+            rows = db.execute(self._tables.sql.meta_like, (PREFIX + "%",)).fetchall()
+        return [(str(key), bytes(value)) for key, value in rows]
+
     def configure_public_key(self, name: str, deletion_allowed: bool) -> PublicKeyInfo:
         with self._transaction(changes=False) as db:
             info = self._public_locked(db, name)
