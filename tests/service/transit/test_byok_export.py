@@ -236,3 +236,44 @@ def test_byok_export_needs_the_export_scope_not_admin(server: Server, vault: hva
     r = _call(server.url, both, "GET", path)
     assert r.status_code == 200, r.text
     assert list(r.json()["data"]["keys"]) == ["1"]
+
+
+def test_the_native_byok_export_imports_into_openbao(
+    server: Server, vault: hvac.Client, openbao: hvac.Client
+) -> None:
+    name, made = _keyed(vault, 2)
+    destination = _destination(vault, openbao)
+    url = f"{server.url}/v1/keys/{name}/byok-export/{destination}"
+
+    def get(token: str, **params: Any) -> httpx.Response:
+        return httpx.get(url, params=params, headers={"Authorization": f"Bearer {token}"})
+
+    assert get(new_token(server, "admin")).status_code == 403
+    r = get(server.token, hash="sha512")
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert (body["name"], body["algorithm"], sorted(body["keys"])) == (
+        name,
+        "aes-256-gcm",
+        ["1", "2"],
+    )
+    keys = body["keys"]
+    openbao.write_data(
+        f"transit/keys/{name}/import", data={"ciphertext": keys["1"], "hash_function": "SHA512"}
+    )
+    openbao.write_data(
+        f"transit/keys/{name}/import_version",
+        data={"ciphertext": keys["2"], "hash_function": "SHA512"},
+    )
+    _opens(openbao, name, made)
+    assert sorted(get(server.token, version=2).json()["keys"]) == ["2"]
+    elsewhere = f"{server.url}/v1/keys/{name}/byok-export/{unique('none')}"
+    r = httpx.get(elsewhere, headers={"Authorization": f"Bearer {server.token}"})
+    assert r.status_code == 404
+    plain = unique("plain")
+    vault.secrets.transit.create_key(plain)
+    r = httpx.get(
+        f"{server.url}/v1/keys/{plain}/byok-export/{destination}",
+        headers={"Authorization": f"Bearer {server.token}"},
+    )
+    assert r.status_code == 403
