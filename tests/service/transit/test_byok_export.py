@@ -216,12 +216,21 @@ def test_refusals_in_openbaos_words(
             assert words in r.json()["errors"][0], (path, r.text)
     # Encrypt: OpenBao encrypts with the RSA public key; sealflow does no RSA, and says so.
     public = _destination(vault, openbao)
-    r = _call(server.url, server.token, "POST", f"encrypt/{public}", {"plaintext": "aGk="})
-    assert r.status_code == 400
-    assert r.json()["errors"] == [
+    words = [
         f"key {public} is a public key (rsa-4096): sealflow uses it only as a byok-export"
         " destination"
     ]
+    for path, body in (
+        (f"encrypt/{public}", {"plaintext": "aGk="}),
+        (f"encrypt/{public}", {"batch_input": [{"plaintext": "aGk="}]}),
+        (f"datakey/plaintext/{public}", {}),
+    ):
+        r = _call(server.url, server.token, "POST", path, body)
+        assert r.status_code == 400, (path, r.text)
+        assert r.json()["errors"] == words, path
+    r = _call(server.url, server.token, "POST", f"rewrap/{public}", {"ciphertext": "vault:v1:aGk="})
+    assert r.status_code == 400
+    assert "does not have a private counterpart" in r.json()["errors"][0]
 
 
 def test_byok_export_needs_the_export_scope_not_admin(server: Server, vault: hvac.Client) -> None:
