@@ -69,7 +69,8 @@ async def encrypt(svc: Services, name: str, raw: bytes, hold: Hold, log: AccessR
 
 def encrypt_now(svc: Services, name: str, raw: bytes, log: AccessRecord) -> Answer:
     """The same, sealed on the spot (the protocol's fast answer, for a small body)."""
-    if not known(svc.store, name):  # its refusal reads the keystore: the ASGI path, in a thread
+    if svc.usage.on_loop() and not known(svc.store, name):
+        # Its refusal reads the keystore (``_public.refuse``): the ASGI path, in a thread.
         raise WouldWait(f"key {name!r} is not held")
     with svc.budget.hold() as hold:
         fields = _items.single(raw, hold)

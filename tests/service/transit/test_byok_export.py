@@ -216,7 +216,7 @@ def test_refusals_in_openbaos_words(
             assert words in r.json()["errors"][0], (path, r.text)
     # Encrypt: OpenBao encrypts with the RSA public key; sealflow does no RSA, and says so.
     public = _destination(vault, openbao)
-    words = [
+    refused = [
         f"key {public} is a public key (rsa-4096): sealflow uses it only as a byok-export"
         " destination"
     ]
@@ -227,7 +227,7 @@ def test_refusals_in_openbaos_words(
     ):
         r = _call(server.url, server.token, "POST", path, body)
         assert r.status_code == 400, (path, r.text)
-        assert r.json()["errors"] == words, path
+        assert r.json()["errors"] == refused, path
     r = _call(server.url, server.token, "POST", f"rewrap/{public}", {"ciphertext": "vault:v1:aGk="})
     assert r.status_code == 400
     assert "does not have a private counterpart" in r.json()["errors"][0]
