@@ -69,7 +69,7 @@ async def import_version(store: KeyStore, name: str, body: Body) -> None:
     try:
         key = store.get_key(name)
     except KeyNotFound:
-        _public.refuse(store, name, "import_version")
+        await asyncio.to_thread(_public.refuse, store, name, "import_version")
         raise _wire.user_error(
             f"no key found with name {name}; to import a new key, use the import/ endpoint"
         ) from None

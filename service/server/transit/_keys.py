@@ -172,8 +172,8 @@ async def create(store: KeyStore, name: str, body: Body) -> bytes:
         key = await asyncio.to_thread(
             store.create_key, name, algorithm, exportable, None, rotate_period or None
         )
-    except KeyExists:
-        public = store.public_key(name)  # as Transit: the key that exists, unchanged
+    except KeyExists:  # as Transit: the key that exists, unchanged
+        public = await asyncio.to_thread(store.public_key, name)
         if public is not None:
             return _wire.envelope(_public.policy(public))
         key = store.get_key(name)
@@ -184,7 +184,7 @@ async def rotate(store: KeyStore, name: str) -> bytes:
     try:
         key = await asyncio.to_thread(store.rotate_key, name)
     except KeyNotFound:
-        _public.refuse(store, name, "rotate")
+        await asyncio.to_thread(_public.refuse, store, name, "rotate")
         raise _wire.user_error(f"no existing key named {name} could be found") from None
     return _wire.envelope(policy(key))
 
@@ -193,7 +193,7 @@ async def config(store: KeyStore, name: str, body: Body) -> bytes:
     try:
         key = store.get_key(name)
     except KeyNotFound:
-        public = store.public_key(name)
+        public = await asyncio.to_thread(store.public_key, name)
         if public is not None:
             return await _public.config(store, public, body)
         raise _wire.user_error(f"no existing key named {name} could be found") from None
@@ -274,7 +274,7 @@ async def delete(store: KeyStore, name: str) -> None:
     try:
         await asyncio.to_thread(store.delete_key, name)
     except KeyNotFound:
-        if store.public_key(name) is not None:
+        if await asyncio.to_thread(store.public_key, name) is not None:
             await _delete_public(store, name)
             return
         raise _wire.user_error(

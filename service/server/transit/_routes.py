@@ -228,7 +228,7 @@ class Transit:
             _admin(token)
             if method != LIST and scope["query_string"] not in (b"list=true", b"list=1"):
                 raise _unsupported_operation()
-            return 200, _keys.names(store)
+            return 200, await asyncio.to_thread(_keys.names, store)  # public keys: a read
         if kind == "wrapping_key":  # its public half: any token may read it
             return 200, await _import.wrapping_key(store)
         parts = scope["path"][len(self._under) :].split("/")
@@ -264,7 +264,8 @@ class Transit:
             )
         if kind == "export":
             _allow("export", token, name)
-            return 200, _keys.export(store, parts[1], name, parts[3] if len(parts) == 4 else None)
+            version = parts[3] if len(parts) == 4 else None
+            return 200, await asyncio.to_thread(_keys.export, store, parts[1], name, version)
         body = await _read(receive, limit, hold, log) if method in _WRITE else b""
         if kind == "rotate":
             return 200, await _keys.rotate(store, name)
