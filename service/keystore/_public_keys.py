@@ -7,7 +7,8 @@ no migration): its value is the row's MAC (``PUBLIC_KEY_ROW``: name, type, PEM, 
 deletion_allowed) followed by those values as JSON. A public key needs no secrecy, only
 integrity: a key swapped in without the master key would have sealflow wrap exported material
 for someone else, so a row that fails its MAC is refused, never used. Key names are one space
-with the keystore's keys: each kind's write checks the other in its transaction. These rows
+with the keystore's keys: each kind's creation checks the other in its transaction, and the
+two are serialised (PostgreSQL: both count a change). These rows
 are read from the database on each use (not hot: a byok-export, a read, a listing).
 """
 
@@ -111,7 +112,9 @@ class PublicKeys:
         if not valid_key_name(name):
             raise InvalidRequest(f"invalid key name {name!r}")
         info = PublicKeyInfo(name, kind, parse(kind, pem), time.time(), False)
-        with self._transaction(changes=False) as db:
+        # A counted change, as a key's creation is: on PostgreSQL both take the changes row's
+        # lock, so of a key and a public key made under one name at once, one sees the other.
+        with self._transaction() as db:
             taken = db.execute(self._tables.sql.key_row, (name,)).fetchone() is not None
             inserted = not taken and self._public_write(db, info, new=True)
             if not inserted:
