@@ -97,7 +97,8 @@ def _exists(store: KeyStore, name: str) -> bool:
 
 def _ciphertext(body: Body) -> str:
     if body.get("public_key") is not None:
-        raise _wire.user_error("public_key import is not supported by sealflow")
+        # A public key has one version here (``_public``); no other key takes one.
+        raise _wire.user_error("public_key import_version is not supported by sealflow")
     ciphertext = _wire.as_str(body, "ciphertext", "")
     if not ciphertext:
         raise _wire.user_error("provided type does not support public_key import")

@@ -116,8 +116,6 @@ def refuse(store: KeyStore, name: str, operation: str) -> None:
         raise _wire.user_error(
             "cannot decrypt ciphertext, key version does not have a private counterpart"
         )
-    if operation == "import_version":
-        raise _wire.user_error("public_key import_version is not supported by sealflow")
     raise _wire.user_error(
         f"key {name} is a public key ({key.type}): sealflow uses it only as a byok-export"
         " destination"

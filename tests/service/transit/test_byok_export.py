@@ -286,3 +286,58 @@ def test_the_native_byok_export_imports_into_openbao(
         headers={"Authorization": f"Bearer {server.token}"},
     )
     assert r.status_code == 403
+
+
+def test_a_public_key_is_only_ever_a_destination(server: Server, vault: hvac.Client) -> None:
+    public = _destination(vault, vault)
+    pem = vault.secrets.transit.read_key(public)["data"]["keys"]["1"]["public_key"]
+    # A create under its name answers it unchanged, as Transit answers a key that exists.
+    r = _call(server.url, server.token, "POST", f"keys/{public}", {"type": "aes256-gcm96"})
+    assert r.status_code == 200
+    assert (r.json()["data"]["type"], r.json()["data"]["keys"]["1"]["public_key"]) == (
+        "rsa-4096",
+        pem,
+    )
+    native = httpx.post(
+        f"{server.url}/v1/keys",
+        json={"name": public, "algorithm": "aes-256-gcm"},
+        headers={"Authorization": f"Bearer {server.token}"},
+    )
+    assert native.status_code == 409
+    made = unique("made")
+    vault.secrets.transit.create_key(made)
+    cases: list[tuple[str, dict[str, Any], str]] = [
+        (
+            f"keys/{public}/import_version",
+            {"public_key": pem},
+            "public_key import_version is not supported by sealflow",
+        ),
+        (f"keys/{public}/config", {"exportable": True}, "exportable is not supported"),
+        (
+            f"keys/{public}/import_version",
+            {"ciphertext": "AAAA"},
+            f"key {public} is a public key (rsa-4096)",
+        ),
+        (
+            f"keys/{unique('rsa')}/import",
+            {"type": "rsa-4096", "public_key": pem, "exportable": True},
+            "exportable is not supported by sealflow",
+        ),
+        (
+            f"keys/{made}/import",
+            {"type": "rsa-4096", "public_key": pem},
+            "the import path cannot be used with an existing key",
+        ),
+        (
+            f"keys/{public}/import",
+            {"type": "rsa-4096", "public_key": pem},
+            "the import path cannot be used with an existing key",
+        ),
+    ]
+    for path, body, words in cases:
+        r = _call(server.url, server.token, "POST", path, body)
+        assert r.status_code == 400, (path, r.text)
+        assert words in r.json()["errors"][0], (path, r.text)
+    key = vault.secrets.transit.read_key(public)["data"]
+    assert (key["type"], key["exportable"], key["latest_version"]) == ("rsa-4096", False, 1)
+    assert vault.secrets.transit.read_key(made)["data"]["type"] == "aes256-gcm96"
