@@ -22,6 +22,7 @@ from ._base import (
     valid_scope,
     valid_secret,
 )
+from ._cert_api import CertRoleInfo
 from ._masterkey import KeyWrapper, create_master_key_file, load_master_key, read_secret
 from ._migrate import Migrated
 from ._migrate import migrate as migrate_keystore
@@ -58,6 +59,7 @@ __all__ = [
     "RSA_TYPES",
     "SCARCE",
     "SWEEP_AFTER",
+    "CertRoleInfo",
     "ChangeHook",
     "DeletionNotAllowed",
     "InvalidRequest",

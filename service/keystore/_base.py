@@ -17,7 +17,7 @@ left out of ``list_tokens``. Either is logged once.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
@@ -25,6 +25,7 @@ from sealflow.engine import Algorithm
 from sealflow.service.envelope import valid_name
 
 from ._approle_api import AppRoleStore
+from ._cert_api import CertRoleStore
 from .errors import NotExportable, VersionRetired
 
 if TYPE_CHECKING:
@@ -213,7 +214,7 @@ ChangeHook = Callable[[str, dict[str, object]], None]
 SWEEP_AFTER = 86400.0
 
 
-class KeyStore(AppRoleStore, Protocol):
+class KeyStore(AppRoleStore, CertRoleStore, Protocol):
     on_change: ChangeHook | None  # set once, before the store is used from several threads
     lifetimes: Lifetimes  # likewise (``open_store`` sets it from the settings)
 
@@ -410,6 +411,22 @@ class KeyStore(AppRoleStore, Protocol):
         auto_rotate_period: float | None = None,
     ) -> KeyInfo:
         """A new imported key of ``material`` (``_imports.Imports.import_key``)."""
+
+    def import_versions(
+        self,
+        name: str,
+        algorithm: Algorithm,
+        versions: Sequence[bytes | None],
+        *,
+        min_decryption_version: int = 1,
+        min_encryption_version: int = 0,
+        deletion_allowed: bool = False,
+        exportable: bool = False,
+        allow_rotation: bool = False,
+        auto_rotate_period: float | None = None,
+    ) -> KeyInfo:
+        """A whole imported key, placeholders included, in one transaction
+        (``_imports.Imports.import_versions``)."""
 
     def import_version(self, name: str, material: bytes) -> KeyInfo:
         """The next version of an imported key (``_imports.Imports.import_version``)."""

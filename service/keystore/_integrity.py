@@ -11,8 +11,8 @@ volume, a restored backup, a careless chmod) must not be able to change what it 
   min_decryption_version, and for an imported key ``imported`` and ``allow_rotation``), its
   limits row (max_encryptions, auto_rotate_period), its policy row (min_encryption_version,
   deletion_allowed, made_exportable), a public-key-only key's row (its type, PEM and
-  deletion_allowed), a token's row (digest,
-  scopes, revocation, lifetime and uses) and an AppRole role's or secret id's row, carries an
+  deletion_allowed), a token's row (digest, scopes, revocation, lifetime and uses), an AppRole
+  role's or secret id's row and a certificate role's row, carries an
   HMAC-SHA-256 over every one of its columns, under a key derived from the master key with
   HKDF-SHA-256, one key per kind of row.
 
@@ -133,6 +133,25 @@ SECRET_ID_ROW = Row(
         "metadata",
     ),
 )
+# A certificate role of the cert auth method: the certificate it trusts, the rules a client
+# certificate must match, and what a login with it grants (``_cert_rows``).
+CERT_ROLE_ROW = Row(
+    "cert-role",
+    (
+        "name",
+        "certificate",
+        "allowed_common_names",
+        "allowed_dns_sans",
+        "allowed_email_sans",
+        "allowed_uri_sans",
+        "allowed_organizational_units",
+        "policies",
+        "token_ttl",
+        "token_max_ttl",
+        "display_name",
+        "created_at",
+    ),
+)
 
 
 def encode(label: str, values: Sequence[object]) -> bytes:
@@ -188,6 +207,7 @@ class Integrity:
             PUBLIC_KEY_ROW,
             ROLE_ROW,
             SECRET_ID_ROW,
+            CERT_ROLE_ROW,
         )
         self._mac_keys = {row: _derive(master_key, row) for row in rows}
 

@@ -1,13 +1,13 @@
 """``sealflow keystore migrate``: an SQLite keystore copied into PostgreSQL, verbatim, then checked.
 
 Rows are copied as they are stored (wrapped material, MACs, times, ids, digests, usage limits
-and counts, Transit policies with made_exportable, AppRole roles and secret ids, public-key-only
-keys): both stores
-authenticate the same columns with the same types (``_integrity``), so nothing is rewrapped or
-re-signed and a row that was refused in SQLite stays refused. The copy is one transaction into
-an empty PostgreSQL keystore; then both stores are opened with the master key and every key,
-every version's material and every token is compared. Anything that differs is reported and
-the target is left for the operator to drop: the SQLite file is never changed.
+and counts, Transit policies with made_exportable, AppRole roles and secret ids, certificate
+roles, public-key-only keys): both stores authenticate the same columns with the same types
+(``_integrity``), so nothing is rewrapped or re-signed and a row that was refused in SQLite
+stays refused. The copy is one transaction into an empty PostgreSQL keystore; then both stores
+are opened with the master key and every key, every version's material, every token and every
+role is compared. Anything that differs is reported and the target is left for the operator to
+drop: the SQLite file is never changed.
 """
 
 from __future__ import annotations
@@ -40,7 +40,12 @@ def migrate(source: Path, url: str, master_key: bytes) -> Migrated:
     with closing(SQLiteKeyStore(source, master_key)) as old:
         rows = old.export_rows()
         with closing(PostgresKeyStore(url, master_key, watch=False)) as new:
-            new.import_rows(*rows, approle=old.approle_rows(), public_keys=old.public_key_rows())
+            new.import_rows(
+                *rows,
+                approle=old.approle_rows(),
+                cert_roles=old.cert_role_rows(),
+                public_keys=old.public_key_rows(),
+            )
             _verify(old, new)
     keys, versions, tokens = rows[:3]
     return Migrated(len(keys), len(versions), len(tokens))
@@ -72,3 +77,5 @@ def _verify(old: SQLiteKeyStore, new: PostgresKeyStore) -> None:
     for role in roles:
         if old.list_secret_ids(role.name) != new.list_secret_ids(role.name):
             raise fail(f"the secret ids of AppRole role {role.name!r} differ")
+    if old.list_cert_roles() != new.list_cert_roles():
+        raise fail("the certificate roles differ")

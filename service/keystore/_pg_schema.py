@@ -139,6 +139,19 @@ MIGRATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
             " ADD COLUMN allow_rotation integer NOT NULL DEFAULT 0",
         ),
     ),
+    (
+        "cert auth: certificate roles",
+        (
+            # _cert_rows; mac: over the other columns, in CERT_ROLE_ROW.columns order.
+            "CREATE TABLE sealflow_cert_roles (name text PRIMARY KEY, certificate text NOT NULL,"
+            " allowed_common_names text NOT NULL, allowed_dns_sans text NOT NULL,"
+            " allowed_email_sans text NOT NULL, allowed_uri_sans text NOT NULL,"
+            " allowed_organizational_units text NOT NULL, policies text NOT NULL,"
+            " token_ttl bigint NOT NULL, token_max_ttl bigint NOT NULL,"
+            " display_name text NOT NULL, created_at double precision NOT NULL,"
+            " mac bytea NOT NULL)",
+        ),
+    ),
 )
 
 

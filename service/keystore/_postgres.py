@@ -29,6 +29,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from . import _pg_schema
 from ._approle_rows import AppRoleTables
 from ._base import KeyInfo, KeyStoreHealth, Slot, TokenInfo
+from ._cert_rows import CertTables
 from ._dialect import Dialect, Sql, TableNames
 from ._integrity import Integrity
 from ._pg_connections import Connections
@@ -111,6 +112,7 @@ class PostgresKeyStore(Writes[Db]):
         self._approle = AppRoleTables(
             "%s", "sealflow_", " FOR UPDATE", self._integrity, self._where
         )
+        self._cert = CertTables("%s", "sealflow_", " FOR UPDATE", self._integrity, self._where)
         self._errors = _errors(f"keystore {self._where}")
         self._keys: dict[str, KeyInfo | None] = {}
         self._tokens: dict[bytes, tuple[bytes, TokenInfo]] = {}
@@ -220,6 +222,7 @@ class PostgresKeyStore(Writes[Db]):
         usage: list[tuple[object, ...]],
         policies: list[tuple[object, ...]],
         approle: tuple[list[tuple[object, ...]], list[tuple[object, ...]]] = ([], []),
+        cert_roles: list[tuple[object, ...]] | None = None,
         public_keys: list[tuple[object, ...]] | None = None,
     ) -> None:
         """Rows of another store, as stored (``_migrate``), in one transaction, into an empty
@@ -260,6 +263,7 @@ class PostgresKeyStore(Writes[Db]):
                 )
                 cur.executemany(self._approle.insert_role, approle[0])
                 cur.executemany(self._approle.insert_secret_id, approle[1])
+                cur.executemany(self._cert.insert, cert_roles or [])
                 # Public-key-only keys: meta rows, MAC'd over their name (``_public_keys``).
                 cur.executemany(self._tables.sql.note_meta, public_keys or [])
 

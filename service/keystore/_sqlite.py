@@ -20,6 +20,7 @@ from pathlib import Path
 from . import _sqlite_file
 from ._approle_rows import AppRoleTables
 from ._base import KeyInfo, KeyStoreHealth, Slot, TokenInfo
+from ._cert_rows import CertTables
 from ._dialect import Dialect, Sql, TableNames
 from ._integrity import Integrity
 from ._masterkey import KeyWrapper
@@ -79,6 +80,7 @@ class SQLiteKeyStore(Writes[sqlite3.Connection]):
         self._integrity = Integrity(master_key)
         self._tables = Tables(_SQL, self._integrity, str(path))
         self._approle = AppRoleTables("?", "", "", self._integrity, str(path))
+        self._cert = CertTables("?", "", "", self._integrity, str(path))
         self._errors = _errors(f"keystore {path}")
         # The service calls in from the event loop and from worker threads.
         self._lock = threading.Lock()

@@ -72,6 +72,14 @@ USAGE_SCHEMA = (
     " role TEXT NOT NULL, role_born REAL NOT NULL, digest BLOB NOT NULL UNIQUE,"
     " created_at REAL NOT NULL, expire_at REAL, num_uses INTEGER NOT NULL,"
     " uses INTEGER NOT NULL, cidrs TEXT NOT NULL, metadata TEXT NOT NULL, mac BLOB NOT NULL)",
+    # Certificate roles (``_cert_rows``); mac: over the other columns, in CERT_ROLE_ROW.columns
+    # order; the allowed_* rules are JSON lists of globs.
+    "CREATE TABLE IF NOT EXISTS cert_roles (name TEXT PRIMARY KEY, certificate TEXT NOT NULL,"
+    " allowed_common_names TEXT NOT NULL, allowed_dns_sans TEXT NOT NULL,"
+    " allowed_email_sans TEXT NOT NULL, allowed_uri_sans TEXT NOT NULL,"
+    " allowed_organizational_units TEXT NOT NULL, policies TEXT NOT NULL,"
+    " token_ttl INTEGER NOT NULL, token_max_ttl INTEGER NOT NULL, display_name TEXT NOT NULL,"
+    " created_at REAL NOT NULL, mac BLOB NOT NULL)",
 )
 # Columns added to those tables since; a file whose table lacks one gets it at open (its rows
 # take the default, which is what they meant). The tokens' lifetime columns (TOKEN_ROW's; no

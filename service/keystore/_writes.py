@@ -30,6 +30,7 @@ from ._base import (
     valid_scope,
     valid_secret,
 )
+from ._cert_roles import CertRoles
 from ._dialect import Connection
 from ._imports import Imports, rotatable
 from ._public_keys import PublicKeys, held
@@ -48,7 +49,7 @@ log = logging.getLogger("sealflow.keystore")
 Db = TypeVar("Db", bound=Connection)
 
 
-class Writes(Imports, PublicKeys, AppRoles, ABC, Generic[Db]):
+class Writes(Imports, PublicKeys, AppRoles, CertRoles, ABC, Generic[Db]):
     """The ``KeyStore``'s writes; a store adds its connections and its reads (its cache, kept
     fresh its own way) and sets ``_tables``."""
 

@@ -104,9 +104,9 @@ class Front:
         proxies = settings.trusted_proxy_networks
         self.proxies = _forwarded.Proxies(proxies) if proxies else None
         self.active = 0  # requests in flight, probes aside; also the in-flight gauge
-        # AppRole logins: the one counted route a client without a token reaches (its credential
-        # is in the body), so they may hold at most an eighth of the slots; the rest stay free
-        # for clients with a token however many logins trickle their bodies.
+        # Logins (AppRole, cert): the counted routes a client without a token reaches (AppRole's
+        # credential is in the body), so together they may hold at most an eighth of the slots;
+        # the rest stay free for clients with a token however many logins trickle their bodies.
         self.login_limit = max(1, self.limit // 8)
         self.logins = 0
         self.by_token: dict[str, int] = {}
@@ -192,7 +192,7 @@ class Front:
             raise errors.audit_unavailable()
         if counted and self.active >= self.limit:
             raise errors.overloaded()
-        if vault is transit.APPROLE_LOGIN and self.logins >= self.login_limit:
+        if vault in transit.LOGINS and self.logins >= self.login_limit:
             raise errors.overloaded()
         if token is not None and self.by_token.get(token.id, 0) >= self.per_token:
             _metrics.AUTH_FAILURES.labels("token_limit").inc()
@@ -414,7 +414,7 @@ class Front:
             return
         plan.taken = True
         self.active += 1
-        if plan.vault is transit.APPROLE_LOGIN:
+        if plan.vault in transit.LOGINS:
             self.logins += 1
         token = plan.token
         if token is not None:
@@ -425,7 +425,7 @@ class Front:
             return
         plan.taken = False
         self.active -= 1
-        if plan.vault is transit.APPROLE_LOGIN:
+        if plan.vault in transit.LOGINS:
             self.logins -= 1
         if not self.active:
             self.trimmer.idle()

@@ -47,7 +47,11 @@ class SealflowApp(FastAPI):
     def openapi(self) -> dict[str, Any]:
         if self.openapi_schema is None:
             schema = super().openapi()
-            vault = {**transit.paths(self.front.transit.mount), **transit.approle_paths()}
+            vault = {
+                **transit.paths(self.front.transit.mount),
+                **transit.approle_paths(),
+                **transit.cert_paths(),
+            }
             schema["paths"] = {**data.OPENAPI_PATHS, **vault, **schema["paths"]}
             schemes = schema.setdefault("components", {}).setdefault("securitySchemes", {})
             schemes.update(transit.SECURITY_SCHEMES)

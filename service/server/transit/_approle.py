@@ -91,7 +91,7 @@ async def manage(
             return 204, b""
         fields = _role_fields(await read())
         await _may_grant(svc, caller, name, fields.get("token_policies"))
-        await _keystore(store.write_role, name, fields)
+        await keystore(store.write_role, name, fields)
         return 204, b""
     if route == "approle_role_id":
         if method == "GET":
@@ -100,7 +100,7 @@ async def manage(
         if not role_id:
             raise _wire.user_error("missing role_id")
         await _may_grant(svc, caller, name)
-        await _keystore(store.set_role_id, name, role_id)
+        await keystore(store.set_role_id, name, role_id)
         return 204, b""
     if route == "approle_secret_id" and method == LIST:
         try:
@@ -120,9 +120,9 @@ async def manage(
     if not secret:
         raise _wire.user_error("missing secret_id")
     if route == "approle_secret_id_lookup":
-        info = await _keystore(store.lookup_secret_id, name, secret)
+        info = await keystore(store.lookup_secret_id, name, secret)
         return (204, b"") if info is None else (200, _wire.envelope(_secret_id(info)))
-    await _keystore(store.destroy_secret_id, name, secret)
+    await keystore(store.destroy_secret_id, name, secret)
     return 204, b""
 
 
@@ -136,11 +136,11 @@ async def _by_accessor(svc: Services, route: str, name: str, body: Body) -> tupl
         raise _wire.user_error("missing secret_id_accessor")
     unknown = f'failed to find accessor entry for secret_id_accessor: "{accessor}"'
     if route == "approle_secret_id_accessor_lookup":
-        info = await _keystore(svc.store.lookup_secret_id, name, accessor=accessor)
+        info = await keystore(svc.store.lookup_secret_id, name, accessor=accessor)
         if info is None:
             raise ApiError(404, "not_found", unknown)
         return 200, _wire.envelope(_secret_id(info))
-    if not await _keystore(svc.store.destroy_secret_id, name, accessor=accessor):
+    if not await keystore(svc.store.destroy_secret_id, name, accessor=accessor):
         raise _wire.user_error(unknown)
     return 204, b""
 
@@ -166,7 +166,7 @@ async def _generate(svc: Services, name: str, body: Body, custom: bool) -> bytes
     given = _wire.as_str(body, "secret_id") if custom else None
     if custom and not given:
         raise _wire.user_error("missing secret_id")
-    if _list(body, "token_bound_cidrs"):
+    if string_list(body, "token_bound_cidrs"):
         raise _wire.user_error("token_bound_cidrs is not supported: bind the secret ids instead")
     meta_text = _wire.as_str(body, "metadata")
     try:
@@ -175,13 +175,13 @@ async def _generate(svc: Services, name: str, body: Body, custom: bool) -> bytes
         raise _wire.user_error("failed to parse metadata: not a JSON object") from None
     if not isinstance(metadata, dict):
         raise _wire.user_error("failed to parse metadata: not a JSON object")
-    ttl = _duration(body, "ttl") if body.get("ttl") is not None else None
+    ttl = duration(body, "ttl") if body.get("ttl") is not None else None
     uses = _wire.as_int(body, "num_uses") if body.get("num_uses") is not None else None
-    info, secret = await _keystore(
+    info, secret = await keystore(
         svc.store.create_secret_id,
         name,
         metadata=metadata,
-        cidrs=list(_list(body, "cidr_list")),
+        cidrs=list(string_list(body, "cidr_list")),
         ttl=ttl,
         num_uses=uses,
         secret=given,
@@ -203,7 +203,7 @@ async def _role(svc: Services, name: str) -> RoleInfo:
         raise _wire.not_found() from None
 
 
-async def _keystore(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+async def keystore(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """A keystore write off the event loop; a missing role is Vault's 404 with its message."""
     try:
         return await asyncio.to_thread(call, *args, **kwargs)
@@ -221,23 +221,23 @@ def _role_fields(body: Body) -> dict[str, Any]:
     fields: dict[str, Any] = {}
     policies = body.get("token_policies", body.get("policies"))
     if policies is not None:
-        fields["token_policies"] = _list(
+        fields["token_policies"] = string_list(
             body, "token_policies" if "token_policies" in body else "policies"
         )
     for name in _DURATIONS:
         if body.get(name) is not None:
-            fields[name] = _duration(body, name)
+            fields[name] = duration(body, name)
     for name in _COUNTS:
         if body.get(name) is not None:
             fields[name] = _wire.as_int(body, name)
     if body.get("secret_id_bound_cidrs") is not None:
-        fields["secret_id_bound_cidrs"] = _list(body, "secret_id_bound_cidrs")
+        fields["secret_id_bound_cidrs"] = string_list(body, "secret_id_bound_cidrs")
     if body.get("bind_secret_id") is not None:
         fields["bind_secret_id"] = _wire.as_bool(body, "bind_secret_id")
     return fields
 
 
-def _list(body: Body, name: str) -> tuple[str, ...]:
+def string_list(body: Body, name: str) -> tuple[str, ...]:
     """A list of strings as Vault's ``TypeCommaStringSlice``: a list, or comma-separated text."""
     value = body.get(name)
     if value is None:
@@ -246,7 +246,7 @@ def _list(body: Body, name: str) -> tuple[str, ...]:
     return tuple(str(item).strip() for item in items if str(item).strip())
 
 
-def _duration(body: Body, name: str) -> int:
+def duration(body: Body, name: str) -> int:
     try:
         return parse_duration(body.get(name))
     except ValueError:

@@ -21,7 +21,9 @@ revokes itself; the routes that create tokens or name another token manage token
 
 And Vault's AppRole routes (``APPROLE_ROUTES``): ``login`` (``_approle_login``) needs no token
 (its body, read with a small limit, is the credential); managing roles and secret ids
-(``_approle``) needs ``admin``, refused before the body is read.
+(``_approle``) needs ``admin``, refused before the body is read. Vault's cert routes
+(``CERT_ROUTES``) likewise: ``login`` (``_cert_login``) needs no token (the connection's TLS
+client certificate is the credential), managing certificate roles (``_cert``) needs ``admin``.
 """
 
 from __future__ import annotations
@@ -44,10 +46,13 @@ from ..http import Head
 from . import (
     _approle,
     _approle_login,
+    _cert,
+    _cert_login,
     _data,
     _encrypt,
     _import,
     _keys,
+    _login,
     _public,
     _sys,
     _token_routes,
@@ -119,6 +124,8 @@ class Transit:
         if path.startswith(_approle.PREFIX):
             kind = _approle.kind(path[len(_approle.PREFIX) :].split("/"))
             return APPROLE_ROUTES[kind or "approle_other"]
+        if path.startswith(_cert.PREFIX):
+            return CERT_ROUTES[_cert.kind(path[len(_cert.PREFIX) :].split("/")) or "cert_other"]
         return None
 
     async def serve(
@@ -140,13 +147,18 @@ class Transit:
                 status, body = _sys.health(svc, scope["query_string"])
                 await _wire.respond(send, status, body, log, head=method == "HEAD")
                 return
-            if route is APPROLE_LOGIN and svc is not None:
+            if route in LOGINS and svc is not None:
                 if method not in route.methods:
                     raise _unsupported_operation()
-                # No token: the credential is the body, read with a small limit.
+                # No token: the credential is the body (AppRole) or the connection's client
+                # certificate (cert); a body is read with a small limit.
                 with svc.budget.hold() as hold:
-                    body = await _read(receive, _approle_login.LOGIN_MAX, hold, log)
-                    status, reply = await _approle_login.login(svc, _wire.parse(body, hold), log)
+                    fields = _wire.parse(await _read(receive, _login.LOGIN_MAX, hold, log), hold)
+                    if route is APPROLE_LOGIN:
+                        status, reply = await _approle_login.login(svc, fields, log)
+                    else:
+                        cert = scope["sealflow.head"].peer_cert
+                        status, reply = await _cert_login.login(svc, cert, fields, log)
                 await _wire.respond(send, status, reply, log, head=False)
                 return
             if svc is None or token is None:
@@ -224,6 +236,12 @@ class Transit:
                 method = LIST
             read = functools.partial(_read_json, receive, limit, hold, log)
             return await _approle.manage(svc, kind, method, scope["path"], token, read)
+        if kind in CERT_ROUTES:
+            _admin(token)  # before the body is read
+            if kind == "cert_roles" and method != LIST and not _listing(scope):
+                raise _unsupported_operation()
+            read = functools.partial(_read_json, receive, limit, hold, log)
+            return await _cert.manage(svc, kind, method, scope["path"], token, read)
         if kind == "keys":
             _admin(token)
             if method != LIST and scope["query_string"] not in (b"list=true", b"list=1"):
@@ -444,3 +462,16 @@ APPROLE_ROUTES = {
     )
 }
 APPROLE_LOGIN = APPROLE_ROUTES["approle_login"]
+# Vault's cert routes (``_cert``), by kind; the login alone needs no token.
+CERT_ROUTES = {
+    kind: Route(kind, _cert.PREFIX + path, methods, token=kind != "cert_login")
+    for kind, path, methods in (
+        ("cert_login", "login", _WRITE),
+        ("cert_roles", "certs", frozenset(("GET", LIST))),
+        ("cert_role", "certs/{name}", _WRITE | {"GET", "DELETE"}),
+        ("cert_other", "{path}", frozenset()),  # Vault's 404 unsupported path
+    )
+}
+CERT_LOGIN = CERT_ROUTES["cert_login"]
+# The routes a client without a token reaches to log in: they share the login slots (``_front``).
+LOGINS = frozenset((APPROLE_LOGIN, CERT_LOGIN))

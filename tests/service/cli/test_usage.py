@@ -58,9 +58,11 @@ def test_help_works_whatever_the_environment_says() -> None:
         ["tokens", "create"],
         ["approle", "role", "create"],
         ["approle", "secret-id", "create"],
+        ["cert", "role", "create"],
         ["selftest"],
         ["audit", "verify"],
         ["audit", "hmac"],
+        ["migrate", "from-transit"],
     ],
 )
 def test_help_reads_as_words(command: list[str]) -> None:

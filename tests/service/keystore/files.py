@@ -40,6 +40,8 @@ PG_UNDO_MIGRATION_8 = (
     "ALTER TABLE sealflow_keys DROP COLUMN imported, DROP COLUMN allow_rotation;"
     " DELETE FROM sealflow_meta WHERE key = 'import_wrapping_key'"
 )
+# The table migration 9 made (certificate roles), likewise.
+PG_UNDO_MIGRATION_9 = "DROP TABLE sealflow_cert_roles"
 KEY_LEN = {"aes-128-gcm": 16, "aes-256-gcm": 32, "chacha20-poly1305": 32}
 
 

@@ -27,7 +27,12 @@ from sealflow.service.keystore import (
     migrate_keystore,
 )
 
-from .files import PG_UNDO_MIGRATION_6, PG_UNDO_MIGRATION_7, PG_UNDO_MIGRATION_8
+from .files import (
+    PG_UNDO_MIGRATION_6,
+    PG_UNDO_MIGRATION_7,
+    PG_UNDO_MIGRATION_8,
+    PG_UNDO_MIGRATION_9,
+)
 from .test_postgres import eventually
 
 Opener = Callable[[bytes], KeyStore]
@@ -182,6 +187,7 @@ def test_a_postgresql_keystore_of_migration_3_is_migrated(pg_url: str, master_ke
     with psycopg.connect(pg_url) as conn:  # as the code before this left the database
         conn.execute("ALTER TABLE sealflow_key_policy DROP COLUMN made_exportable")
         conn.execute("DROP TABLE sealflow_audit")  # migration 5's
+        conn.execute(PG_UNDO_MIGRATION_9)
         conn.execute(PG_UNDO_MIGRATION_8)
         conn.execute(PG_UNDO_MIGRATION_7)
         conn.execute(PG_UNDO_MIGRATION_6)  # migration 6's (no token here: no MAC to redo)

@@ -25,7 +25,12 @@ from sealflow.service.keystore import (
     migrate_keystore,
 )
 
-from .files import PG_UNDO_MIGRATION_6, PG_UNDO_MIGRATION_7, PG_UNDO_MIGRATION_8
+from .files import (
+    PG_UNDO_MIGRATION_6,
+    PG_UNDO_MIGRATION_7,
+    PG_UNDO_MIGRATION_8,
+    PG_UNDO_MIGRATION_9,
+)
 from .test_postgres import eventually
 
 Opener = Callable[[bytes], KeyStore]
@@ -210,6 +215,7 @@ def test_a_postgresql_keystore_of_the_previous_schema_is_migrated(
     with psycopg.connect(pg_url) as conn:
         conn.execute("DROP TABLE sealflow_key_policy")
         conn.execute("DROP TABLE sealflow_audit")
+        conn.execute(PG_UNDO_MIGRATION_9)
         conn.execute(PG_UNDO_MIGRATION_8)
         conn.execute(PG_UNDO_MIGRATION_7)
         conn.execute(PG_UNDO_MIGRATION_6)  # migration 6's (no token here: no MAC to redo)

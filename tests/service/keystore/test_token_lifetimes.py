@@ -33,7 +33,12 @@ from sealflow.service.keystore import (
 )
 from sealflow.service.keystore._integrity import encode
 
-from .files import PG_UNDO_MIGRATION_6, PG_UNDO_MIGRATION_7, PG_UNDO_MIGRATION_8
+from .files import (
+    PG_UNDO_MIGRATION_6,
+    PG_UNDO_MIGRATION_7,
+    PG_UNDO_MIGRATION_8,
+    PG_UNDO_MIGRATION_9,
+)
 from .test_postgres import eventually
 
 OpenStore = Callable[[bytes], KeyStore]
@@ -272,6 +277,7 @@ def test_a_postgresql_keystore_from_before_lifetimes_opens_with_its_tokens(
             cur = conn.execute(sql, args)
             return cur.fetchall() if cur.description else []
 
+        conn.execute(PG_UNDO_MIGRATION_9)
         conn.execute(PG_UNDO_MIGRATION_8)
 
         conn.execute(PG_UNDO_MIGRATION_7)

@@ -1,6 +1,6 @@
-"""AppRole logins hold at most an eighth of the concurrency slots (``Front.login_limit``): a
-login is the one counted route a client without a token reaches, its credential in the body,
-so clients trickling login bodies must not take the slots clients with a token need."""
+"""Logins (AppRole, cert) hold at most an eighth of the concurrency slots, together
+(``Front.login_limit``): a login is a counted route a client without a token reaches, so
+clients trickling login bodies must not take the slots clients with a token need."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 
 LOGIN = "/v1/auth/approle/login"
+CERT_LOGIN = "/v1/auth/cert/login"
 
 
 def test_trickled_logins_leave_the_slots_to_tokens(make_server: Any) -> None:
@@ -38,6 +39,23 @@ def test_trickled_logins_leave_the_slots_to_tokens(make_server: Any) -> None:
     with httpx.Client(base_url=srv.url, timeout=30) as client:
         answered = until(lambda: client.post(LOGIN, json={"role_id": "r", "secret_id": "s"}), 400)
         assert answered.json() == {"errors": ["invalid role or secret ID"]}
+
+
+def test_cert_logins_share_the_login_slots(make_server: Any) -> None:
+    srv = make_server(max_concurrent_requests=8)
+    with socket.create_connection(("127.0.0.1", srv.port), timeout=30) as held:
+        held.sendall(
+            b"POST " + CERT_LOGIN.encode() + b" HTTP/1.1\r\nHost: localhost\r\n"
+            b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+            b'{"name": "'
+        )
+        with httpx.Client(base_url=srv.url, timeout=30) as client:
+            until(lambda: client.post(LOGIN, json={"role_id": "r", "secret_id": "s"}), 503)
+            assert client.post(CERT_LOGIN, json={}).status_code == 503
+    with httpx.Client(base_url=srv.url, timeout=30) as client:
+        # Plain HTTP: no connection certificate, so Vault's 400.
+        answered = until(lambda: client.post(CERT_LOGIN, json={}), 400)
+        assert answered.json() == {"errors": ["no client certificate found"]}
 
 
 def until(call: Any, status: int) -> httpx.Response:
