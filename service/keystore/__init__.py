@@ -33,6 +33,7 @@ from ._pg_audit import TABLE as AUDIT_TABLE
 from ._pg_audit import PostgresSink, audit_rows
 from ._postgres import PostgresKeyStore, redact
 from ._provision import audit_table, describe, keystore_url, master_key, open_store, prepare
+from ._public_keys import RSA_TYPES, PublicKeyInfo
 from ._root_scopes import ROOT_SCOPES
 from ._snapshot import Snapshot
 from ._sqlite import SQLiteKeyStore
@@ -60,6 +61,7 @@ from .errors import (
 __all__ = [
     "AUDIT_TABLE",
     "ROOT_SCOPES",
+    "RSA_TYPES",
     "SCARCE",
     "SWEEP_AFTER",
     "BackupRefused",
@@ -85,6 +87,7 @@ __all__ = [
     "NotRenewable",
     "PostgresKeyStore",
     "PostgresSink",
+    "PublicKeyInfo",
     "Renewal",
     "RestoredKey",
     "RoleInfo",

@@ -29,6 +29,7 @@ from ._cert_api import CertRoleStore
 from .errors import NotExportable, VersionRetired
 
 if TYPE_CHECKING:  # _snapshot imports this module (through _dialect)
+    from ._public_keys import PublicKeyInfo
     from ._snapshot import Snapshot
 
 
@@ -459,6 +460,17 @@ class KeyStore(AppRoleStore, CertRoleStore, Protocol):
 
     def import_version(self, name: str, material: bytes) -> KeyInfo:
         """The next version of an imported key (``_imports.Imports.import_version``)."""
+
+    def import_public_key(self, name: str, kind: str, pem: str) -> PublicKeyInfo:
+        """A public-key-only RSA key (``_public_keys``): a byok-export destination."""
+
+    def public_key(self, name: str) -> PublicKeyInfo | None: ...
+
+    def public_keys(self) -> list[PublicKeyInfo]: ...
+
+    def configure_public_key(self, name: str, deletion_allowed: bool) -> PublicKeyInfo: ...
+
+    def delete_public_key(self, name: str) -> None: ...
 
     def health(self) -> KeyStoreHealth:
         """Whether the store answers and how old the cache is (for /readyz and /metrics)."""

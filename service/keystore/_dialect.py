@@ -173,6 +173,10 @@ class Sql:
         # Once-only changes of the rows themselves (``_root_scopes``), each noted by a key here.
         self.meta_value = sql("SELECT value FROM {meta} WHERE key = ?")
         self.note_meta = sql("INSERT INTO {meta} VALUES (?, ?) ON CONFLICT (key) DO NOTHING")
+        # Public-key-only keys (``_public_keys``): meta rows under one prefix.
+        self.meta_like = sql("SELECT key, value FROM {meta} WHERE key LIKE ? ORDER BY key")
+        self.write_meta = sql("UPDATE {meta} SET value = ? WHERE key = ?")
+        self.delete_meta = sql("DELETE FROM {meta} WHERE key = ?")
         # A version at a number given (an import); the primary key refuses one taken.
         self.version_exists = sql("SELECT 1 FROM {versions} WHERE name = ? AND version = ?")
         # Usage (``_usage_rows``).

@@ -20,14 +20,10 @@ from sealflow.engine import Algorithm
 from . import _byok
 from ._base import KeyInfo, valid_key_name
 from ._dialect import Connection
+from ._public_keys import EXISTING, held
 from ._rows import MAX_VERSION, limits_row, policy_row
 from ._tables import Tables
 from .errors import InvalidRequest, KeyStoreCorrupt
-
-_EXISTING = (
-    "the import path cannot be used with an existing key; use import-version to rotate an"
-    " existing imported key"
-)
 
 
 def rotatable(info: KeyInfo) -> None:
@@ -147,8 +143,8 @@ class Imports:
         least = min_decryption_version
         row = (name, algorithm.value, int(exportable), least, time.time(), 1, int(allow_rotation))
         with self._transaction() as db:
-            if not self._tables.insert_key(db, row):
-                raise InvalidRequest(_EXISTING)
+            if held(self._tables, db, name) or not self._tables.insert_key(db, row):
+                raise InvalidRequest(EXISTING)
             for version, material in enumerate(versions, start=1):
                 self._tables.add_version(db, name, version, algorithm, exportable, material)
             info = self._tables.locked_key(db, name)

@@ -10,9 +10,9 @@ volume, a restored backup, a careless chmod) must not be able to change what it 
 - every other row that decides something, a key's row (algorithm, exportable,
   min_decryption_version, and for an imported key ``imported`` and ``allow_rotation``), its
   limits row (max_encryptions, auto_rotate_period), its policy row (min_encryption_version,
-  deletion_allowed, made_exportable, plaintext_backup), a token's row (digest, scopes,
-  revocation, lifetime and uses), an AppRole role's or secret id's row and a certificate
-  role's row, carries an
+  deletion_allowed, made_exportable, plaintext_backup), a public-key-only key's row (its type,
+  PEM and deletion_allowed), a token's row (digest, scopes, revocation, lifetime and uses), an
+  AppRole role's or secret id's row and a certificate role's row, carries an
   HMAC-SHA-256 over every one of its columns, under a key derived from the master key with
   HKDF-SHA-256, one key per kind of row.
 
@@ -98,6 +98,9 @@ POLICY_EXPORTABLE_ROW = Row(
 # One whose plaintext_backup (Transit's allow_plaintext_backup) is set, over all five, under a
 # key of its own, likewise: rows without it keep their forms and MACs.
 POLICY_BACKUP_ROW = Row("policy-backup", (*POLICY_EXPORTABLE_ROW.columns, "plaintext_backup"))
+# A public-key-only key (an RSA public key imported as a byok-export destination,
+# ``_public_keys``): a keystore meta row whose value carries this MAC.
+PUBLIC_KEY_ROW = Row("public-key", ("name", "type", "public_key", "created_at", "deletion_allowed"))
 # An AppRole role: what a login with it grants (``_approle_rows``).
 ROLE_ROW = Row(
     "approle-role",
@@ -205,6 +208,7 @@ class Integrity:
             POLICY_ROW,
             POLICY_EXPORTABLE_ROW,
             POLICY_BACKUP_ROW,
+            PUBLIC_KEY_ROW,
             ROLE_ROW,
             SECRET_ID_ROW,
             CERT_ROLE_ROW,

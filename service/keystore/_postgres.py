@@ -234,6 +234,7 @@ class PostgresKeyStore(Writes[Db]):
         policies: list[tuple[object, ...]],
         approle: tuple[list[tuple[object, ...]], list[tuple[object, ...]]] = ([], []),
         cert_roles: list[tuple[object, ...]] | None = None,
+        public_keys: list[tuple[object, ...]] | None = None,
     ) -> None:
         """Rows of another store, as stored (``_migrate``), in one transaction, into an empty
         keystore: KeyStoreUnavailable if it holds keys or tokens already."""
@@ -275,6 +276,8 @@ class PostgresKeyStore(Writes[Db]):
                 cur.executemany(self._approle.insert_role, approle[0])
                 cur.executemany(self._approle.insert_secret_id, approle[1])
                 cur.executemany(self._cert.insert, cert_roles or [])
+                # Public-key-only keys: meta rows, MAC'd over their name (``_public_keys``).
+                cur.executemany(self._tables.sql.note_meta, public_keys or [])
 
     # -- backup and restore (``_backup``)
 

@@ -73,8 +73,14 @@ TABLES = (
     Table("approle_roles", (*ROLE_ROW.columns, "mac"), "name"),
     Table("approle_secret_ids", (*SECRET_ID_ROW.columns, "mac"), "accessor"),
     Table("cert_roles", (*CERT_ROLE_ROW.columns, "mac"), "name"),
-    # The import wrapping key's private half, wrapped under the master key (``_imports``).
-    Table("meta", ("key", "value"), "key", where="key = 'import_wrapping_key'"),
+    # The import wrapping key's private half, wrapped under the master key (``_imports``), and
+    # the public-key-only keys, MAC'd (``_public_keys``: ``public-key/<name>``).
+    Table(
+        "meta",
+        ("key", "value"),
+        "key",
+        where="key = 'import_wrapping_key' OR key LIKE 'public-key/%'",
+    ),
 )
 
 

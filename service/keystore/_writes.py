@@ -34,6 +34,7 @@ from ._base import (
 from ._cert_roles import CertRoles
 from ._dialect import Connection
 from ._imports import Imports, rotatable
+from ._public_keys import PublicKeys, held
 from ._rows import MAX_VERSION, digest, limits_row, policy_row, token_info
 from ._tables import Tables
 from .errors import (
@@ -50,7 +51,7 @@ log = logging.getLogger("sealflow.keystore")
 Db = TypeVar("Db", bound=Connection)
 
 
-class Writes(Imports, AppRoles, CertRoles, ABC, Generic[Db]):
+class Writes(Imports, PublicKeys, AppRoles, CertRoles, ABC, Generic[Db]):
     """The ``KeyStore``'s writes; a store adds its connections and its reads (its cache, kept
     fresh its own way) and sets ``_tables``."""
 
@@ -90,7 +91,7 @@ class Writes(Imports, AppRoles, CertRoles, ABC, Generic[Db]):
         # As SQLite hands them back (exportable as 0 or 1), so the MAC verifies on reading.
         row = (name, algorithm.value, int(exportable), 1, time.time(), 0, 0)
         with self._transaction() as db:
-            if not self._tables.insert_key(db, row):
+            if held(self._tables, db, name) or not self._tables.insert_key(db, row):
                 raise KeyExists(f"key {name!r} already exists")
             self._tables.add_version(db, name, 1, algorithm, exportable)
             if max_encryptions is not None or auto_rotate_period is not None:

@@ -577,6 +577,7 @@ _ADMIN_OPERATIONS = {
     ("GET", "/v1/keys/{name}/export"): "export",
     ("POST", "/v1/keys/{name}/import"): "key_import",
     ("POST", "/v1/keys/{name}/import-version"): "key_import_version",
+    ("GET", "/v1/keys/{name}/byok-export/{destination}"): "byok_export",
     ("GET", "/v1/wrapping-key"): "wrapping_key_read",
     ("POST", "/v1/tokens"): "token_create",
     ("GET", "/v1/tokens"): "token_list",

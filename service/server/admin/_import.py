@@ -1,18 +1,22 @@
-"""Native BYOK import: the wrapping key's public half, and keys or versions imported from
-another engine in Transit's format (``keystore._byok``; docs/API.md, Importing keys).
+"""Native BYOK: the wrapping key's public half, keys or versions imported from another engine
+in Transit's format (``keystore._byok``; docs/API.md, Importing keys), and a key's versions
+wrapped in that format for another engine (``byok-export``, to a public-key-only key made by
+Transit's import: docs/TRANSIT.md, Exporting keys to another Transit).
 
-Importing needs ``admin`` and ``export`` on the key, as exporting does: material crossing the
-keystore's edge, either way, is the export scope's business. Reading the wrapping key's public
-half needs any token.
+Importing and byok-exporting need ``admin`` and ``export`` on the key, as exporting does:
+material crossing the keystore's edge, either way, is the export scope's business. Reading the
+wrapping key's public half needs any token.
 """
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated
+
+from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt
 
 from sealflow.engine import Algorithm
-from sealflow.service.keystore import InvalidRequest
+from sealflow.service.keystore import InvalidRequest, KeyNotFound, export_material
 
 from .. import _auth
 from ._deps import AdminDep, LogDep, ServicesDep, TokenDep
@@ -131,3 +135,39 @@ def import_version(
     key = svc.store.import_version(name, material)
     log.version = key.latest
     return KeyOut.of(key, svc.store)
+
+
+class ByokExport(BaseModel):
+    name: str
+    algorithm: Algorithm
+    keys: dict[str, str] = Field(description="version -> the import ciphertext (base64)")
+
+
+@router.get(
+    "/keys/{name}/byok-export/{destination}",
+    summary="The key's versions wrapped for a public-key-only key, in Transit's import format"
+    " (admin and export on the key)",
+)
+def byok_export(
+    name: KeyName,
+    destination: KeyName,
+    svc: ServicesDep,
+    token: AdminDep,
+    log: LogDep,
+    version: Annotated[int | None, Query(ge=1)] = None,
+    hash_function: Annotated[str, Query(alias="hash")] = "SHA256",
+) -> ByokExport:
+    """Every version from min_decryption_version up, or the one asked, each as Transit's
+    ``byok-export`` wraps it; the export rules are the export route's (``export_material``)."""
+    log.key = name
+    _auth.require(token, "export", name)
+    target = svc.store.public_key(destination)
+    if target is None:
+        raise KeyNotFound(f"no public-key-only key {destination!r}")
+    key = export_material(svc.store, name, version)[0]
+    wanted = [v.version for v in key.versions if v.version >= key.min_decryption_version]
+    keys = {}
+    for number in wanted if version is None else [version]:
+        keys[str(number)] = target.wrap(export_material(svc.store, name, number)[2], hash_function)
+        log.used(number)
+    return ByokExport(name=name, algorithm=key.algorithm, keys=keys)

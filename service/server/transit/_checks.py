@@ -8,7 +8,7 @@ from __future__ import annotations
 from sealflow.service.envelope import in_native_domain
 from sealflow.service.keystore import KeyInfo, KeyNotFound, KeyStore
 
-from . import _ciphertext, _wire
+from . import _ciphertext, _public, _wire
 from ._batch import Results
 from ._ciphertext import CiphertextError
 from ._items import Item
@@ -25,10 +25,23 @@ _VERSION_TOO_LOW = (
 )
 
 
-def key_of(store: KeyStore, name: str) -> KeyInfo:
+def known(store: KeyStore, name: str) -> bool:
+    """Whether the key is in the keystore's cache: if not, ``key_of`` reads the keystore, so
+    the callers on the event loop call it from a thread."""
+    try:
+        store.get_key(name)
+    except KeyNotFound:
+        return False
+    return True
+
+
+def key_of(store: KeyStore, name: str, operation: str = "encrypt") -> KeyInfo:
+    """The key; else 400 in Transit's words, or for a public-key-only key (``_public.refuse``,
+    a keystore read: never on the event loop, see ``known``)."""
     try:
         return store.get_key(name)
     except KeyNotFound:
+        _public.refuse(store, name, operation)
         raise _wire.user_error(KEY_NOT_FOUND) from None
 
 

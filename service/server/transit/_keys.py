@@ -32,7 +32,7 @@ from sealflow.service.keystore import (
 )
 
 from ..errors import ApiError
-from . import _wire
+from . import _public, _wire
 from ._wire import Body
 
 TYPES = {
@@ -144,13 +144,16 @@ async def read(store: KeyStore, name: str) -> bytes:
     try:
         key = store.get_key(name)
     except KeyNotFound:
-        raise _wire.not_found() from None
+        public = await asyncio.to_thread(store.public_key, name)
+        if public is None:
+            raise _wire.not_found() from None
+        return _wire.envelope(_public.policy(public))
     # The usage is read from the keystore: on a thread, never on the event loop.
     return _wire.envelope(policy(key, await asyncio.to_thread(store.usage, name)))
 
 
 def names(store: KeyStore) -> bytes:
-    keys = [key.name for key in store.list_keys()]
+    keys = sorted([key.name for key in store.list_keys()] + [k.name for k in store.public_keys()])
     if not keys:
         raise _wire.not_found()  # Transit answers an empty list so
     return _wire.envelope({"keys": keys})
@@ -172,8 +175,11 @@ async def create(store: KeyStore, name: str, body: Body) -> bytes:
         key = await asyncio.to_thread(
             store.create_key, name, algorithm, exportable, None, rotate_period or None
         )
-    except KeyExists:
-        return _wire.envelope(policy(store.get_key(name)))  # as Transit: the key, unchanged
+    except KeyExists:  # as Transit: the key that exists, unchanged
+        public = await asyncio.to_thread(store.public_key, name)
+        if public is not None:
+            return _wire.envelope(_public.policy(public))
+        return _wire.envelope(policy(store.get_key(name)))
     if backup:
         # A second transaction: a failure between the two leaves the flag unset (closed).
         key = await asyncio.to_thread(store.configure, name, plaintext_backup=True)
@@ -184,6 +190,7 @@ async def rotate(store: KeyStore, name: str) -> bytes:
     try:
         key = await asyncio.to_thread(store.rotate_key, name)
     except KeyNotFound:
+        await asyncio.to_thread(_public.refuse, store, name, "rotate")
         raise _wire.user_error(f"no existing key named {name} could be found") from None
     return _wire.envelope(policy(key))
 
@@ -192,6 +199,9 @@ async def config(store: KeyStore, name: str, body: Body) -> bytes:
     try:
         key = store.get_key(name)
     except KeyNotFound:
+        public = await asyncio.to_thread(store.public_key, name)
+        if public is not None:
+            return await _public.config(store, public, body)
         raise _wire.user_error(f"no existing key named {name} could be found") from None
     warnings = []
     min_decryption = key.min_decryption_version
@@ -281,9 +291,21 @@ async def delete(store: KeyStore, name: str) -> None:
     try:
         await asyncio.to_thread(store.delete_key, name)
     except KeyNotFound:
+        if await asyncio.to_thread(store.public_key, name) is not None:
+            await _delete_public(store, name)
+            return
         raise _wire.user_error(
             f"error deleting policy {name}: could not delete key; not found"
         ) from None
+    except DeletionNotAllowed:
+        raise _wire.user_error(
+            f"error deleting policy {name}: deletion is not allowed for this key"
+        ) from None
+
+
+async def _delete_public(store: KeyStore, name: str) -> None:
+    try:
+        await asyncio.to_thread(store.delete_public_key, name)
     except DeletionNotAllowed:
         raise _wire.user_error(
             f"error deleting policy {name}: deletion is not allowed for this key"
@@ -300,6 +322,7 @@ def export(store: KeyStore, kind: str, name: str, version: str | None) -> bytes:
     try:
         key = export_material(store, name)[0]
     except KeyNotFound:
+        _public.refuse(store, name, "export")
         raise _wire.not_found() from None
     except NotExportable:
         raise _wire.user_error("private key material is not exportable") from None
@@ -311,7 +334,7 @@ def export(store: KeyStore, kind: str, name: str, version: str | None) -> bytes:
             except VersionRetired:
                 continue
     else:
-        number = key.latest if version == "latest" else _version(version.removeprefix("v"))
+        number = key.latest if version == "latest" else parse_version(version.removeprefix("v"))
         try:
             keys = {str(number): _b64(export_material(store, name, number)[2])}
         except VersionRetired:
@@ -327,7 +350,7 @@ def _b64(material: bytes) -> str:
     return base64.b64encode(material).decode()
 
 
-def _version(text: str) -> int:
+def parse_version(text: str) -> int:
     number = _wire.atoi(text)
     if number is None:
         raise _wire.user_error("invalid key version")

@@ -217,6 +217,20 @@ def paths(mount: str) -> dict[str, Any]:
         f"{mount}/keys/{{name}}/import_version": {
             "post": _import("The next version of an imported key (admin and export)", _WRAPPED)
         },
+        f"{mount}/byok-export/{{destination}}/{{source}}": {
+            "get": {
+                "tags": _TAG,
+                "summary": "Every version of an exportable key wrapped for a public-key-only key,"
+                " in the import format (admin and export on the source)",
+                "parameters": [
+                    _param("destination"),
+                    _param("source"),
+                    _param("hash", "query", {"type": "string"}),
+                ],
+                "responses": _answers(200, 400, 403),
+                "security": _SECURITY,
+            }
+        },
         f"{mount}/export/{{type}}/{{name}}": {
             "get": {
                 "tags": _TAG,
@@ -335,7 +349,18 @@ _WRAPPED = {
 }
 _IMPORT = {
     **_WRAPPED,
-    "type": {"type": "string", "enum": ["aes128-gcm96", "aes256-gcm96", "chacha20-poly1305"]},
+    "type": {
+        "type": "string",
+        "enum": [
+            "aes128-gcm96",
+            "aes256-gcm96",
+            "chacha20-poly1305",
+            "rsa-2048",
+            "rsa-3072",
+            "rsa-4096",
+        ],
+    },
+    "public_key": {"type": "string", "description": "PEM; with an rsa-* type, no ciphertext"},
     "exportable": _LENIENT_BOOL,
     "allow_rotation": _LENIENT_BOOL,
     "auto_rotate_period": {"type": ["string", "integer"]},

@@ -25,6 +25,7 @@ from sealflow.service.keystore import (
 )
 from tests.postgres import Cluster
 from tests.service import pki
+from tests.service.byok import other_public_pem
 
 
 def populate(store: KeyStore) -> dict[str, str]:
@@ -83,6 +84,7 @@ def test_every_row_comes_back_in_either_store(
     wrapping = store.wrapping_public_pem()
     ca_pem = pki.ca(tmp_path / "pki", "client-ca").cert_path.read_text()
     store.write_cert_role("web", {"certificate": ca_pem, "token_policies": ["encrypt:k-*"]})
+    store.import_public_key("other-transit", "rsa-4096", other_public_pem())  # a destination
     backup = tmp_path / "keystore.bak"
     taken = backup_keystore(store, master_key, backup)
     restore(target, master_key, backup)
@@ -91,6 +93,8 @@ def test_every_row_comes_back_in_either_store(
         assert new.wrapping_public_pem() == wrapping
         assert new.list_cert_roles() == store.list_cert_roles()
         assert new.get_cert_role("web").certificate == ca_pem
+        assert new.public_keys() == store.public_keys()
+        assert [p.name for p in new.public_keys()] == ["other-transit"]
         assert new.list_keys() == store.list_keys()
         for key in store.list_keys():
             assert new.usage(key.name) == store.usage(key.name)

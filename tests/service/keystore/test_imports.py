@@ -203,9 +203,12 @@ def test_keystore_migrate_copies_the_import_flags(
             "moved", Algorithm.AES_256_GCM, store.unwrap_import(wrap(pem, material)),
             allow_rotation=True,
         )  # fmt: skip
+        store.import_public_key("destination", "rsa-4096", other_public_pem())
         before = store.list_keys()
+        public = store.public_keys()
     migrate_keystore(db_path, pg_url, master_key)
     with closing(PostgresKeyStore(pg_url, master_key, watch=False)) as copy:
         assert copy.list_keys() == before
+        assert copy.public_keys() == public
         assert copy.get_key("moved").imported
         assert copy.key_material("moved", 1) == material
