@@ -152,11 +152,9 @@ async def read(store: KeyStore, name: str) -> bytes:
     return _wire.envelope(policy(key, await asyncio.to_thread(store.usage, name)))
 
 
-def names(store: KeyStore) -> bytes:
-    keys = sorted([key.name for key in store.list_keys()] + [k.name for k in store.public_keys()])
-    if not keys:
-        raise _wire.not_found()  # Transit answers an empty list so
-    return _wire.envelope({"keys": keys})
+def all_names(store: KeyStore) -> list[str]:
+    """Every key's name, sorted (public-key-only keys too)."""
+    return sorted([key.name for key in store.list_keys()] + [k.name for k in store.public_keys()])
 
 
 async def create(store: KeyStore, name: str, body: Body) -> bytes:

@@ -57,6 +57,7 @@ from . import (
     _public,
     _sys,
     _token_routes,
+    _utility,
     _wire,
 )
 from ._wire import Reply
@@ -109,6 +110,8 @@ class Transit:
             "import": (f"{mount}/keys/{{name}}/import", any_write),
             "import_version": (f"{mount}/keys/{{name}}/import_version", any_write),
             "wrapping_key": (f"{mount}/wrapping_key", get),
+            "hash": (f"{mount}/hash[/{{algorithm}}]", any_write),
+            "random": (f"{mount}/random[/{{source}}][/{{bytes}}]", any_write),
             "export": (f"{mount}/export/{{type}}/{{name}}[/{{version}}]", get),
             "backup": (f"{mount}/backup/{{name}}", get),
             "restore": (f"{mount}/restore[/{{name}}]", any_write),
@@ -247,11 +250,15 @@ class Transit:
             return await _cert.manage(svc, kind, method, scope["path"], token, read)
         if kind == "keys":
             _admin(token)
-            if method != LIST and scope["query_string"] not in (b"list=true", b"list=1"):
+            query = scope["query_string"]
+            if method != LIST and not _utility.listing(query):
                 raise _unsupported_operation()
-            return 200, await asyncio.to_thread(_keys.names, store)  # public keys: a read
+            return 200, await asyncio.to_thread(_utility.key_page, store, query)  # a read
         if kind == "wrapping_key":  # its public half: any token may read it
             return 200, await _import.wrapping_key(store)
+        if kind in ("hash", "random"):  # no key: any token (docs/TRANSIT.md)
+            fields = _wire.parse(await _read(receive, limit, hold, log), hold)
+            return 200, _utility.answer(kind, scope["path"][len(self._under) :], fields)
         parts = scope["path"][len(self._under) :].split("/")
         if kind == "restore":
             _admin(token)  # before the body is read; export on the name once it is known
@@ -344,6 +351,8 @@ def _allow(kind: str, token: TokenInfo, name: str) -> None:
 
 def _kind(parts: list[str]) -> str:
     n, first = len(parts), parts[0]
+    if first in ("hash", "random"):  # OpenBao's patterns: segments may be empty
+        return _utility.kind("/".join(parts)) or "other"
     if not all(parts[1:]):
         return "keys" if parts == ["keys", ""] else "other"
     if first in _DATA and n == 2:

@@ -1,0 +1,240 @@
+"""Transit's keyless utilities, as OpenBao answers them: ``hash[/:algorithm]``,
+``random[/:source][/:bytes]``, and the page of key names ``LIST keys`` gives with ``after`` and
+``limit``.
+
+The paths are read with OpenBao's own patterns (Python's ``re`` and Go's ``regexp`` both take
+the leftmost, greedy match here), so what each URL segment means is what it means there: the
+path's segments replace the body's fields of the same name, and ``random/-5`` has no source
+(its ``-5`` is a byte count the handler then ignores, as OpenBao's does). Random bytes come
+from ``os.urandom`` whatever the source: sealflow has no seal entropy to mix in (docs/TRANSIT.md).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import re
+from urllib.parse import parse_qs
+
+from sealflow.service.keystore import KeyStore
+
+from . import _keys
+from ._ciphertext import CiphertextError, b64decode
+from ._wire import Body, as_int, as_str, atoi, envelope, not_found, user_error
+
+# OpenBao's patterns (its framework's ``GenericNameRegex`` and ``OptionalParamRegex``), ASCII
+# ``\w`` as Go's.
+HASH_PATH = re.compile(r"hash(/(?P<urlalgorithm>.+))?", re.ASCII | re.DOTALL)
+RANDOM_PATH = re.compile(
+    r"random(/(?P<source>\w(([\w.-]+)?\w)?))?(/(?P<urlbytes>.+))?", re.ASCII | re.DOTALL
+)
+
+HASHES = {
+    "sha2-224": "sha224",
+    "sha2-256": "sha256",
+    "sha2-384": "sha384",
+    "sha2-512": "sha512",
+    "sha3-224": "sha3_224",
+    "sha3-256": "sha3_256",
+    "sha3-384": "sha3_384",
+    "sha3-512": "sha3_512",
+}
+FORMATS = ("hex", "base64")
+SOURCES = ("platform", "seal", "all")
+MAX_RANDOM = 128 * 1024  # OpenBao's APIMaxBytes
+SEAL_WARNING = "no seal/entropy augmentation available, using platform entropy source"
+
+
+# Each route's fields (OpenBao's schema) and those its path captures.
+_FIELDS = {
+    "hash": frozenset(("input", "algorithm", "urlalgorithm", "format")),
+    "random": frozenset(("urlbytes", "bytes", "format", "source")),
+}
+_CAPTURES = {"hash": ("urlalgorithm",), "random": ("source", "urlbytes")}
+
+
+def kind(path: str) -> str | None:
+    """``hash`` or ``random`` if the path under the mount is one of theirs, else None; a path
+    of theirs that ends in ``/`` is theirs too, refused as Vault refuses a write to it
+    (``refuse_slash``)."""
+    first = path.partition("/")[0]
+    if first in _FIELDS and path.endswith("/"):
+        return first
+    if HASH_PATH.fullmatch(path):
+        return "hash"
+    if RANDOM_PATH.fullmatch(path):
+        return "random"
+    return None
+
+
+def answer(route: str, path: str, fields: Body) -> bytes:
+    """The answer of ``hash`` or ``random`` (``route``) at ``path`` (under the mount)."""
+    if path.endswith("/"):
+        raise user_error("cannot write to a path ending in '/'")  # Vault's, for any write
+    data, warnings = (hash_sum if route == "hash" else random_bytes)(path, fields)
+    return envelope(data, warnings + _framework_warnings(route, fields) or None)
+
+
+def _framework_warnings(route: str, fields: Body) -> list[str]:
+    """What OpenBao's framework adds to an answer: the fields it ignored, and those the path
+    replaced (in its order, by name)."""
+    warnings = []
+    ignored = sorted(name for name in fields if name not in _FIELDS[route])
+    if ignored:
+        warnings.append(f"Endpoint ignored these unrecognized parameters: [{' '.join(ignored)}]")
+    replaced = [name for name in _CAPTURES[route] if fields.get(name) is not None]
+    if replaced:
+        warnings.append(
+            "Endpoint replaced the value of these parameters with the values captured from the"
+            f" endpoint's path: [{' '.join(replaced)}]"
+        )
+    return warnings
+
+
+def hash_sum(path: str, fields: Body) -> tuple[dict[str, str], list[str]]:
+    """``hash[/:algorithm]``: the digest of ``input``, checked in OpenBao's order."""
+    match = HASH_PATH.fullmatch(path)
+    url_algorithm = match["urlalgorithm"] if match else None  # routed by ``kind``: a match
+    given = {name: _string(fields, name) for name in ("input", "algorithm", "format")}
+    if given["input"] is None:
+        raise user_error("input missing")
+    algorithm = url_algorithm or ("sha2-256" if given["algorithm"] is None else given["algorithm"])
+    form = "hex" if given["format"] is None else given["format"]
+    try:
+        data = b64decode(given["input"])
+    except CiphertextError as exc:
+        raise user_error(f"unable to decode input as base64: {exc}") from None
+    if form not in FORMATS:
+        raise user_error(f'unsupported encoding format {form}; must be "hex" or "base64"')
+    name = HASHES.get(algorithm)
+    if name is None:
+        raise user_error(f"unsupported algorithm {algorithm}")
+    return {"sum": _encoded(hashlib.new(name, data).digest(), form)}, []
+
+
+def random_bytes(path: str, fields: Body) -> tuple[dict[str, str], list[str]]:
+    """``random[/:source][/:bytes]``: ``bytes`` random bytes, as OpenBao reads the three places
+    a count may come from (the body, or the URL's one or two segments)."""
+    match = RANDOM_PATH.fullmatch(path)  # routed by ``kind``: a match
+    url_source = (match["source"] if match else None) or ""
+    url_bytes = (match["urlbytes"] if match else None) or ""
+    count = 32
+    if "bytes" in fields:  # a null or "" is 0, as Go's weak decoding makes it
+        count = as_int(fields, "bytes") if fields["bytes"] != "" else 0
+    form = _string(fields, "format")
+    form = "base64" if form is None else form
+    source = "platform"
+    if url_source and not url_bytes and url_source in SOURCES:
+        source = url_source
+    elif url_source and not url_bytes:
+        count = _url_count(url_source)
+    elif url_source:
+        source, count = url_source, _url_count(url_bytes)
+    if count < 1:
+        raise user_error("'bytes' cannot be less than 1")
+    if count > MAX_RANDOM:
+        raise user_error(f"'bytes' should be less than {MAX_RANDOM}")
+    if form not in FORMATS:
+        raise user_error(f'unsupported encoding format {go_quote(form)}; must be "hex" or "base64"')
+    if source not in SOURCES:
+        raise user_error(
+            f'unsupported entropy source {go_quote(source)}; must be "platform" or "seal", or "all"'
+        )
+    warnings = [SEAL_WARNING] if source == "seal" else []
+    return {"random_bytes": _encoded(os.urandom(count), form)}, warnings
+
+
+def listing(query: bytes) -> bool:
+    """Whether a GET's query asks for a listing (``list=true``), as Vault turns it into LIST."""
+    return _query(query).get("list") in ("true", "1")
+
+
+def key_page(store: KeyStore, query: bytes) -> bytes:
+    """``LIST keys``: the sorted names after ``after`` (strictly), at most ``limit`` of them
+    (all if it is 0 or less), as OpenBao's storage lists a page; 404 if none is."""
+    params = _query(query)
+    after = as_str(params, "after")
+    limit = _limit(params.get("limit"))
+    chosen = [name for name in _keys.all_names(store) if not after or name > after]
+    if limit > 0:
+        del chosen[limit:]
+    if not chosen:
+        raise not_found()  # as Transit answers an empty list
+    return envelope({"keys": chosen})
+
+
+def _limit(value: object) -> int:
+    """``limit`` as Vault's field parser reads a query's text: Go's ``ParseInt`` in base 0
+    (``0x``, ``0o``, ``0b`` and a leading ``0`` for octal, ``_`` between digits)."""
+    if value is None or value == "":
+        return 0
+    if not isinstance(value, str):
+        return as_int({"limit": value}, "limit")  # a repeated parameter: refused
+    sign = value[:1] if value[:1] in ("+", "-") else ""
+    digits = value[len(sign) :]
+    octal = len(digits) > 1 and digits[0] == "0" and digits[1] not in "xXoObB"
+    why = "invalid syntax"
+    if digits.isascii() and digits.strip() == digits and "__" not in digits:
+        try:
+            number = int(digits[1:] if octal else digits, 8 if octal else 0)
+        except ValueError:
+            number = None
+        if number is not None:
+            number = -number if sign == "-" else number
+            if -(1 << 63) <= number < 1 << 63:
+                return number
+            why = "value out of range"
+    raise user_error(
+        'Field validation failed: error converting input for field "limit": '
+        f"'' cannot parse value as 'int': strconv.ParseInt: {why}"
+    )
+
+
+def _query(query: bytes) -> Body:
+    """A query's parameters, one value as text and a repeated one as a list (Vault's way)."""
+    parsed = parse_qs(query.decode("latin-1"), keep_blank_values=True)
+    return {name: values[0] if len(values) == 1 else values for name, values in parsed.items()}
+
+
+def _string(fields: Body, name: str) -> str | None:
+    """A string field as OpenBao's ``Get`` reads it: None if absent (its default applies),
+    ``""`` for a JSON null, text for a number."""
+    return as_str(fields, name) if name in fields else None
+
+
+def _url_count(text: str) -> int:
+    count = atoi(text)
+    if count is None:
+        digits = text[1:] if text[:1] in ("+", "-") else text
+        why = "value out of range" if digits.isascii() and digits.isdigit() else "invalid syntax"
+        raise user_error(
+            f"error parsing url-set byte count: strconv.Atoi: parsing {go_quote(text)}: {why}"
+        )
+    return count
+
+
+def _encoded(data: bytes, form: str) -> str:
+    return data.hex() if form == "hex" else base64.b64encode(data).decode("ascii")
+
+
+_ESCAPES = {"\a": r"\a", "\b": r"\b", "\f": r"\f", "\n": r"\n", "\r": r"\r", "\t": r"\t"}
+_ESCAPES |= {"\v": r"\v", "\\": "\\\\", '"': '\\"'}
+
+
+def go_quote(text: str) -> str:
+    """Go's ``strconv.Quote`` (``%q``): printable characters as they are, the rest escaped."""
+    out = []
+    for char in text:
+        code = ord(char)
+        if char in _ESCAPES:
+            out.append(_ESCAPES[char])
+        elif char.isprintable():
+            out.append(char)
+        elif code < 0x80:
+            out.append(f"\\x{code:02x}")
+        elif code < 0x10000:
+            out.append(f"\\u{code:04x}")
+        else:
+            out.append(f"\\U{code:08x}")
+    return '"' + "".join(out) + '"'
