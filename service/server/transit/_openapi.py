@@ -157,12 +157,16 @@ def paths(mount: str) -> dict[str, Any]:
         f"{mount}/keys": {
             "get": {
                 "tags": _TAG,
-                "summary": "Key names (admin); also Vault's LIST method",
+                "summary": "Key names (admin); also Vault's LIST method; a page of them with"
+                " 'after' (names strictly after it) and 'limit' (at most that many; 0 or less:"
+                " all), as OpenBao pages them",
                 "parameters": [
                     {
                         **_param("list", "query", {"type": "string", "enum": ["true"]}),
                         "required": True,
-                    }
+                    },
+                    _param("after", "query"),
+                    _param("limit", "query", _LENIENT_INT),
                 ],
                 "responses": _answers(200, 403, 404, 405),
                 "security": _SECURITY,
@@ -203,6 +207,7 @@ def paths(mount: str) -> dict[str, Any]:
                 "security": _SECURITY,
             }
         },
+        **_utilities(mount),
         f"{mount}/wrapping_key": {
             "get": {
                 "tags": _TAG,
@@ -365,6 +370,40 @@ _IMPORT = {
     "allow_rotation": _LENIENT_BOOL,
     "auto_rotate_period": {"type": ["string", "integer"]},
 }
+
+
+_HASHES = [f"sha{family}-{bits}" for family in (2, 3) for bits in (224, 256, 384, 512)]
+_FORMAT = {"type": "string", "enum": ["hex", "base64"]}
+
+
+def _utilities(mount: str) -> dict[str, Any]:
+    """``hash[/:algorithm]`` and ``random[/:source][/:bytes]``: any valid token."""
+    algorithm = {"type": "string", "enum": _HASHES}
+    hashing = {"input": _B64, "algorithm": algorithm, "format": _FORMAT}
+    drawing = {
+        "bytes": {**_LENIENT_INT, "description": "1 to 131072; 32 if absent"},
+        "format": _FORMAT,
+    }
+    source = _param(
+        "source",
+        schema={
+            "type": "string",
+            "description": "platform, seal or all (all os.urandom), or alone a byte count",
+        },
+    )
+    hash_summary = "The hash of base64 input (any token), hex (default) or base64"
+    random_summary = "Random bytes from os.urandom (any token), base64 (default) or hex"
+    return {
+        f"{mount}/hash": _write(hash_summary, hashing, []),
+        f"{mount}/hash/{{algorithm}}": _write(
+            hash_summary, hashing, [_param("algorithm", schema=algorithm)]
+        ),
+        f"{mount}/random": _write(random_summary, drawing, []),
+        f"{mount}/random/{{source}}": _write(random_summary, drawing, [source]),
+        f"{mount}/random/{{source}}/{{bytes}}": _write(
+            random_summary, drawing, [source, _param("bytes", schema=_LENIENT_INT)]
+        ),
+    }
 
 
 def _import(summary: str, fields: dict[str, Any]) -> dict[str, Any]:

@@ -203,6 +203,17 @@ def test_any_valid_token_may_hash_and_draw_random_bytes(server: Server) -> None:
     assert hashed["data"]["sum"] == hashlib.sha512(b"hi").hexdigest()
     drawn = client.secrets.transit.generate_random_bytes(n_bytes=10, output_format="hex")
     assert len(bytes.fromhex(drawn["data"]["random_bytes"])) == 10
+    with server.client() as c:
+        paths = c.get("/openapi.json").json()["paths"]
+    for path in (
+        "hash",
+        "hash/{algorithm}",
+        "random",
+        "random/{source}",
+        "random/{source}/{bytes}",
+    ):
+        assert set(paths[f"/v1/transit/{path}"]) == {"post", "put"}
+    assert {p["name"] for p in paths["/v1/transit/keys"]["get"]["parameters"]} >= {"after", "limit"}
     for path in ("transit/hash", "transit/random"):
         refused = _call(server.url, "not-a-token", "POST", path, {"input": "aGk="})
         assert refused.status_code == 403
