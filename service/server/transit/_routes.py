@@ -172,6 +172,8 @@ class Transit:
             if method not in route.methods:
                 # Vault routes a LIST to the path with a slash appended: only a listing matches.
                 unknown = not route.methods or method == LIST
+                if route.kind in ("hash", "random"):  # OpenBao's patterns decide
+                    unknown = not _utility.routed(scope["path"][len(self._under) :], method)
                 raise _unsupported_path() if unknown else _unsupported_operation()
         except Exception as exc:  # every error leaves in Vault's shape, unexpected ones as 500
             await _wire.refuse(errors.api_error(exc), scope, send, log)

@@ -68,6 +68,14 @@ def kind(path: str) -> str | None:
     return None
 
 
+def routed(path: str, method: str) -> bool:
+    """Whether OpenBao's pattern takes the path as ``method`` reaches it (a LIST with a ``/``
+    appended if it has none): if not, a method the route does not take is 404 ``unsupported
+    path``, else 405."""
+    listed = path + "/" if method == "LIST" and not path.endswith("/") else path
+    return bool(HASH_PATH.fullmatch(listed) or RANDOM_PATH.fullmatch(listed))
+
+
 def answer(route: str, path: str, fields: Body) -> bytes:
     """The answer of ``hash`` or ``random`` (``route``) at ``path`` (under the mount)."""
     if path.endswith("/"):

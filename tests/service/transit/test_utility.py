@@ -127,9 +127,13 @@ def test_hash_refusals_in_openbaos_words(
 
 
 def test_hash_routes_refuse_other_methods_as_openbao(server: Server, bao: Bao) -> None:
-    for method in ("GET", "DELETE"):
+    for method in ("GET", "DELETE", "LIST"):
         same_refusal(server, bao, "hash", method=method)
         same_refusal(server, bao, "random/16", method=method)
+        same_refusal(server, bao, "random", method=method)
+        same_refusal(server, bao, "hash/sha2-256", method=method)
+        same_refusal(server, bao, "hash/", method=method)
+        same_refusal(server, bao, "random/platform/", method=method)
 
 
 def _decoded(text: str, form: str) -> bytes:
