@@ -259,8 +259,12 @@ class Transit:
         if kind == "wrapping_key":  # its public half: any token may read it
             return 200, await _import.wrapping_key(store)
         if kind in ("hash", "random"):  # no key: any token (docs/TRANSIT.md)
-            fields = _wire.parse(await _read(receive, limit, hold, log), hold)
-            return 200, _utility.answer(kind, scope["path"][len(self._under) :], fields)
+            body = await _read(receive, limit, hold, log)
+            fields = _wire.parse(body, hold)
+            hold.take(len(body))  # the decoded input, smaller than its body
+            work = functools.partial(_utility.answer, kind, scope["path"][len(self._under) :])
+            large = len(body) > WHOLE_MAX  # hashed off the event loop
+            return 200, await asyncio.to_thread(work, fields) if large else work(fields)
         parts = scope["path"][len(self._under) :].split("/")
         if kind == "restore":
             _admin(token)  # before the body is read; export on the name once it is known
