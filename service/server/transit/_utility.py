@@ -19,9 +19,10 @@ from urllib.parse import parse_qs
 
 from sealflow.service.keystore import KeyStore
 
+from ..errors import ApiError
 from . import _keys
 from ._ciphertext import CiphertextError, b64decode
-from ._wire import Body, as_int, as_str, atoi, envelope, not_found, user_error
+from ._wire import Body, atoi, envelope, go_type, not_found, user_error
 
 # OpenBao's patterns (its framework's ``GenericNameRegex`` and ``OptionalParamRegex``), ASCII
 # ``\w`` as Go's.
@@ -127,9 +128,7 @@ def random_bytes(path: str, fields: Body) -> tuple[dict[str, str], list[str]]:
     match = RANDOM_PATH.fullmatch(path)  # routed by ``kind``: a match
     url_source = (match["source"] if match else None) or ""
     url_bytes = (match["urlbytes"] if match else None) or ""
-    count = 32
-    if "bytes" in fields:  # a null or "" is 0, as Go's weak decoding makes it
-        count = as_int(fields, "bytes") if fields["bytes"] != "" else 0
+    count = _integer(fields, "bytes", 32)
     form = _string(fields, "format")
     form = "base64" if form is None else form
     source = "platform"
@@ -162,8 +161,8 @@ def key_page(store: KeyStore, query: bytes) -> bytes:
     """``LIST keys``: the sorted names after ``after`` (strictly), at most ``limit`` of them
     (all if it is 0 or less), as OpenBao's storage lists a page; 404 if none is."""
     params = _query(query)
-    after = as_str(params, "after")
-    limit = _limit(params.get("limit"))
+    after = _string(params, "after") or ""
+    limit = _integer(params, "limit", 0)
     chosen = [name for name in _keys.all_names(store) if not after or name > after]
     if limit > 0:
         del chosen[limit:]
@@ -172,30 +171,69 @@ def key_page(store: KeyStore, query: bytes) -> bytes:
     return envelope({"keys": chosen})
 
 
-def _limit(value: object) -> int:
-    """``limit`` as Vault's field parser reads a query's text: Go's ``ParseInt`` in base 0
-    (``0x``, ``0o``, ``0b`` and a leading ``0`` for octal, ``_`` between digits)."""
+def _integer(fields: Body, name: str, default: int) -> int:
+    """An integer field as OpenBao's framework decodes it (mapstructure's weak decoding): the
+    default if absent; 0 for null or ""; a bool as 1 or 0; text by Go's ``ParseInt`` in base 0
+    (``0x``, ``0o``, ``0b``, a leading ``0`` for octal, ``_`` between digits); a JSON number
+    only if it has no fraction or exponent (orjson's float: never); its words otherwise."""
+    if name not in fields:
+        return default
+    value = fields[name]
     if value is None or value == "":
         return 0
-    if not isinstance(value, str):
-        return as_int({"limit": value}, "limit")  # a repeated parameter: refused
-    sign = value[:1] if value[:1] in ("+", "-") else ""
-    digits = value[len(sign) :]
-    octal = len(digits) > 1 and digits[0] == "0" and digits[1] not in "xXoObB"
+    if type(value) is bool:
+        return int(value)
+    if type(value) is int:
+        return value
     why = "invalid syntax"
-    if digits.isascii() and digits.strip() == digits and "__" not in digits:
-        try:
-            number = int(digits[1:] if octal else digits, 8 if octal else 0)
-        except ValueError:
-            number = None
-        if number is not None:
-            number = -number if sign == "-" else number
-            if -(1 << 63) <= number < 1 << 63:
-                return number
-            why = "value out of range"
+    if isinstance(value, str):
+        number = _parse_int(value)
+        if number is not None and -(1 << 63) <= number < 1 << 63:
+            return number
+        why = "invalid syntax" if number is None else "value out of range"
+    elif not isinstance(value, float):
+        raise _unconvertible(name, "int", value)
     raise user_error(
-        'Field validation failed: error converting input for field "limit": '
+        f'Field validation failed: error converting input for field "{name}": '
         f"'' cannot parse value as 'int': strconv.ParseInt: {why}"
+    )
+
+
+def _parse_int(text: str) -> int | None:
+    sign = text[:1] if text[:1] in ("+", "-") else ""
+    digits = text[len(sign) :]
+    if not digits.isascii() or digits.strip() != digits or "__" in digits:
+        return None
+    octal = len(digits) > 1 and digits[0] == "0" and digits[1] not in "xXoObB"
+    try:
+        number = int(digits[1:] if octal else digits, 8 if octal else 0)
+    except ValueError:
+        return None
+    return -number if sign == "-" else number
+
+
+def _string(fields: Body, name: str) -> str | None:
+    """A string field as OpenBao's ``Get`` reads it (mapstructure's weak decoding): None if
+    absent (its default applies), ``""`` for null, a number's text, a bool as ``1`` or ``0``;
+    an array or object refused in its words."""
+    if name not in fields:
+        return None
+    value = fields[name]
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if type(value) is bool:
+        return "1" if value else "0"
+    if isinstance(value, int | float):
+        return str(value)
+    raise _unconvertible(name, "string", value)
+
+
+def _unconvertible(name: str, kind: str, value: object) -> ApiError:
+    return user_error(
+        f'Field validation failed: error converting input for field "{name}": '
+        f"'' expected type '{kind}', got unconvertible type '{go_type(value)}'"
     )
 
 
@@ -203,12 +241,6 @@ def _query(query: bytes) -> Body:
     """A query's parameters, one value as text and a repeated one as a list (Vault's way)."""
     parsed = parse_qs(query.decode("latin-1"), keep_blank_values=True)
     return {name: values[0] if len(values) == 1 else values for name, values in parsed.items()}
-
-
-def _string(fields: Body, name: str) -> str | None:
-    """A string field as OpenBao's ``Get`` reads it: None if absent (its default applies),
-    ``""`` for a JSON null, text for a number."""
-    return as_str(fields, name) if name in fields else None
 
 
 def _url_count(text: str) -> int:

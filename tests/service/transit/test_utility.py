@@ -119,6 +119,16 @@ def test_hash_warns_of_ignored_and_replaced_fields_as_openbao(server: Server, ba
         ("hash", {"input": "aGk=", "algorithm": "md5"}),
         ("hash", {"input": "aGk=", "algorithm": ""}),
         ("hash", {"input": "aGk=", "algorithm": None}),  # a null is "" in OpenBao
+        ("hash", {"input": 123}),  # a number is its text
+        ("hash", {"input": True}),
+        ("hash", {"input": ["aGk="]}),
+        ("hash", {"input": "aGk=", "format": 5}),
+        ("random", {"bytes": "abc"}),
+        ("random", {"bytes": 1.5}),
+        ("random", {"bytes": 2.0}),
+        ("random", {"bytes": "0x1_0000000"}),
+        ("random", {"bytes": [1]}),
+        ("random", {"format": {"a": 1}}),
         ("hash/", {"input": "aGk="}),
         ("random/", {}),
         ("random/platform/", {"bytes": 4}),
@@ -155,6 +165,9 @@ def _decoded(text: str, form: str) -> bytes:
         ("random", {}, 32, "base64"),
         ("random", {"bytes": 7, "format": "hex"}, 7, "hex"),
         ("random", {"bytes": "9"}, 9, "base64"),
+        ("random", {"bytes": "0x1f"}, 31, "base64"),
+        ("random", {"bytes": "010"}, 8, "base64"),  # Go's octal
+        ("random", {"bytes": True}, 1, "base64"),
         ("random/16", {}, 16, "base64"),
         ("random/16", {"bytes": 3}, 16, "base64"),  # the URL's count wins
         ("random/platform", {"bytes": 5}, 5, "base64"),
