@@ -34,10 +34,12 @@ from ._root_scopes import ROOT_SCOPES
 from ._sqlite import SQLiteKeyStore
 from ._usage import SCARCE, Lease, UsageMeter, next_rotation
 from .errors import (
+    SOFT_DELETED,
     DeletionNotAllowed,
     InvalidRequest,
     KeyExists,
     KeyNotFound,
+    KeySoftDeleted,
     KeyStoreCorrupt,
     KeyStoreError,
     KeyStoreUnavailable,
@@ -56,6 +58,7 @@ __all__ = [
     "AUDIT_TABLE",
     "ROOT_SCOPES",
     "SCARCE",
+    "SOFT_DELETED",
     "SWEEP_AFTER",
     "CertRoleInfo",
     "ChangeHook",
@@ -64,6 +67,7 @@ __all__ = [
     "KeyExists",
     "KeyInfo",
     "KeyNotFound",
+    "KeySoftDeleted",
     "KeyStore",
     "KeyStoreCorrupt",
     "KeyStoreError",

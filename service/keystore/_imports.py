@@ -21,7 +21,7 @@ from ._base import KeyInfo, valid_key_name
 from ._dialect import Connection
 from ._rows import MAX_VERSION, limits_row
 from ._tables import Tables
-from .errors import InvalidRequest, KeyStoreCorrupt
+from .errors import SOFT_DELETED, InvalidRequest, KeySoftDeleted, KeyStoreCorrupt
 
 _EXISTING = (
     "the import path cannot be used with an existing key; use import-version to rotate an"
@@ -126,6 +126,8 @@ class Imports:
         KeyNotFound; InvalidRequest for a key not imported or material of the wrong length."""
         with self._transaction() as db:
             info = self._tables.locked_key(db, name)
+            if info.soft_deleted:
+                raise KeySoftDeleted(SOFT_DELETED)
             if not info.imported:
                 raise InvalidRequest(
                     "the import_version endpoint can only be used with an imported key"

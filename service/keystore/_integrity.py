@@ -10,10 +10,10 @@ volume, a restored backup, a careless chmod) must not be able to change what it 
 - every other row that decides something, a key's row (algorithm, exportable,
   min_decryption_version, and for an imported key ``imported`` and ``allow_rotation``), its
   limits row (max_encryptions, auto_rotate_period), its policy row (min_encryption_version,
-  deletion_allowed, made_exportable), a token's row (digest, scopes, revocation, lifetime and
-  uses), an AppRole role's or secret id's row and a certificate role's row, carries an
-  HMAC-SHA-256 over every one of its columns, under a key derived from the master key with
-  HKDF-SHA-256, one key per kind of row.
+  deletion_allowed, made_exportable, min_available_version, soft_deleted), a token's row
+  (digest, scopes, revocation, lifetime and uses), an AppRole role's or secret id's row and a
+  certificate role's row, carries an HMAC-SHA-256 over every one of its columns, under a key
+  derived from the master key with HKDF-SHA-256, one key per kind of row.
 
 A store computes ``mac`` when it writes a row and calls ``verify`` on every row it loads,
 before it parses a value of it; a row that fails is refused and ``refuse`` logs it once.
@@ -93,6 +93,12 @@ LIMITS_ROW = Row("limits", ("name", "max_encryptions", "auto_rotate_period"))
 POLICY_ROW = Row("policy", ("name", "min_encryption_version", "deletion_allowed"))
 POLICY_EXPORTABLE_ROW = Row(
     "policy-exportable", ("name", "min_encryption_version", "deletion_allowed", "made_exportable")
+)
+# Likewise once a key was trimmed or soft-deleted (Transit's lifecycle, ``_lifecycle``): over
+# every column, under its own key, so neither can be lowered or lifted without the master key.
+POLICY_LIFECYCLE_ROW = Row(
+    "policy-lifecycle",
+    (*POLICY_EXPORTABLE_ROW.columns, "min_available_version", "soft_deleted"),
 )
 # An AppRole role: what a login with it grants (``_approle_rows``).
 ROLE_ROW = Row(
@@ -200,6 +206,7 @@ class Integrity:
             LIMITS_ROW,
             POLICY_ROW,
             POLICY_EXPORTABLE_ROW,
+            POLICY_LIFECYCLE_ROW,
             ROLE_ROW,
             SECRET_ID_ROW,
             CERT_ROLE_ROW,

@@ -24,7 +24,12 @@ from sealflow.service.keystore import (
     migrate_keystore,
 )
 
-from .files import PG_UNDO_MIGRATION_7, PG_UNDO_MIGRATION_8, PG_UNDO_MIGRATION_9
+from .files import (
+    PG_UNDO_MIGRATION_7,
+    PG_UNDO_MIGRATION_8,
+    PG_UNDO_MIGRATION_9,
+    PG_UNDO_MIGRATION_10,
+)
 
 INVALID = "invalid role or secret ID"
 
@@ -197,6 +202,7 @@ def test_a_postgresql_keystore_of_the_previous_schema_gains_approle(
     with closing(PostgresKeyStore(pg_url, master_key, watch=False)) as old:
         old.create_token(["admin"], "kept")
     with psycopg.connect(pg_url) as conn:  # as the previous release left it
+        conn.execute(PG_UNDO_MIGRATION_10.encode())
         conn.execute(PG_UNDO_MIGRATION_9.encode())
         conn.execute(PG_UNDO_MIGRATION_8.encode())
         conn.execute(PG_UNDO_MIGRATION_7.encode())
