@@ -6,7 +6,7 @@ fails one is failed in the request's ``Results`` and left out of every later ste
 from __future__ import annotations
 
 from sealflow.service.envelope import in_native_domain
-from sealflow.service.keystore import KeyInfo, KeyNotFound, KeyStore
+from sealflow.service.keystore import SOFT_DELETED, KeyInfo, KeyNotFound, KeyStore
 
 from . import _ciphertext, _wire
 from ._batch import Results
@@ -26,10 +26,14 @@ _VERSION_TOO_LOW = (
 
 
 def key_of(store: KeyStore, name: str) -> KeyInfo:
+    """The key to seal or open with: 400 for one absent, or soft-deleted (OpenBao's words)."""
     try:
-        return store.get_key(name)
+        key = store.get_key(name)
     except KeyNotFound:
         raise _wire.user_error(KEY_NOT_FOUND) from None
+    if key.soft_deleted:
+        raise _wire.user_error(SOFT_DELETED)
+    return key
 
 
 def decode_all(work: list[Item], results: Results) -> dict[int, bytes]:
