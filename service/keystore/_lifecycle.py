@@ -83,9 +83,13 @@ class Lifecycle:
             row = stored_policy(replace(info, min_available_version=min_available_version))
             self._tables.write_policy(db, row)
             info = self._tables.locked_key(db, name)
-        self._changed(
-            "key_trim", key=name, min_available_version=min_available_version, versions=dropped
-        )
+        # As the audit schema names versions: one as ``version``, several as ``versions``.
+        gone: dict[str, object] = {}
+        if len(dropped) == 1:
+            gone["version"] = dropped[0]
+        elif dropped:
+            gone["versions"] = dropped
+        self._changed("key_trim", key=name, **gone)
         if dropped:
             log.warning(
                 "key %r trimmed: versions %s removed with their material",
