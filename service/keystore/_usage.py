@@ -383,8 +383,9 @@ class UsageMeter:
 
 def rotatable(key: KeyInfo) -> bool:
     """Whether sealflow may rotate the key: not one imported without ``allow_rotation``
-    (Transit's rule; docs/TRANSIT.md, Importing keys)."""
-    return key.allow_rotation or not key.imported
+    (Transit's rule; docs/TRANSIT.md, Importing keys), nor one soft-deleted (it rests until
+    restored: no periodic rotation is even attempted)."""
+    return not key.soft_deleted and (key.allow_rotation or not key.imported)
 
 
 def next_rotation(key: KeyInfo) -> float | None:

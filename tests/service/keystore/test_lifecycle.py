@@ -26,13 +26,14 @@ from sealflow.service.keystore import (
     UsageMeter,
     export_material,
     migrate_keystore,
+    next_rotation,
 )
 
 from .test_postgres import eventually
 
 
 def four_versions(store: KeyStore, name: str = "orders") -> dict[int, bytes]:
-    store.create_key(name, Algorithm.AES_256_GCM, exportable=True)
+    store.create_key(name, Algorithm.AES_256_GCM, exportable=True, auto_rotate_period=86400)
     for _ in range(3):
         store.rotate_key(name)
     return {v: store.key_material(name, v) for v in range(1, 5)}
@@ -201,11 +202,14 @@ def test_a_soft_deleted_key_refuses_every_use_until_restored(
         meter.lease("orders")
     with pytest.raises(KeySoftDeleted):
         store.material(key.slot(4))
-    # Listed and read as it is; the rotation a limit would make waits for the restore.
+    # Listed and read as it is; the rotation a limit or a period would make waits for the
+    # restore.
     assert [k.name for k in store.list_keys()] == ["orders"]
     assert store.rotate_if_latest("orders", 4).latest == 4
+    assert next_rotation(store.get_key("orders")) is None
     key, already = store.restore_key("orders")
     assert (key.soft_deleted, already, key.latest) == (False, False, 4)
+    assert next_rotation(key) is not None
     assert store.restore_key("orders")[1] is True
     assert changes == ["key_soft_delete", "key_soft_delete_restore"]
     for view in (store, other):
