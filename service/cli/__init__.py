@@ -1,5 +1,5 @@
 """The `sealflow` console script: serve, keys, tokens, approle, audit, encrypt, decrypt,
-selftest.
+migrate, selftest.
 
 ``encrypt`` and ``decrypt`` are parsed on their own and load the client library only (not
 pydantic, the engine or the keystore): start-up is part of every transfer's time, a tenth of
@@ -104,7 +104,7 @@ def _main(argv: list[str] | None) -> int:
 
     from sealflow.service.keystore import KeyStoreError
 
-    from . import _approle, _audit, _cert, _manage, _serve, _transfer
+    from . import _approle, _audit, _cert, _manage, _migrate, _serve, _transfer
     from ._flags import PREFIX, add_settings, settings_error
 
     parser = argparse.ArgumentParser(
@@ -122,6 +122,7 @@ def _main(argv: list[str] | None) -> int:
     _cert.add_commands(commands, store_flags)
     _audit.add_commands(commands, store_flags)
     _transfer.add_client_commands(commands)
+    _migrate.add_commands(commands)
     selftest = commands.add_parser(
         "selftest", help="run the engine self-test and show the provider choice"
     )

@@ -1,5 +1,5 @@
-"""``sealflow keys ...``, ``sealflow tokens ...`` and ``sealflow keystore migrate``: the keystore,
-from the command line.
+"""``sealflow keys ...``, ``sealflow tokens ...`` and ``sealflow keystore migrate`` (its backup and
+restore: ``_backup``): the keystore, from the command line.
 
 They open the keystore directly (same settings as ``serve``), so they work with
 the service running: it sees their writes on its next request.
@@ -10,20 +10,16 @@ from __future__ import annotations
 import argparse
 import base64
 import json
-import os
-import pwd
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from sealflow.engine import Algorithm
-from sealflow.service.audit import Auditor, open_auditor
+from sealflow.service.audit import open_auditor
 from sealflow.service.config import Settings
 from sealflow.service.durations import parse_duration
 from sealflow.service.keystore import (
-    AUDIT_TABLE,
-    ChangeHook,
     KeyInfo,
     KeyStore,
     KeyStoreUnavailable,
@@ -38,6 +34,9 @@ from sealflow.service.keystore import (
     open_store,
     redact,
 )
+
+from . import _backup
+from ._trail import recording, sinks
 
 
 def _key_json(key: KeyInfo, store: KeyStore) -> dict[str, Any]:
@@ -190,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
         store.close()
         raise
     if auditor is not None:
-        store.on_change = _recording(auditor)
+        store.on_change = recording(auditor)
     try:
         handle = getattr(args, "handle", None) or (_keys if args.command == "keys" else _tokens)
         handle(args, store)
@@ -201,34 +200,11 @@ def run(args: argparse.Namespace) -> int:
         # The change is made (it committed first); its record is not, and that must show.
         print(
             "sealflow: the change was made, but its audit record could not be written to"
-            f" the audit trail ({_sinks(settings)})",
+            f" the audit trail ({sinks(settings)})",
             file=sys.stderr,
         )
         return 1
     return 0
-
-
-def _sinks(settings: Settings) -> str:
-    """Where the audit trail goes, for a message."""
-    named = [str(settings.audit_file)] if settings.audit_file is not None else []
-    named += ["stdout"] if settings.audit_stdout else []
-    named += [f"table {AUDIT_TABLE}"] if settings.audit_postgres else []
-    return ", ".join(named)
-
-
-def _recording(auditor: Auditor) -> ChangeHook:
-    """The keystore's change hook of one CLI invocation: a change record, origin cli, naming
-    the OS user who ran it (docs/AUDIT.md)."""
-    try:
-        user = pwd.getpwuid(os.getuid()).pw_name
-    except KeyError:  # a uid with no passwd entry (a container's)
-        user = str(os.getuid())
-
-    def record(operation: str, fields: dict[str, object]) -> None:
-        base = {"type": "change", "origin": "cli", "os_user": user, "operation": operation}
-        auditor.record({**base, **fields})
-
-    return record
 
 
 def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
@@ -344,9 +320,9 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     tokens.add_parser("list", parents=[common], help="list tokens (never their secrets)")
     tokens.add_parser("revoke", parents=[common], help="revoke a token").add_argument("id")
-    store = commands.add_parser("keystore", help="move a keystore").add_subparsers(
-        dest="action", required=True
-    )
+    store = commands.add_parser(
+        "keystore", help="move, back up or restore a keystore"
+    ).add_subparsers(dest="action", required=True)
     move = store.add_parser(
         "migrate",
         parents=[common],
@@ -355,6 +331,7 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     move.add_argument("--from", dest="source", required=True, metavar="sqlite:PATH")
     move.add_argument("--to", dest="target", required=True, metavar="postgresql://...")
     move.set_defaults(func=migrate)
+    _backup.add_commands(store, common)
     for sub in (keys, tokens):
         for parser in sub.choices.values():
             parser.set_defaults(func=run)

@@ -10,41 +10,21 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import re
 import stat
 import sys
 import types
 from typing import IO, Any, BinaryIO
 
-from sealflow.service.client import Client, SealflowError
+from sealflow.service.client import SealflowError
 
+from ._connect import DEFAULT_URL, one_line, open_client
 from ._errors import ClientError
 from ._output import Output
 
 _BAR_DELAY = 0.5  # short transfers get no bar
-_DEFAULT_URL = "http://127.0.0.1:8080"
 
 # Even a disabled tqdm starts tqdm's monitor thread: without a terminal, use no tqdm at all.
 _NO_BAR = types.SimpleNamespace(update=lambda n: None, close=lambda: None, n=0)
-
-
-def _one_line(text: str) -> str:
-    """The server's text goes to a terminal: one line, no control characters."""
-    return "".join(c if c.isprintable() else " " for c in text)[:500]
-
-
-def _client(args: argparse.Namespace) -> Client:
-    """The client for the service at --url, or a usage error."""
-    token = os.environ.get("SEALFLOW_TOKEN", "").strip()
-    if not token:
-        raise ClientError("SEALFLOW_TOKEN is not set (export a token with the needed scope)", 2)
-    if not re.fullmatch(r"[\x21-\x7e]+", token):
-        raise ClientError("SEALFLOW_TOKEN has characters not allowed in an HTTP header", 2)
-    url = args.url or os.environ.get("SEALFLOW_URL") or _DEFAULT_URL
-    try:
-        return Client(url, token)
-    except ValueError as e:
-        raise ClientError(str(e), 2) from None
 
 
 def _bar(src: IO[bytes]) -> Any:
@@ -69,7 +49,7 @@ def _run(args: argparse.Namespace, command: str) -> int:
     src, out, ok = stdin, None, False
     bar: Any = _NO_BAR
     try:
-        with _client(args) as client:
+        with open_client(args) as client:
             try:
                 if args.input not in (None, "-"):
                     src = open(args.input, "rb")  # noqa: SIM115 (closed in the finally below)
@@ -104,7 +84,7 @@ def _run(args: argparse.Namespace, command: str) -> int:
         what = (
             "" if code == 2 else f"{command} interrupted" if code == 130 else f"{command} failed: "
         )
-        print(f"sealflow: {what}{_one_line(str(e))}", file=sys.stderr)
+        print(f"sealflow: {what}{one_line(str(e))}", file=sys.stderr)
         return code
     finally:
         bar.close()
@@ -136,7 +116,7 @@ def add_client_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
         else:
             p.add_argument("--key", metavar="NAME", help="require the envelope to use this key")
         p.add_argument("--aad", metavar="TEXT", help="additional authenticated data (UTF-8)")
-        p.add_argument("--url", help=f"service URL (default: $SEALFLOW_URL or {_DEFAULT_URL})")
+        p.add_argument("--url", help=f"service URL (default: $SEALFLOW_URL or {DEFAULT_URL})")
         p.add_argument("-i", "--input", metavar="FILE", help="read FILE instead of stdin")
         p.add_argument(
             "-o",

@@ -9,7 +9,7 @@ makes the retries that ``Plan.retry`` allows.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 from typing import TypeVar, overload
 
 from . import _calls as calls
@@ -251,6 +251,48 @@ class AsyncClient:
     async def export_key(self, name: str, version: int | None = None) -> ExportedKey:
         """A version's material (the latest by default), for keys created exportable."""
         return await self._admin(calls.export_key(name, version))
+
+    async def wrapping_key(self) -> str:
+        """The public half of the service's import wrapping key (RSA-4096, PEM): what a key
+        is wrapped for before ``import_key`` (docs/API.md, Importing keys)."""
+        return await self._admin(calls.wrapping_key())
+
+    async def import_key(
+        self,
+        name: str,
+        versions: Sequence[str | None],
+        *,
+        algorithm: str = "aes-256-gcm",
+        hash_function: str = "SHA256",
+        min_decryption_version: int = 1,
+        min_encryption_version: int = 0,
+        deletion_allowed: bool = False,
+        exportable: bool = False,
+        allow_rotation: bool = False,
+        auto_rotate_period: float | None = None,
+    ) -> Key:
+        """Create ``name`` whole, in one write, from versions 1, 2, ... each wrapped for
+        ``wrapping_key`` (None: a retired placeholder, allowed only below
+        ``min_decryption_version``). Needs ``admin`` and ``export`` on the key; refused if the
+        name is taken."""
+        fields = {
+            "algorithm": algorithm,
+            "hash_function": hash_function,
+            "min_decryption_version": min_decryption_version,
+            "min_encryption_version": min_encryption_version,
+            "deletion_allowed": deletion_allowed,
+            "exportable": exportable,
+            "allow_rotation": allow_rotation,
+            "auto_rotate_period": auto_rotate_period,
+        }
+        return await self._admin(calls.import_key(name, versions, fields))
+
+    async def transit_decrypt(
+        self, name: str, ciphertext: str, *, context: bytes | None = None, mount: str = "transit"
+    ) -> bytes:
+        """Decrypt one Transit ciphertext (``vault:v<N>:...``) on the service's
+        Vault-compatible API at ``mount``; ``context`` is its associated data."""
+        return await self._admin(calls.transit_decrypt(mount, name, ciphertext, context))
 
     # The plumbing
 

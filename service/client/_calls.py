@@ -8,7 +8,7 @@ from __future__ import annotations
 import base64
 import functools
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 from urllib.parse import quote
@@ -110,3 +110,31 @@ def delete_key(name: str) -> Admin[None]:
 def export_key(name: str, version: int | None) -> Admin[ExportedKey]:
     query = "" if version is None else f"?version={int(version)}"
     return _admin("GET", f"{_key(name)}/export{query}", ExportedKey.from_json)
+
+
+def wrapping_key() -> Admin[str]:
+    return _admin("GET", "/v1/wrapping-key", lambda answer: str(answer["public_key"]))
+
+
+def import_key(
+    name: str, versions: Sequence[str | None], fields: Mapping[str, object]
+) -> Admin[Key]:
+    """A whole key: each version's import ciphertext, None for a retired placeholder."""
+    body: dict[str, Any] = {
+        "versions": [{"placeholder": True} if c is None else {"ciphertext": c} for c in versions],
+        **{k: v for k, v in fields.items() if v is not None},
+    }
+    return _admin("POST", f"{_key(name)}/import", Key.from_json, body, idempotent=False)
+
+
+def transit_decrypt(mount: str, name: str, ciphertext: str, context: bytes | None) -> Admin[bytes]:
+    """Transit's decrypt of one ciphertext (``associated_data``, when given, base64)."""
+    body: dict[str, Any] = {"ciphertext": ciphertext}
+    if context is not None:
+        body["associated_data"] = base64.b64encode(context).decode()
+    path = f"/v1/{quote(mount.strip('/'), safe='/')}/decrypt/{quote(name, safe='')}"
+    return _admin("POST", path, _plaintext, body)
+
+
+def _plaintext(answer: Any) -> bytes:
+    return base64.b64decode(answer["data"]["plaintext"], validate=True)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import weakref
-from collections.abc import Coroutine, Generator
+from collections.abc import Coroutine, Generator, Sequence
 from typing import Any, TypeVar, overload
 
 from . import _blocking
@@ -338,6 +338,43 @@ class Client:
 
     def export_key(self, name: str, version: int | None = None) -> ExportedKey:
         return self._admin(calls.export_key(name, version))
+
+    def wrapping_key(self) -> str:
+        """See ``AsyncClient.wrapping_key``."""
+        return self._admin(calls.wrapping_key())
+
+    def import_key(
+        self,
+        name: str,
+        versions: Sequence[str | None],
+        *,
+        algorithm: str = "aes-256-gcm",
+        hash_function: str = "SHA256",
+        min_decryption_version: int = 1,
+        min_encryption_version: int = 0,
+        deletion_allowed: bool = False,
+        exportable: bool = False,
+        allow_rotation: bool = False,
+        auto_rotate_period: float | None = None,
+    ) -> Key:
+        """Create a key whole from imported versions (see ``AsyncClient.import_key``)."""
+        fields = {
+            "algorithm": algorithm,
+            "hash_function": hash_function,
+            "min_decryption_version": min_decryption_version,
+            "min_encryption_version": min_encryption_version,
+            "deletion_allowed": deletion_allowed,
+            "exportable": exportable,
+            "allow_rotation": allow_rotation,
+            "auto_rotate_period": auto_rotate_period,
+        }
+        return self._admin(calls.import_key(name, versions, fields))
+
+    def transit_decrypt(
+        self, name: str, ciphertext: str, *, context: bytes | None = None, mount: str = "transit"
+    ) -> bytes:
+        """See ``AsyncClient.transit_decrypt``."""
+        return self._admin(calls.transit_decrypt(mount, name, ciphertext, context))
 
     # The plumbing
 

@@ -4,6 +4,8 @@ Nothing here knows about HTTP; the server, the CLI and the tests all use this pa
 """
 
 from ._approle_api import RoleInfo, SecretIdInfo
+from ._backup import backup as backup_keystore
+from ._backup import read_backup, restore_postgres, restore_sqlite
 from ._base import (
     SWEEP_AFTER,
     ChangeHook,
@@ -13,6 +15,7 @@ from ._base import (
     KeyVersionInfo,
     Lifetimes,
     Renewal,
+    RestoredKey,
     Slot,
     TokenInfo,
     VersionUsage,
@@ -30,11 +33,14 @@ from ._pg_audit import TABLE as AUDIT_TABLE
 from ._pg_audit import PostgresSink, audit_rows
 from ._postgres import PostgresKeyStore, redact
 from ._provision import audit_table, describe, keystore_url, master_key, open_store, prepare
+from ._public_keys import RSA_TYPES, PublicKeyInfo
 from ._root_scopes import ROOT_SCOPES
+from ._snapshot import Snapshot
 from ._sqlite import SQLiteKeyStore
 from ._usage import SCARCE, Lease, UsageMeter, next_rotation
 from .errors import (
     SOFT_DELETED,
+    BackupRefused,
     DeletionNotAllowed,
     InvalidRequest,
     KeyExists,
@@ -57,9 +63,11 @@ from .errors import (
 __all__ = [
     "AUDIT_TABLE",
     "ROOT_SCOPES",
+    "RSA_TYPES",
     "SCARCE",
     "SOFT_DELETED",
     "SWEEP_AFTER",
+    "BackupRefused",
     "CertRoleInfo",
     "ChangeHook",
     "DeletionNotAllowed",
@@ -83,12 +91,15 @@ __all__ = [
     "NotRenewable",
     "PostgresKeyStore",
     "PostgresSink",
+    "PublicKeyInfo",
     "Renewal",
+    "RestoredKey",
     "RoleInfo",
     "RoleNotFound",
     "SQLiteKeyStore",
     "SecretIdInfo",
     "Slot",
+    "Snapshot",
     "TokenExpired",
     "TokenInfo",
     "TokenNotFound",
@@ -99,6 +110,7 @@ __all__ = [
     "WouldWait",
     "audit_rows",
     "audit_table",
+    "backup_keystore",
     "create_master_key_file",
     "describe",
     "export_material",
@@ -109,8 +121,11 @@ __all__ = [
     "next_rotation",
     "open_store",
     "prepare",
+    "read_backup",
     "read_secret",
     "redact",
+    "restore_postgres",
+    "restore_sqlite",
     "valid_accessor",
     "valid_key_name",
     "valid_scope",

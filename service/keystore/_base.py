@@ -18,9 +18,9 @@ left out of ``list_tokens``. Either is logged once.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from sealflow.engine import Algorithm
 from sealflow.service.envelope import valid_name
@@ -28,6 +28,10 @@ from sealflow.service.envelope import valid_name
 from ._approle_api import AppRoleStore
 from ._cert_api import CertRoleStore
 from .errors import SOFT_DELETED, KeySoftDeleted, NotExportable, VersionRetired
+
+if TYPE_CHECKING:  # _snapshot imports this module (through _dialect)
+    from ._public_keys import PublicKeyInfo
+    from ._snapshot import Snapshot
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +42,20 @@ class KeyVersionInfo:
 
 # NIST SP 800-38D, 8.3: with random 96-bit nonces, at most 2^32 invocations of GCM per key.
 DEFAULT_MAX_ENCRYPTIONS = 2**32
+
+
+@dataclass(frozen=True, slots=True)
+class RestoredKey:
+    """A key as a Transit backup holds it (``KeyStore.restore_key``): material by version."""
+
+    name: str
+    algorithm: Algorithm
+    material: tuple[tuple[int, bytes], ...]
+    min_decryption_version: int = 1
+    min_encryption_version: int = 0
+    deletion_allowed: bool = False
+    allow_plaintext_backup: bool = False
+    auto_rotate_period: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,9 +84,11 @@ class KeyInfo:
     created_at: float = 0.0
     # Transit's key lifecycle (docs/TRANSIT.md, Trimming and soft deletion): versions below
     # ``min_available_version`` were removed by ``trim_key`` (0: never trimmed); a soft-deleted
-    # key refuses every use until ``restore_key``.
+    # key refuses every use until ``undo_soft_delete``.
     min_available_version: int = 0
     soft_deleted: bool = False
+    # Transit's allow_plaintext_backup: backup/:name may dump the key (if exportable too).
+    allow_plaintext_backup: bool = False
 
     @property
     def latest(self) -> int:
@@ -259,14 +279,25 @@ class KeyStore(AppRoleStore, CertRoleStore, Protocol):
         deletion_allowed: bool | None = None,
         allow_lowering: bool = False,
         exportable: bool | None = None,
+        plaintext_backup: bool | None = None,
     ) -> KeyInfo:
         """Set any of a key's version rules, its deletion flag and its exportability (None:
         unchanged) in one transaction: ``set_min_decryption_version``'s rules, and
         InvalidRequest unless ``0 <= min_encryption_version <= latest`` and, when it is not 0,
         it is at least the min_decryption_version that results. ``exportable`` True makes
         every version of the key exportable from now on (its wrapping is unchanged);
-        InvalidRequest for False on an exportable key: material may have left already. Each
-        change is logged (key name, old and new)."""
+        InvalidRequest for False on an exportable key: material may have left already.
+        ``plaintext_backup`` (Transit's allow_plaintext_backup) likewise: True from now on,
+        False refused once set. Each change is logged (key name, old and new)."""
+
+    def restore_key(self, key: RestoredKey, force: bool = False) -> KeyInfo:
+        """Transit's ``restore``: the key made again from a backup of it (``RestoredKey``), with
+        its version numbers and material, exportable, in one transaction; its versions are
+        stamped now, so the restored key is a new key (``KeyInfo.born``). KeyExists if the
+        name is taken, unless ``force``: then the key there is deleted in the same transaction,
+        which needs its ``deletion_allowed`` (DeletionNotAllowed), as a deletion does.
+        InvalidRequest for versions not numbered 1 to N, material of the wrong length, or
+        version rules out of range."""
 
     def delete_key(self, name: str) -> KeyInfo:
         """Remove the key, every version's material, its limits and usage, in one transaction;
@@ -415,8 +446,26 @@ class KeyStore(AppRoleStore, CertRoleStore, Protocol):
         exportable: bool = False,
         allow_rotation: bool = False,
         auto_rotate_period: float | None = None,
+        allow_plaintext_backup: bool = False,
     ) -> KeyInfo:
         """A new imported key of ``material`` (``_imports.Imports.import_key``)."""
+
+    def import_versions(
+        self,
+        name: str,
+        algorithm: Algorithm,
+        versions: Sequence[bytes | None],
+        *,
+        min_decryption_version: int = 1,
+        min_encryption_version: int = 0,
+        deletion_allowed: bool = False,
+        exportable: bool = False,
+        allow_rotation: bool = False,
+        auto_rotate_period: float | None = None,
+        allow_plaintext_backup: bool = False,
+    ) -> KeyInfo:
+        """A whole imported key, placeholders included, in one transaction
+        (``_imports.Imports.import_versions``)."""
 
     def import_version(self, name: str, material: bytes) -> KeyInfo:
         """The next version of an imported key (``_imports.Imports.import_version``)."""
@@ -427,8 +476,19 @@ class KeyStore(AppRoleStore, CertRoleStore, Protocol):
     def soft_delete_key(self, name: str) -> tuple[KeyInfo, bool]:
         """Mark the key soft-deleted; whether it was already (``_lifecycle``)."""
 
-    def restore_key(self, name: str) -> tuple[KeyInfo, bool]:
+    def undo_soft_delete(self, name: str) -> tuple[KeyInfo, bool]:
         """Lift a soft deletion; whether the key was not soft-deleted (``_lifecycle``)."""
+
+    def import_public_key(self, name: str, kind: str, pem: str) -> PublicKeyInfo:
+        """A public-key-only RSA key (``_public_keys``): a byok-export destination."""
+
+    def public_key(self, name: str) -> PublicKeyInfo | None: ...
+
+    def public_keys(self) -> list[PublicKeyInfo]: ...
+
+    def configure_public_key(self, name: str, deletion_allowed: bool) -> PublicKeyInfo: ...
+
+    def delete_public_key(self, name: str) -> None: ...
 
     def health(self) -> KeyStoreHealth:
         """Whether the store answers and how old the cache is (for /readyz and /metrics)."""
@@ -437,6 +497,15 @@ class KeyStore(AppRoleStore, CertRoleStore, Protocol):
         """Whether the store last heard from its database more than ``max_age`` seconds ago
         (a PostgreSQL replica cut off from it); cheap, asked on every request with a token.
         Never for a store that reads its database directly (SQLite)."""
+
+    def snapshot(self) -> Snapshot:
+        """Every row that matters, as stored, from one consistent snapshot of the store
+        (``_snapshot``): read while servers write."""
+
+    def restore(self, snapshot: Snapshot, replace: bool = False) -> None:
+        """The snapshot's rows put in, in one transaction, and read back to compare before it
+        commits. BackupRefused if the store holds rows and ``replace`` is not set (then its
+        rows are deleted first); KeyStoreCorrupt if the read-back differs."""
 
     def close(self) -> None: ...
 

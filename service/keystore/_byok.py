@@ -1,6 +1,7 @@
-"""Transit's BYOK import format, unwrapped: ``ciphertext`` is RSA-OAEP (of ``hash_function``,
-MGF1 with the same hash, no label) under the wrapping key of an ephemeral AES-256 key, followed
-by the target key wrapped under that AES key with AES-KWP (RFC 5649). Refusals use OpenBao's
+"""Transit's BYOK import format, unwrapped, and wrapped for ``byok-export``: ``ciphertext`` is
+RSA-OAEP (of ``hash_function``, MGF1 with the same hash, no label) under the wrapping key of an
+ephemeral AES-256 key, followed by the target key wrapped under that AES key with AES-KWP
+(RFC 5649). Refusals use OpenBao's
 words (path_import.go, and tink's KWP for the key wrap), as 400s where OpenBao answers most of
 them with a 500. Not a hot path: ``cryptography`` does the work."""
 
@@ -8,12 +9,17 @@ from __future__ import annotations
 
 import base64
 import binascii
+import os
 import re
 
 from cryptography.exceptions import InvalidKey
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
-from cryptography.hazmat.primitives.keywrap import InvalidUnwrap, aes_key_unwrap_with_padding
+from cryptography.hazmat.primitives.keywrap import (
+    InvalidUnwrap,
+    aes_key_unwrap_with_padding,
+    aes_key_wrap_with_padding,
+)
 
 from .errors import InvalidRequest
 
@@ -74,3 +80,13 @@ def unwrap(private: rsa.RSAPrivateKey, ciphertext: bytes, hash_name: str) -> byt
         return aes_key_unwrap_with_padding(ephemeral, wrapped)
     except (InvalidUnwrap, InvalidKey, ValueError):
         raise InvalidRequest("kwp: unwrap failed integrity check") from None
+
+
+def wrap(public: rsa.RSAPublicKey, material: bytes, hash_name: str = "SHA256") -> str:
+    """``material`` in the import format for the holder of ``public`` (base64, as Transit's
+    ``byok-export`` answers it): RSA-OAEP of a fresh AES-256 key, then AES-KWP under it."""
+    algorithm = hash_function(hash_name)
+    ephemeral = os.urandom(32)
+    oaep = padding.OAEP(mgf=padding.MGF1(algorithm), algorithm=algorithm, label=None)
+    sealed = public.encrypt(ephemeral, oaep) + aes_key_wrap_with_padding(ephemeral, material)
+    return base64.b64encode(sealed).decode()

@@ -66,7 +66,7 @@ _KEY_ROWS = (
 _LIMITS = "SELECT name, max_encryptions, auto_rotate_period, mac FROM {limits}"
 _POLICIES = (
     "SELECT name, min_encryption_version, deletion_allowed, made_exportable,"
-    " min_available_version, soft_deleted, mac FROM {policy}"
+    " plaintext_backup, min_available_version, soft_deleted, mac FROM {policy}"
 )
 # TOKEN_ROW.columns order, then the MAC.
 _TOKENS = "SELECT {token_columns}, mac FROM {tokens}"
@@ -129,11 +129,12 @@ class Sql:
         )
         self.write_policy = sql(
             "INSERT INTO {policy} (name, min_encryption_version, deletion_allowed,"
-            " made_exportable, min_available_version, soft_deleted, mac)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE"
+            " made_exportable, plaintext_backup, min_available_version, soft_deleted, mac)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE"
             " SET min_encryption_version = excluded.min_encryption_version,"
             " deletion_allowed = excluded.deletion_allowed,"
             " made_exportable = excluded.made_exportable,"
+            " plaintext_backup = excluded.plaintext_backup,"
             " min_available_version = excluded.min_available_version,"
             " soft_deleted = excluded.soft_deleted, mac = excluded.mac"
         )
@@ -175,6 +176,10 @@ class Sql:
         # Once-only changes of the rows themselves (``_root_scopes``), each noted by a key here.
         self.meta_value = sql("SELECT value FROM {meta} WHERE key = ?")
         self.note_meta = sql("INSERT INTO {meta} VALUES (?, ?) ON CONFLICT (key) DO NOTHING")
+        # Public-key-only keys (``_public_keys``): meta rows under one prefix.
+        self.meta_like = sql("SELECT key, value FROM {meta} WHERE key LIKE ? ORDER BY key")
+        self.write_meta = sql("UPDATE {meta} SET value = ? WHERE key = ?")
+        self.delete_meta = sql("DELETE FROM {meta} WHERE key = ?")
         # A version at a number given (an import); the primary key refuses one taken.
         self.version_exists = sql("SELECT 1 FROM {versions} WHERE name = ? AND version = ?")
         # Usage (``_usage_rows``).

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from abc import abstractmethod
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 
 from cryptography.hazmat.primitives import serialization
@@ -19,14 +20,10 @@ from sealflow.engine import Algorithm
 from . import _byok
 from ._base import KeyInfo, valid_key_name
 from ._dialect import Connection
-from ._rows import MAX_VERSION, limits_row
+from ._public_keys import EXISTING, held
+from ._rows import MAX_VERSION, limits_row, policy_row
 from ._tables import Tables
 from .errors import SOFT_DELETED, InvalidRequest, KeySoftDeleted, KeyStoreCorrupt
-
-_EXISTING = (
-    "the import path cannot be used with an existing key; use import-version to rotate an"
-    " existing imported key"
-)
 
 
 def rotatable(info: KeyInfo) -> None:
@@ -98,27 +95,72 @@ class Imports:
         exportable: bool = False,
         allow_rotation: bool = False,
         auto_rotate_period: float | None = None,
+        allow_plaintext_backup: bool = False,
     ) -> KeyInfo:
-        """A new key whose version 1 is ``material``, marked imported, in one transaction.
+        """A new key whose version 1 is ``material``, marked imported, in one transaction
+        (``import_versions`` of one version)."""
+        return self.import_versions(
+            name,
+            algorithm,
+            [material],
+            exportable=exportable,
+            allow_rotation=allow_rotation,
+            auto_rotate_period=auto_rotate_period,
+            allow_plaintext_backup=allow_plaintext_backup,
+        )
 
-        InvalidRequest (Transit's words) if the name is taken, by an imported key or not, or
-        the material's length is not the algorithm's, or ``auto_rotate_period`` is set without
-        ``allow_rotation``."""
+    def import_versions(
+        self,
+        name: str,
+        algorithm: Algorithm,
+        versions: Sequence[bytes | None],
+        *,
+        min_decryption_version: int = 1,
+        min_encryption_version: int = 0,
+        deletion_allowed: bool = False,
+        exportable: bool = False,
+        allow_rotation: bool = False,
+        auto_rotate_period: float | None = None,
+        allow_plaintext_backup: bool = False,
+    ) -> KeyInfo:
+        """A new imported key whose versions 1, 2, ... are ``versions``, with its minimum
+        versions and deletion flag, in one transaction: the whole key or nothing. None is a
+        retired placeholder (fresh random material, never usable: it must lie below
+        ``min_decryption_version``), so that a key moved from another engine keeps its
+        version numbers.
+
+        InvalidRequest (Transit's words) if the name is taken, by an imported key or not, a
+        material's length is not the algorithm's, ``auto_rotate_period`` is set without
+        ``allow_rotation``, or the minimum versions or placeholders do not fit."""
         if not valid_key_name(name):
             raise InvalidRequest(f"invalid key name {name!r}")
-        _length(algorithm, material)
+        _placeholders(versions, min_decryption_version)
+        for material in versions:
+            if material is not None:
+                _length(algorithm, material)
         if auto_rotate_period and not allow_rotation:
             raise InvalidRequest("allow_rotation must be set to true if auto-rotation is enabled")
-        row = (name, algorithm.value, int(exportable), 1, time.time(), 1, int(allow_rotation))
+        least = min_decryption_version
+        row = (name, algorithm.value, int(exportable), least, time.time(), 1, int(allow_rotation))
         with self._transaction() as db:
-            if not self._tables.insert_key(db, row):
-                raise InvalidRequest(_EXISTING)
-            self._tables.add_version(db, name, 1, algorithm, exportable, material)
+            if held(self._tables, db, name) or not self._tables.insert_key(db, row):
+                raise InvalidRequest(EXISTING)
+            for version, material in enumerate(versions, start=1):
+                self._tables.add_version(db, name, version, algorithm, exportable, material)
+            info = self._tables.locked_key(db, name)
+            if min_encryption_version or deletion_allowed or allow_plaintext_backup:
+                policy = policy_row(
+                    info,
+                    least,
+                    min_encryption_version,
+                    deletion_allowed,
+                    plaintext_backup=allow_plaintext_backup or None,
+                )
+                self._tables.write_policy(db, policy)
             if auto_rotate_period:
-                info = self._tables.locked_key(db, name)
                 self._tables.write_limits(db, limits_row(info, None, auto_rotate_period))
             info = self._tables.locked_key(db, name)
-        self._changed("key_import", key=name, version=1)
+        self._changed("key_import", key=name, version=info.latest)
         return info
 
     def import_version(self, name: str, material: bytes) -> KeyInfo:
@@ -142,6 +184,19 @@ class Imports:
             info = self._tables.locked_key(db, name)
         self._changed("key_import_version", key=name, version=version)
         return info
+
+
+def _placeholders(versions: Sequence[bytes | None], least: int) -> None:
+    """InvalidRequest unless there is a version, ``least`` is one of them, and every
+    placeholder lies below it."""
+    if not 1 <= len(versions) <= MAX_VERSION:
+        raise InvalidRequest(f"an import holds 1 to {MAX_VERSION} versions, not {len(versions)}")
+    if isinstance(least, bool) or not isinstance(least, int) or not 1 <= least <= len(versions):
+        raise InvalidRequest(
+            f"min_decryption_version must be between 1 and {len(versions)}, not {least!r}"
+        )
+    if any(material is None for material in versions[least - 1 :]):
+        raise InvalidRequest("a placeholder version must be below min_decryption_version")
 
 
 def _length(algorithm: Algorithm, material: bytes) -> None:

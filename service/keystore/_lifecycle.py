@@ -104,7 +104,7 @@ class Lifecycle:
         (then nothing is written). KeyNotFound."""
         return self._mark(name, True, "key_soft_delete")
 
-    def restore_key(self, name: str) -> tuple[KeyInfo, bool]:
+    def undo_soft_delete(self, name: str) -> tuple[KeyInfo, bool]:
         """Lift the key's soft deletion (one transaction); the key, and whether it was not
         soft-deleted (then nothing is written). KeyNotFound."""
         return self._mark(name, False, "key_soft_delete_restore")

@@ -2,12 +2,12 @@
 
 Rows are copied as they are stored (wrapped material, MACs, times, ids, digests, usage limits
 and counts, Transit policies with made_exportable, AppRole roles and secret ids, certificate
-roles): both stores authenticate the same columns with the same types (``_integrity``), so
-nothing is rewrapped or re-signed and a row that was refused in SQLite stays refused. The copy
-is one transaction into an empty PostgreSQL keystore; then both stores are opened with the
-master key and every key, every version's material, every token and every role is compared.
-Anything that differs is reported and the target is left for the operator to drop: the SQLite
-file is never changed.
+roles, public-key-only keys): both stores authenticate the same columns with the same types
+(``_integrity``), so nothing is rewrapped or re-signed and a row that was refused in SQLite
+stays refused. The copy is one transaction into an empty PostgreSQL keystore; then both stores
+are opened with the master key and every key, every version's material, every token and every
+role is compared. Anything that differs is reported and the target is left for the operator to
+drop: the SQLite file is never changed.
 """
 
 from __future__ import annotations
@@ -40,7 +40,12 @@ def migrate(source: Path, url: str, master_key: bytes) -> Migrated:
     with closing(SQLiteKeyStore(source, master_key)) as old:
         rows = old.export_rows()
         with closing(PostgresKeyStore(url, master_key, watch=False)) as new:
-            new.import_rows(*rows, approle=old.approle_rows(), cert_roles=old.cert_role_rows())
+            new.import_rows(
+                *rows,
+                approle=old.approle_rows(),
+                cert_roles=old.cert_role_rows(),
+                public_keys=old.public_key_rows(),
+            )
             _verify(old, new)
     keys, versions, tokens = rows[:3]
     return Migrated(len(keys), len(versions), len(tokens))
@@ -65,6 +70,8 @@ def _verify(old: SQLiteKeyStore, new: PostgresKeyStore) -> None:
             raise fail(f"the usage of key {key.name!r} differs")
     if old.list_tokens() != new.list_tokens():
         raise fail("the tokens differ")
+    if old.public_keys() != new.public_keys():
+        raise fail("the public-key-only keys differ")
     roles = old.list_roles()
     if roles != new.list_roles():
         raise fail("the AppRole roles differ")

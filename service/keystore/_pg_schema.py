@@ -153,6 +153,15 @@ MIGRATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ),
     ),
     (
+        "Transit policy per key: plaintext_backup (Transit's allow_plaintext_backup)",
+        (
+            # Set only by Transit's create or config (never cleared); the row's MAC then covers
+            # it (_integrity, POLICY_BACKUP_ROW). Rows written before keep 0 and their MAC.
+            "ALTER TABLE sealflow_key_policy"
+            " ADD COLUMN plaintext_backup integer NOT NULL DEFAULT 0",
+        ),
+    ),
+    (
         "Transit's key lifecycle: a key's min_available_version (trim) and soft_deleted flag",
         (
             # In the policy row's MAC when either is set (_integrity, POLICY_LIFECYCLE_ROW);

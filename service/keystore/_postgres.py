@@ -35,6 +35,7 @@ from ._integrity import Integrity
 from ._pg_connections import Connections
 from ._pg_watch import Watcher
 from ._rows import MAX_VERSION, forget_replaced, live_token, present, usable
+from ._snapshot import Snapshot, Store
 from ._tables import Tables
 from ._writes import Writes
 from .errors import DriverErrors, KeyNotFound, KeyStoreCorrupt, KeyStoreUnavailable
@@ -68,6 +69,16 @@ _SQL = Sql(
         creation_order="seq",
         slots=_in_slots,
     )
+)
+
+
+# sealflow_usage: its SQLite twin is key_usage. The lock keeps every writer out of a restore's
+# tables (and each restore out of another's) until it commits; readers go on.
+_SNAPSHOT = Store(
+    "%s",
+    lambda table: "sealflow_usage" if table == "key_usage" else f"sealflow_{table}",
+    "seq",
+    lock="LOCK TABLE {tables} IN SHARE ROW EXCLUSIVE MODE",
 )
 
 
@@ -229,6 +240,7 @@ class PostgresKeyStore(Writes[Db]):
         policies: list[tuple[object, ...]],
         approle: tuple[list[tuple[object, ...]], list[tuple[object, ...]]] = ([], []),
         cert_roles: list[tuple[object, ...]] | None = None,
+        public_keys: list[tuple[object, ...]] | None = None,
     ) -> None:
         """Rows of another store, as stored (``_migrate``), in one transaction, into an empty
         keystore: KeyStoreUnavailable if it holds keys or tokens already."""
@@ -263,13 +275,28 @@ class PostgresKeyStore(Writes[Db]):
                 cur.executemany("INSERT INTO sealflow_usage VALUES (%s, %s, %s, %s)", usage)
                 cur.executemany(
                     "INSERT INTO sealflow_key_policy (name, min_encryption_version,"
-                    " deletion_allowed, made_exportable, mac, min_available_version,"
-                    " soft_deleted) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                    " deletion_allowed, made_exportable, plaintext_backup, mac,"
+                    " min_available_version, soft_deleted)"
+                    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
                     policies,
                 )
                 cur.executemany(self._approle.insert_role, approle[0])
                 cur.executemany(self._approle.insert_secret_id, approle[1])
                 cur.executemany(self._cert.insert, cert_roles or [])
+                # Public-key-only keys: meta rows, MAC'd over their name (``_public_keys``).
+                cur.executemany(self._tables.sql.note_meta, public_keys or [])
+
+    # -- backup and restore (``_backup``)
+
+    def snapshot(self) -> Snapshot:
+        with self._errors, self._connections.connection() as db, db.transaction():
+            # One snapshot of every table, while the replicas go on writing.
+            db.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            return _SNAPSHOT.read(db)
+
+    def restore(self, snapshot: Snapshot, replace: bool = False) -> None:
+        with self._transaction() as db:
+            _SNAPSHOT.put(db, snapshot, replace, self._where)
 
     # -- the cache and its freshness
 

@@ -14,6 +14,7 @@ from sealflow.engine import Algorithm
 from ._base import KeyInfo, KeyVersionInfo, Slot, TokenInfo
 from ._integrity import (
     LIMITS_ROW,
+    POLICY_BACKUP_ROW,
     POLICY_EXPORTABLE_ROW,
     POLICY_LIFECYCLE_ROW,
     POLICY_ROW,
@@ -155,22 +156,24 @@ def with_policy(
 ) -> dict[str, KeyInfo | None]:
     """The keys with their policy rows (``PolicyRow``'s columns, then the mac) applied; a key
     whose policy row fails its check is refused like one whose own row does (a forged
-    ``deletion_allowed`` must not let a key be deleted, a forged ``made_exportable`` its
-    material be exported, nor a cleared ``soft_deleted`` a frozen key be used)."""
+    ``deletion_allowed`` must not let a key be deleted, nor a forged ``made_exportable`` or
+    ``plaintext_backup`` its material leave, nor a cleared ``soft_deleted`` a frozen key be
+    used)."""
     for row in policy_rows:
         name = row[0]
         info = keys.get(name)
         if info is None:
             continue
-        values = tuple(row[:6])
-        if integrity.verify(*_policy_form(values), row[6]):
+        values = tuple(row[:7])
+        if integrity.verify(*_policy_form(values), row[7]):
             keys[name] = replace(
                 info,
                 min_encryption_version=row[1],
                 deletion_allowed=bool(row[2]),
                 exportable=info.created_exportable or bool(row[3]),
-                min_available_version=row[4],
-                soft_deleted=bool(row[5]),
+                allow_plaintext_backup=bool(row[4]),
+                min_available_version=row[5],
+                soft_deleted=bool(row[6]),
             )
         else:
             refuse(where, f"policy of key {name!r}")
@@ -178,15 +181,17 @@ def with_policy(
     return keys
 
 
-# name, min_encryption_version, deletion_allowed, made_exportable, min_available_version,
-# soft_deleted: as stored (flags 0 or 1).
-PolicyRow = tuple[str, int, int, int, int, int]
+# name, min_encryption_version, deletion_allowed, made_exportable, plaintext_backup,
+# min_available_version, soft_deleted: as stored (flags 0 or 1).
+PolicyRow = tuple[str, int, int, int, int, int, int]
 
 
 def _policy_form(values: Sequence[Any]) -> tuple[Row, Sequence[Any]]:
     # A row is MAC'd as rows were before the columns it leaves at 0 existed (_integrity).
-    if values[4] != 0 or values[5] != 0:
+    if values[5] != 0 or values[6] != 0:
         return POLICY_LIFECYCLE_ROW, values
+    if values[4] != 0:
+        return POLICY_BACKUP_ROW, values[:5]
     if values[3] != 0:
         return POLICY_EXPORTABLE_ROW, values[:4]
     return POLICY_ROW, values[:3]
@@ -202,6 +207,7 @@ def policy_row(
     min_encryption_version: int | None,
     deletion_allowed: bool | None,
     exportable: bool | None = None,
+    plaintext_backup: bool | None = None,
 ) -> PolicyRow:
     """The new policy row of a key (None: unchanged), or InvalidRequest. Stored as SQLite hands
     it back (``deletion_allowed`` and ``made_exportable`` 0 or 1), so the MAC verifies on
@@ -229,14 +235,25 @@ def policy_row(
             f"key {info.name!r} is exportable and stays so: its material may have been"
             " exported already"
         )
+    if plaintext_backup is not None and not isinstance(plaintext_backup, bool):
+        raise InvalidRequest(
+            f"allow_plaintext_backup must be true or false, not {plaintext_backup!r}"
+        )
+    if plaintext_backup is False and info.allow_plaintext_backup:
+        raise InvalidRequest(
+            f"key {info.name!r} allows plaintext backup and stays so: a backup of it may have"
+            " been taken already"
+        )
     if info.min_available_version and least < info.min_available_version:
         raise InvalidRequest("min encryption version should not be less than min available version")
     made = info.exportable or bool(exportable)
+    backup = info.allow_plaintext_backup or bool(plaintext_backup)
     return (
         info.name,
         least,
         int(allowed),
         int(made and not info.created_exportable),
+        int(backup),
         info.min_available_version,
         int(info.soft_deleted),
     )
@@ -249,6 +266,7 @@ def stored_policy(info: KeyInfo) -> PolicyRow:
         info.min_encryption_version,
         int(info.deletion_allowed),
         int(info.exportable and not info.created_exportable),
+        int(info.allow_plaintext_backup),
         info.min_available_version,
         int(info.soft_deleted),
     )

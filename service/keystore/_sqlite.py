@@ -25,6 +25,7 @@ from ._dialect import Dialect, Sql, TableNames
 from ._integrity import Integrity
 from ._masterkey import KeyWrapper
 from ._rows import MAX_VERSION, forget_replaced, live_token, present, usable
+from ._snapshot import Snapshot, Store
 from ._tables import Tables
 from ._writes import Writes
 from .errors import DriverErrors, KeyNotFound
@@ -45,6 +46,7 @@ _SQL = Sql(
         slots=lambda slots: ("", ()),
     )
 )
+_SNAPSHOT = Store("?", lambda table: table, "rowid")
 
 Rows = list[tuple[object, ...]]
 
@@ -216,8 +218,9 @@ class SQLiteKeyStore(Writes[sqlite3.Connection]):
             # Opening the file made the tables added since schema 2, so they are there.
             "SELECT name, max_encryptions, auto_rotate_period, mac FROM key_limits",
             "SELECT name, version, reserved, bytes FROM key_usage",
-            "SELECT name, min_encryption_version, deletion_allowed, made_exportable, mac,"
-            " min_available_version, soft_deleted FROM key_policy",
+            "SELECT name, min_encryption_version, deletion_allowed, made_exportable,"
+            " plaintext_backup, mac, min_available_version, soft_deleted"
+            " FROM key_policy",
         )
         with self._connection() as db:
             db.execute("BEGIN")  # one snapshot of every table
@@ -228,6 +231,22 @@ class SQLiteKeyStore(Writes[sqlite3.Connection]):
                 return keys, versions, tokens, limits, usage, policies
             finally:
                 db.execute("COMMIT")
+
+    # -- backup and restore (``_backup``)
+
+    def snapshot(self) -> Snapshot:
+        with self._connection() as db:
+            # One read transaction: in WAL mode its first read fixes what every later one sees,
+            # while writers go on committing.
+            db.execute("BEGIN")
+            try:
+                return _SNAPSHOT.read(db)
+            finally:
+                db.execute("COMMIT")
+
+    def restore(self, snapshot: Snapshot, replace: bool = False) -> None:
+        with self._transaction() as db:
+            _SNAPSHOT.put(db, snapshot, replace, str(self._path))
 
     # -- the cache and its freshness; called holding the connection
 

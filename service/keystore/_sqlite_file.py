@@ -96,6 +96,7 @@ USAGE_COLUMNS = (
     # A key imported (Transit's BYOK import): in the key row's MAC when set (KEY_IMPORTED_ROW).
     ("keys", "imported", "INTEGER NOT NULL DEFAULT 0"),
     ("keys", "allow_rotation", "INTEGER NOT NULL DEFAULT 0"),
+    ("key_policy", "plaintext_backup", "INTEGER NOT NULL DEFAULT 0"),
     ("tokens", "ttl", "INTEGER NOT NULL DEFAULT 0"),
     ("tokens", "expire_at", "REAL"),
     ("tokens", "explicit_max_ttl", "INTEGER NOT NULL DEFAULT 0"),

@@ -41,6 +41,14 @@ class Tables:
         self._integrity = integrity
         self._where = where
 
+    @property
+    def integrity(self) -> Integrity:
+        return self._integrity
+
+    @property
+    def where(self) -> str:
+        return self._where
+
     # -- keys
 
     def keys(self, db: Connection, name: str | None = None) -> dict[str, KeyInfo | None]:

@@ -116,9 +116,14 @@ class UsageMeter:
         with self._lock:
             return self._held.get(slot, 0) >= n and slot not in self._scarce
 
+    def on_loop(self) -> bool:
+        """Whether the caller runs on the event loop's thread (``bind_loop``), where nothing
+        may wait on the store."""
+        return self._loop is not None and threading.get_ident() == self._loop
+
     def _may_wait(self, what: str) -> None:
         """Refuse, before anything is counted, a call to the store from the event loop."""
-        if self._loop is not None and threading.get_ident() == self._loop:
+        if self.on_loop():
             raise WouldWait(f"{what} needs the keystore: asked again off the event loop")
 
     def lease(self, name: str, version: int | None = None, n: int = 1) -> Lease:

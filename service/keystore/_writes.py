@@ -22,6 +22,7 @@ from ._base import (
     KeyInfo,
     Lifetimes,
     Renewal,
+    RestoredKey,
     Slot,
     TokenInfo,
     VersionUsage,
@@ -34,12 +35,14 @@ from ._cert_roles import CertRoles
 from ._dialect import Connection
 from ._imports import Imports, rotatable
 from ._lifecycle import Lifecycle, in_use
+from ._public_keys import PublicKeys, held
 from ._rows import MAX_VERSION, digest, limits_row, policy_row, stored_policy, token_info
 from ._tables import Tables
 from .errors import (
     DeletionNotAllowed,
     InvalidRequest,
     KeyExists,
+    KeyNotFound,
     KeyStoreCorrupt,
     TokenExpired,
     TokenNotFound,
@@ -49,7 +52,7 @@ log = logging.getLogger("sealflow.keystore")
 Db = TypeVar("Db", bound=Connection)
 
 
-class Writes(Imports, Lifecycle, AppRoles, CertRoles, ABC, Generic[Db]):
+class Writes(Imports, Lifecycle, PublicKeys, AppRoles, CertRoles, ABC, Generic[Db]):
     """The ``KeyStore``'s writes; a store adds its connections and its reads (its cache, kept
     fresh its own way) and sets ``_tables``."""
 
@@ -89,7 +92,7 @@ class Writes(Imports, Lifecycle, AppRoles, CertRoles, ABC, Generic[Db]):
         # As SQLite hands them back (exportable as 0 or 1), so the MAC verifies on reading.
         row = (name, algorithm.value, int(exportable), 1, time.time(), 0, 0)
         with self._transaction() as db:
-            if not self._tables.insert_key(db, row):
+            if held(self._tables, db, name) or not self._tables.insert_key(db, row):
                 raise KeyExists(f"key {name!r} already exists")
             self._tables.add_version(db, name, 1, algorithm, exportable)
             if max_encryptions is not None or auto_rotate_period is not None:
@@ -161,6 +164,7 @@ class Writes(Imports, Lifecycle, AppRoles, CertRoles, ABC, Generic[Db]):
         deletion_allowed: bool | None = None,
         allow_lowering: bool = False,
         exportable: bool | None = None,
+        plaintext_backup: bool | None = None,
     ) -> KeyInfo:
         with self._transaction() as db:
             before = info = in_use(self._tables.locked_key(db, name))
@@ -184,7 +188,9 @@ class Writes(Imports, Lifecycle, AppRoles, CertRoles, ABC, Generic[Db]):
                 raise InvalidRequest(
                     "min decryption version should not be less then min available version"
                 )
-            row = policy_row(info, least, min_encryption_version, deletion_allowed, exportable)
+            row = policy_row(
+                info, least, min_encryption_version, deletion_allowed, exportable, plaintext_backup
+            )
             if least != old:
                 self._tables.write_min_decryption(db, name, least)
             if row != stored_policy(info):
@@ -192,6 +198,49 @@ class Writes(Imports, Lifecycle, AppRoles, CertRoles, ABC, Generic[Db]):
             info = self._tables.locked_key(db, name)
         _log_changes(before, info)
         self._changed("key_config", key=name)
+        return info
+
+    def restore_key(self, key: RestoredKey, force: bool = False) -> KeyInfo:
+        name, alg = key.name, key.algorithm
+        if not valid_key_name(name):
+            raise InvalidRequest(f"invalid key name {name!r}")
+        numbers = [version for version, _ in key.material]
+        if not 1 <= len(numbers) <= MAX_VERSION or numbers != list(range(1, len(numbers) + 1)):
+            raise InvalidRequest("the backup's versions must be numbered from 1 up, each once")
+        if any(len(material) != alg.spec.key_len for _, material in key.material):
+            raise InvalidRequest(f"the backup holds material of the wrong length for {alg.value}")
+        with self._transaction() as db:
+            try:
+                old: KeyInfo | None = self._tables.locked_key(db, name)
+            except KeyNotFound:
+                old = None
+            if old is not None and not force:
+                raise KeyExists(f"key {name!r} already exists")
+            if old is not None and not old.deletion_allowed:
+                raise DeletionNotAllowed(f"deletion is not allowed for key {name!r}")
+            if old is not None:
+                self._tables.delete_key(db, name)
+            now = time.time()
+            if not self._tables.insert_key(db, (name, alg.value, 1, 1, now, 0, 0)):
+                raise KeyExists(f"key {name!r} already exists")
+            for version, material in key.material:
+                self._tables.add_version(db, name, version, alg, True, material)
+            info = self._tables.locked_key(db, name)
+            least = key.min_decryption_version
+            if isinstance(least, bool) or not 1 <= least <= info.latest:
+                raise InvalidRequest(
+                    f"min_decryption_version must be between 1 and {info.latest}, not {least}"
+                )
+            self._tables.write_min_decryption(db, name, least)
+            rules = (key.min_encryption_version, key.deletion_allowed, None)
+            row = policy_row(info, least, *rules, key.allow_plaintext_backup)
+            self._tables.write_policy(db, row)
+            if key.auto_rotate_period:
+                self._tables.write_limits(db, limits_row(info, None, key.auto_rotate_period))
+            info = self._tables.locked_key(db, name)
+        if old is not None:
+            self._changed("key_delete", key=name, version=old.latest)
+        self._changed("key_restore", key=name, version=info.latest)
         return info
 
     def delete_key(self, name: str) -> KeyInfo:
@@ -431,15 +480,13 @@ def _life(token: TokenInfo) -> dict[str, object]:
 
 def _log_changes(before: KeyInfo, after: KeyInfo) -> None:
     """One line per rule changed; a lowering of min_decryption_version as a warning (retired
-    versions decrypt again), as are allowing deletion and making the key exportable."""
-    fields = ("min_decryption_version", "min_encryption_version", "deletion_allowed", "exportable")
-    for field in fields:
+    versions decrypt again), as are allowing deletion, export and plaintext backup."""
+    flags = ("deletion_allowed", "exportable", "allow_plaintext_backup")
+    for field in ("min_decryption_version", "min_encryption_version", *flags):
         old, new = getattr(before, field), getattr(after, field)
         if old == new:
             continue
-        louder = (field == "min_decryption_version" and new < old) or (
-            field in ("deletion_allowed", "exportable") and new
-        )
+        louder = (field == "min_decryption_version" and new < old) or (field in flags and new)
         log.log(
             logging.WARNING if louder else logging.INFO,
             "%s of key %r %s from %s to %s",

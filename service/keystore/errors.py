@@ -80,6 +80,11 @@ class WouldWait(KeyStoreUnavailable):
     client, it is the 503 of an unavailable store, never a wait."""
 
 
+class BackupRefused(KeyStoreUnavailable):
+    """A keystore backup file that is not one, is of another format, fails its integrity
+    check, or whose target keystore is not empty: nothing was restored."""
+
+
 class KeyStoreCorrupt(KeyStoreUnavailable):
     """A row or file fails its check: changed without the master key, or damaged.
 

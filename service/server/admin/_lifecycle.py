@@ -48,6 +48,6 @@ def soft_delete_key(name: KeyName, svc: ServicesDep, _: AdminDep, log: LogDep) -
 @router.post("/{name}/restore", summary="Lift a soft deletion: every version usable again")
 def restore_key(name: KeyName, svc: ServicesDep, _: AdminDep, log: LogDep) -> KeyMarked:
     log.key = name
-    key, already = svc.store.restore_key(name)
+    key, already = svc.store.undo_soft_delete(name)
     warnings = ["the key was not soft-deleted"] if already else []
     return KeyMarked(key=KeyOut.of(key, svc.store), warnings=warnings)

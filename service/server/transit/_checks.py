@@ -8,7 +8,7 @@ from __future__ import annotations
 from sealflow.service.envelope import in_native_domain
 from sealflow.service.keystore import SOFT_DELETED, KeyInfo, KeyNotFound, KeyStore
 
-from . import _ciphertext, _wire
+from . import _ciphertext, _public, _wire
 from ._batch import Results
 from ._ciphertext import CiphertextError
 from ._items import Item
@@ -25,11 +25,24 @@ _VERSION_TOO_LOW = (
 )
 
 
-def key_of(store: KeyStore, name: str) -> KeyInfo:
-    """The key to seal or open with: 400 for one absent, or soft-deleted (OpenBao's words)."""
+def known(store: KeyStore, name: str) -> bool:
+    """Whether the key is in the keystore's cache: if not, ``key_of`` reads the keystore, so
+    the callers on the event loop call it from a thread."""
+    try:
+        store.get_key(name)
+    except KeyNotFound:
+        return False
+    return True
+
+
+def key_of(store: KeyStore, name: str, operation: str = "encrypt") -> KeyInfo:
+    """The key; else 400 in Transit's words, for a public-key-only key (``_public.refuse``,
+    a keystore read: never on the event loop, see ``known``), or a soft-deleted one (OpenBao's
+    words)."""
     try:
         key = store.get_key(name)
     except KeyNotFound:
+        _public.refuse(store, name, operation)
         raise _wire.user_error(KEY_NOT_FOUND) from None
     if key.soft_deleted:
         raise _wire.user_error(SOFT_DELETED)

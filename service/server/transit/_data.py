@@ -25,7 +25,15 @@ from .._logging import AccessRecord
 from .._state import Services
 from . import _audited, _ciphertext, _items, _run, _wire
 from ._batch import Answer, Part, Results, b64, decrypted, encrypted, part, single
-from ._checks import aads, asks_version, key_of, materials, parse_all, wanted_versions
+from ._checks import (
+    aads,
+    asks_version,
+    key_of,
+    known,
+    materials,
+    parse_all,
+    wanted_versions,
+)
 from ._ciphertext import CiphertextError
 from ._crypto import open_, seal
 from ._items import Item, Reading, Request, items
@@ -88,8 +96,8 @@ class _Opening:
             log.records = self.count
 
     def waits(self) -> bool:
-        if not self.rewrap:
-            return False  # a decrypt leases nothing
+        if not self.rewrap:  # a decrypt leases nothing; an unknown key's refusal reads the store
+            return not known(self.svc.store, self.name)
         return self._versions or not self.svc.usage.ready(self.name, max(self.count, 1))
 
     def steps(self) -> Iterator[tuple[int, Callable[[], Part | None]]]:
@@ -114,7 +122,7 @@ class _Opening:
         svc, results = self.svc, Results(len(work))
         # Looked up once the first group's items are read: a batch of one group says what is
         # wrong with its items before whether its key exists, as Transit does.
-        key = self._key = self._key or key_of(svc.store, self.name)
+        key = self._key = self._key or key_of(svc.store, self.name, "decrypt")
         versions, payloads = parse_all(key, work, results)
         aad = aads(work, results, offset)
         opening = materials(svc.store, key, versions, results)
@@ -194,7 +202,10 @@ async def datakey(svc: Services, kind: str, name: str, body: Body, log: AccessRe
             _ciphertext.b64decode(context)
         except CiphertextError:
             raise _wire.user_error("failed to base64-decode context") from None
-    key = key_of(svc.store, name)
+    if known(svc.store, name):
+        key = key_of(svc.store, name)
+    else:  # its refusal reads the keystore: off the event loop
+        key = await asyncio.to_thread(key_of, svc.store, name)
     size = _DATAKEY_BYTES.get(_wire.as_int(body, "bits", 256))
     if size is None:
         raise _wire.user_error("invalid bit length")

@@ -32,7 +32,7 @@ import os
 from collections.abc import Callable, Iterator
 
 from sealflow import engine
-from sealflow.service.keystore import KeyNotFound, Lease, VersionUsedUp
+from sealflow.service.keystore import KeyNotFound, Lease, VersionUsedUp, WouldWait
 
 from .._budget import Hold
 from .._logging import AccessRecord
@@ -44,6 +44,7 @@ from ._checks import (
     asks_version,
     decode_all,
     key_of,
+    known,
     reserved_aad,
     version_error,
     wanted_versions,
@@ -68,6 +69,9 @@ async def encrypt(svc: Services, name: str, raw: bytes, hold: Hold, log: AccessR
 
 def encrypt_now(svc: Services, name: str, raw: bytes, log: AccessRecord) -> Answer:
     """The same, sealed on the spot (the protocol's fast answer, for a small body)."""
+    if svc.usage.on_loop() and not known(svc.store, name):
+        # Its refusal reads the keystore (``_public.refuse``): the ASGI path, in a thread.
+        raise WouldWait(f"key {name!r} is not held")
     with svc.budget.hold() as hold:
         fields = _items.single(raw, hold)
         if fields is None:

@@ -4,8 +4,9 @@
 Fields are checked in Transit's order and refused with its words, before anything is written;
 the ciphertext is unwrapped (``keystore._byok``) only once the request is otherwise valid, and
 its material goes straight into the keystore, which wraps it under the master key. What the
-keystore cannot hold (derived keys, ``public_key`` imports, Vault's other key types) is refused
-with a 400 naming it. Keystore work (RSA, one transaction) runs on a thread.
+keystore cannot hold (derived keys, Vault's other key types) is refused with a 400 naming it;
+a ``public_key`` import (an RSA public key, a byok-export destination) goes to ``_public``.
+Keystore work (RSA, one transaction) runs on a thread.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import asyncio
 
 from sealflow.service.keystore import SOFT_DELETED, KeyNotFound, KeyStore
 
-from . import _keys, _wire
+from . import _keys, _public, _wire
 from ._wire import Body
 
 
@@ -24,6 +25,9 @@ async def wrapping_key(store: KeyStore) -> bytes:
 
 
 async def import_key(store: KeyStore, name: str, body: Body) -> None:
+    if _public.is_public_import(body):
+        await _public.import_public(store, name, body)
+        return
     _keys.check_name(name)
     if "convergent_encryption" in body:
         raise _wire.user_error("import cannot be used on keys with convergent encryption enabled")
@@ -39,7 +43,8 @@ async def import_key(store: KeyStore, name: str, body: Body) -> None:
             raise _wire.user_error(f"key type {kind} is not supported by sealflow")
         raise _wire.user_error(f"unknown key type: {kind}")
     exportable = _wire.as_bool(body, "exportable")
-    _keys.refuse_flags(body, "derived", "allow_plaintext_backup")
+    backup = _wire.as_bool(body, "allow_plaintext_backup")
+    _keys.refuse_flags(body, "derived")
     if _wire.as_str(body, "context", ""):
         raise _wire.user_error("context is not supported by sealflow")
     if _exists(store, name):
@@ -57,6 +62,7 @@ async def import_key(store: KeyStore, name: str, body: Body) -> None:
         exportable=exportable,
         allow_rotation=allow_rotation,
         auto_rotate_period=period or None,
+        allow_plaintext_backup=backup,
     )
 
 
@@ -65,6 +71,7 @@ async def import_version(store: KeyStore, name: str, body: Body) -> None:
     try:
         key = store.get_key(name)
     except KeyNotFound:
+        await asyncio.to_thread(_public.refuse, store, name, "import_version")
         raise _wire.user_error(
             f"no key found with name {name}; to import a new key, use the import/ endpoint"
         ) from None
@@ -94,7 +101,8 @@ def _exists(store: KeyStore, name: str) -> bool:
 
 def _ciphertext(body: Body) -> str:
     if body.get("public_key") is not None:
-        raise _wire.user_error("public_key import is not supported by sealflow")
+        # A public key has one version here (``_public``); no other key takes one.
+        raise _wire.user_error("public_key import_version is not supported by sealflow")
     ciphertext = _wire.as_str(body, "ciphertext", "")
     if not ciphertext:
         raise _wire.user_error("provided type does not support public_key import")

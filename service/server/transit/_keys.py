@@ -2,11 +2,11 @@
 
 Keys are the native API's keys: a key made here encrypts on ``/v1/keys/{name}/encrypt`` and
 back, unless its name is one of Vault's that an envelope cannot carry (capitals, ``_``): such
-a key is used through Transit only. What the keystore cannot hold (derived or convergent keys,
-``allow_plaintext_backup``) is refused with a 400 naming the field, rather than accepted and
-ignored (docs/TRANSIT.md). ``keys/:name/config`` checks every field in Transit's order, with
-Transit's messages, before it writes anything; ``exportable`` goes false -> true only (the
-keystore records it beside the key's wrapping, which keeps the creation flag). Keystore writes
+a key is used through Transit only. What the keystore cannot hold (derived or convergent keys)
+is refused with a 400 naming the field, rather than accepted and ignored (docs/TRANSIT.md).
+``keys/:name/config`` checks every field in Transit's order, with Transit's messages, before it
+writes anything; ``exportable`` and ``allow_plaintext_backup`` go false -> true only (the
+keystore records them beside the key's wrapping, which keeps the creation flag). Keystore writes
 (one fsynced transaction) run on a thread, off the event loop.
 """
 
@@ -33,7 +33,7 @@ from sealflow.service.keystore import (
 )
 
 from ..errors import ApiError
-from . import _wire
+from . import _public, _wire
 from ._wire import Body
 
 TYPES = {
@@ -42,6 +42,8 @@ TYPES = {
     "chacha20-poly1305": Algorithm.CHACHA20_POLY1305,
 }
 _TYPE_NAMES = {alg: name for name, alg in TYPES.items()}
+
+
 # Vault's names that sealflow has no algorithm for: refused as Transit refuses unknown types.
 UNSUPPORTED = frozenset(
     [
@@ -77,7 +79,7 @@ def policy(key: KeyInfo, usage: dict[int, VersionUsage] | None = None) -> dict[s
             },
         }
     return extra | {
-        "allow_plaintext_backup": False,
+        "allow_plaintext_backup": key.allow_plaintext_backup,
         "auto_rotate_period": int(key.auto_rotate_period),
         "deletion_allowed": key.deletion_allowed,
         "derived": False,
@@ -143,13 +145,16 @@ async def read(store: KeyStore, name: str) -> bytes:
     try:
         key = store.get_key(name)
     except KeyNotFound:
-        raise _wire.not_found() from None
+        public = await asyncio.to_thread(store.public_key, name)
+        if public is None:
+            raise _wire.not_found() from None
+        return _wire.envelope(_public.policy(public))
     # The usage is read from the keystore: on a thread, never on the event loop.
     return _wire.envelope(policy(key, await asyncio.to_thread(store.usage, name)))
 
 
 def names(store: KeyStore) -> bytes:
-    keys = [key.name for key in store.list_keys()]
+    keys = sorted([key.name for key in store.list_keys()] + [k.name for k in store.public_keys()])
     if not keys:
         raise _wire.not_found()  # Transit answers an empty list so
     return _wire.envelope({"keys": keys})
@@ -164,14 +169,21 @@ async def create(store: KeyStore, name: str, body: Body) -> bytes:
             raise _wire.user_error(f"key type {kind} is not supported by sealflow")
         raise _wire.user_error(f"unknown key type {kind}")
     exportable = _wire.as_bool(body, "exportable")
-    refuse_flags(body, "derived", "convergent_encryption", "allow_plaintext_backup")
+    backup = _wire.as_bool(body, "allow_plaintext_backup")
+    refuse_flags(body, "derived", "convergent_encryption")
     rotate_period = period(body)
     try:
         key = await asyncio.to_thread(
             store.create_key, name, algorithm, exportable, None, rotate_period or None
         )
-    except KeyExists:
-        key = store.get_key(name)  # as Transit: the key that exists, unchanged
+    except KeyExists:  # as Transit: the key that exists, unchanged
+        public = await asyncio.to_thread(store.public_key, name)
+        if public is not None:
+            return _wire.envelope(_public.policy(public))
+        return _wire.envelope(policy(store.get_key(name)))
+    if backup:
+        # A second transaction: a failure between the two leaves the flag unset (closed).
+        key = await asyncio.to_thread(store.configure, name, plaintext_backup=True)
     return _wire.envelope(policy(key))
 
 
@@ -179,6 +191,7 @@ async def rotate(store: KeyStore, name: str) -> bytes:
     try:
         key = await asyncio.to_thread(store.rotate_key, name)
     except KeyNotFound:
+        await asyncio.to_thread(_public.refuse, store, name, "rotate")
         raise _wire.user_error(f"no existing key named {name} could be found") from None
     return _wire.envelope(policy(key))
 
@@ -187,6 +200,9 @@ async def config(store: KeyStore, name: str, body: Body) -> bytes:
     try:
         key = store.get_key(name)
     except KeyNotFound:
+        public = await asyncio.to_thread(store.public_key, name)
+        if public is not None:
+            return await _public.config(store, public, body)
         raise _wire.user_error(f"no existing key named {name} could be found") from None
     if key.soft_deleted:  # frozen until restored (OpenBao configures one: docs/TRANSIT.md)
         raise _wire.user_error(SOFT_DELETED)
@@ -229,18 +245,28 @@ async def config(store: KeyStore, name: str, body: Body) -> bytes:
     # As Transit: false -> true only; false on an exportable key is ignored (no error), since
     # material once exportable may have left already.
     exportable = _wire.as_bool(body, "exportable") or key.exportable
-    refuse_flags(body, "allow_plaintext_backup")
+    # Likewise false -> true only, as Transit: a backup once allowed may have been taken.
+    backup = _wire.as_bool(body, "allow_plaintext_backup") or key.allow_plaintext_backup
     rotate_period = period(body)
     # Everything checked: now the writes (the version rules and flags in one transaction).
-    if (min_decryption, min_encryption, deletion, exportable) != (
+    rules = (min_decryption, min_encryption, deletion, exportable, backup)
+    if rules != (
         key.min_decryption_version,
         key.min_encryption_version,
         key.deletion_allowed,
         key.exportable,
+        key.allow_plaintext_backup,
     ):
         # Transit lowers min_decryption_version when asked to; the keystore logs every change.
         key = await asyncio.to_thread(
-            store.configure, name, min_decryption, min_encryption, deletion, True, exportable
+            store.configure,
+            name,
+            min_decryption,
+            min_encryption,
+            deletion,
+            True,
+            exportable,
+            backup,
         )
     if rotate_period is not None and rotate_period != key.auto_rotate_period:
         key = await asyncio.to_thread(store.set_limits, name, None, rotate_period)
@@ -248,10 +274,11 @@ async def config(store: KeyStore, name: str, body: Body) -> bytes:
 
 
 def asks_export(body: Body) -> bool:
-    """Whether a create or ``config`` asks for ``exportable`` (the export scope's business). A
-    value Vault would not read as a bool is not asking: the route refuses it in its turn."""
+    """Whether a create or ``config`` asks for ``exportable`` or ``allow_plaintext_backup``
+    (the export scope's business: either lets material leave). A value Vault would not read as
+    a bool is not asking: the route refuses it in its turn."""
     try:
-        return _wire.as_bool(body, "exportable")
+        return _wire.as_bool(body, "exportable") or _wire.as_bool(body, "allow_plaintext_backup")
     except ApiError:
         return False
 
@@ -267,9 +294,21 @@ async def delete(store: KeyStore, name: str) -> None:
     try:
         await asyncio.to_thread(store.delete_key, name)
     except KeyNotFound:
+        if await asyncio.to_thread(store.public_key, name) is not None:
+            await _delete_public(store, name)
+            return
         raise _wire.user_error(
             f"error deleting policy {name}: could not delete key; not found"
         ) from None
+    except DeletionNotAllowed:
+        raise _wire.user_error(
+            f"error deleting policy {name}: deletion is not allowed for this key"
+        ) from None
+
+
+async def _delete_public(store: KeyStore, name: str) -> None:
+    try:
+        await asyncio.to_thread(store.delete_public_key, name)
     except DeletionNotAllowed:
         raise _wire.user_error(
             f"error deleting policy {name}: deletion is not allowed for this key"
@@ -286,6 +325,7 @@ def export(store: KeyStore, kind: str, name: str, version: str | None) -> bytes:
     try:
         key = export_material(store, name)[0]
     except KeyNotFound:
+        _public.refuse(store, name, "export")
         raise _wire.not_found() from None
     except NotExportable:
         raise _wire.user_error("private key material is not exportable") from None
@@ -297,7 +337,7 @@ def export(store: KeyStore, kind: str, name: str, version: str | None) -> bytes:
             except VersionRetired:
                 continue
     else:
-        number = key.latest if version == "latest" else _version(version.removeprefix("v"))
+        number = key.latest if version == "latest" else parse_version(version.removeprefix("v"))
         try:
             keys = {str(number): _b64(export_material(store, name, number)[2])}
         except VersionRetired:
@@ -313,7 +353,7 @@ def _b64(material: bytes) -> str:
     return base64.b64encode(material).decode()
 
 
-def _version(text: str) -> int:
+def parse_version(text: str) -> int:
     number = _wire.atoi(text)
     if number is None:
         raise _wire.user_error("invalid key version")

@@ -37,7 +37,7 @@ async def soft_delete(store: KeyStore, name: str) -> tuple[int, bytes]:
 
 async def restore(store: KeyStore, name: str) -> tuple[int, bytes]:
     try:
-        key, already = await asyncio.to_thread(store.restore_key, name)
+        key, already = await asyncio.to_thread(store.undo_soft_delete, name)
     except KeyNotFound:
         return 204, b""
     warnings = ["key was already restored"] if already else None

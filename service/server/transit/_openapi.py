@@ -187,7 +187,8 @@ def paths(mount: str) -> dict[str, Any]:
             "post": {
                 "tags": _TAG,
                 "summary": "min_decryption_version, min_encryption_version, deletion_allowed,"
-                " auto_rotate_period, exportable (admin)",
+                " auto_rotate_period, exportable, allow_plaintext_backup (admin; the last two"
+                " export too)",
                 "parameters": [name],
                 "requestBody": _body(
                     {
@@ -195,6 +196,7 @@ def paths(mount: str) -> dict[str, Any]:
                         "min_encryption_version": _LENIENT_INT,
                         "deletion_allowed": _LENIENT_BOOL,
                         "exportable": _LENIENT_BOOL,
+                        "allow_plaintext_backup": _LENIENT_BOOL,
                     }
                 ),
                 "responses": admin_write,
@@ -243,6 +245,20 @@ def paths(mount: str) -> dict[str, Any]:
         f"{mount}/keys/{{name}}/import_version": {
             "post": _import("The next version of an imported key (admin and export)", _WRAPPED)
         },
+        f"{mount}/byok-export/{{destination}}/{{source}}": {
+            "get": {
+                "tags": _TAG,
+                "summary": "Every version of an exportable key wrapped for a public-key-only key,"
+                " in the import format (admin and export on the source)",
+                "parameters": [
+                    _param("destination"),
+                    _param("source"),
+                    _param("hash", "query", {"type": "string"}),
+                ],
+                "responses": _answers(200, 400, 403),
+                "security": _SECURITY,
+            }
+        },
         f"{mount}/export/{{type}}/{{name}}": {
             "get": {
                 "tags": _TAG,
@@ -252,6 +268,28 @@ def paths(mount: str) -> dict[str, Any]:
                     name,
                 ],
                 "responses": _answers(200, 400, 403, 404),
+                "security": _SECURITY,
+            }
+        },
+        f"{mount}/backup/{{name}}": {
+            "get": {
+                "tags": _TAG,
+                "summary": "The key in the clear, as sealflow's backup (admin and export; the"
+                " key exportable and allow_plaintext_backup)",
+                "parameters": [name],
+                "responses": _answers(200, 400, 403),
+                "security": _SECURITY,
+            }
+        },
+        f"{mount}/restore/{{name}}": {
+            "post": {
+                "tags": _TAG,
+                "summary": "The key of a backup made again, under this name or its own"
+                " (restore without a name); force replaces a key that may be deleted (admin"
+                " and export)",
+                "parameters": [name],
+                "requestBody": _body({"backup": _B64, "force": _LENIENT_BOOL}),
+                "responses": _answers(204, 400, 403),
                 "security": _SECURITY,
             }
         },
@@ -339,7 +377,18 @@ _WRAPPED = {
 }
 _IMPORT = {
     **_WRAPPED,
-    "type": {"type": "string", "enum": ["aes128-gcm96", "aes256-gcm96", "chacha20-poly1305"]},
+    "type": {
+        "type": "string",
+        "enum": [
+            "aes128-gcm96",
+            "aes256-gcm96",
+            "chacha20-poly1305",
+            "rsa-2048",
+            "rsa-3072",
+            "rsa-4096",
+        ],
+    },
+    "public_key": {"type": "string", "description": "PEM; with an rsa-* type, no ciphertext"},
     "exportable": _LENIENT_BOOL,
     "allow_rotation": _LENIENT_BOOL,
     "auto_rotate_period": {"type": ["string", "integer"]},

@@ -11,9 +11,9 @@ Scopes: ``encrypt:<glob>`` covers encrypt and datakey, ``decrypt:<glob>`` decryp
 needs both; reading a key's metadata needs either (clients read ``latest_version``) or
 ``admin``; every other key route needs ``admin`` (trim and soft delete among them), and what
 lets material leave (``export/``, and ``exportable`` asked for on create or ``config``) or come
-in (``keys/:name/import`` and ``import_version``) needs ``export:<glob>`` besides, which
-``admin`` does not imply. The public half of the import wrapping key (``wrapping_key``) is
-for any token.
+in (``keys/:name/import`` and ``import_version``, and ``byok-export`` of its source) needs
+``export:<glob>`` besides, which ``admin`` does not imply. The public half of the import
+wrapping key (``wrapping_key``) is for any token.
 
 Outside the mount, Vault's token routes (``_token_routes``): every token looks up, renews and
 revokes itself; the routes that create tokens or name another token manage tokens, so they need
@@ -28,6 +28,7 @@ client certificate is the credential), managing certificate roles (``_cert``) ne
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import Awaitable, Callable
 
@@ -45,6 +46,7 @@ from ..http import Head
 from . import (
     _approle,
     _approle_login,
+    _backup,
     _cert,
     _cert_login,
     _data,
@@ -53,6 +55,7 @@ from . import (
     _keys,
     _lifecycle,
     _login,
+    _public,
     _sys,
     _token_routes,
     _wire,
@@ -111,6 +114,9 @@ class Transit:
             "soft-delete-restore": (f"{mount}/keys/{{name}}/soft-delete-restore", any_write),
             "wrapping_key": (f"{mount}/wrapping_key", get),
             "export": (f"{mount}/export/{{type}}/{{name}}[/{{version}}]", get),
+            "backup": (f"{mount}/backup/{{name}}", get),
+            "restore": (f"{mount}/restore[/{{name}}]", any_write),
+            "byok_export": (f"{mount}/byok-export/{{destination}}/{{source}}[/{{version}}]", get),
             "other": (f"{mount}/{{path}}", frozenset()),
         }
         self.routes = {kind: Route(kind, *spec) for kind, spec in templates.items()}
@@ -247,11 +253,23 @@ class Transit:
             _admin(token)
             if method != LIST and scope["query_string"] not in (b"list=true", b"list=1"):
                 raise _unsupported_operation()
-            return 200, _keys.names(store)
+            return 200, await asyncio.to_thread(_keys.names, store)  # public keys: a read
         if kind == "wrapping_key":  # its public half: any token may read it
             return 200, await _import.wrapping_key(store)
         parts = scope["path"][len(self._under) :].split("/")
-        name = parts[2] if kind in ("export", "datakey") else parts[1]
+        if kind == "restore":
+            _admin(token)  # before the body is read; export on the name once it is known
+            fields = _wire.parse(await _read(receive, limit, hold, log), hold)
+            named = parts[1] if len(parts) == 2 else None
+
+            def allow(name: str) -> None:
+                log.key = name
+                _allow("export", token, name)
+
+            restored = await _backup.restore(store, named, fields, allow)
+            svc.usage.forget(restored)  # what it held of a key force replaced: not the new one's
+            return 204, b""
+        name = parts[2] if kind in ("export", "datakey", "byok_export") else parts[1]
         log.key = name
         if kind == "datakey":
             if not _auth.allows(token, "encrypt", name):
@@ -274,9 +292,20 @@ class Transit:
             fields = _wire.parse(await _read(receive, limit, hold, log), hold)
             await _IMPORTS[kind](store, name, fields)
             return 204, b""
+        if kind == "byok_export":  # the source's material leaves, wrapped: as an export
+            _allow("export", token, name)
+            version = parts[3] if len(parts) == 4 else None
+            query = scope["query_string"]
+            return 200, await asyncio.to_thread(
+                _public.byok_export, store, parts[1], name, version, query, log
+            )
         if kind == "export":
             _allow("export", token, name)
-            return 200, _keys.export(store, parts[1], name, parts[3] if len(parts) == 4 else None)
+            version = parts[3] if len(parts) == 4 else None
+            return 200, await asyncio.to_thread(_keys.export, store, parts[1], name, version)
+        if kind == "backup":
+            _allow("export", token, name)
+            return 200, _backup.backup(store, name)
         body = await _read(receive, limit, hold, log) if method in _WRITE else b""
         if kind == "trim":
             return 200, await _lifecycle.trim(store, name, _wire.parse(body, hold))
@@ -345,6 +374,10 @@ def _kind(parts: list[str]) -> str:
         return "wrapping_key"
     if first == "export" and n in (3, 4):
         return "export"
+    if (first == "backup" and n == 2) or (first == "restore" and n in (1, 2)):
+        return first
+    if first == "byok-export" and n in (3, 4):
+        return "byok_export"
     if first == "datakey" and n == 3:
         return "datakey"
     return "other"

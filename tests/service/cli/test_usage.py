@@ -62,6 +62,9 @@ def test_help_works_whatever_the_environment_says() -> None:
         ["selftest"],
         ["audit", "verify"],
         ["audit", "hmac"],
+        ["migrate", "from-transit"],
+        ["keystore", "backup"],
+        ["keystore", "restore"],
     ],
 )
 def test_help_reads_as_words(command: list[str]) -> None:

@@ -109,6 +109,56 @@ def test_bad_imports_are_refused_and_nothing_written(store: KeyStore) -> None:
     assert not store.get_key("made").imported
 
 
+def test_a_whole_key_is_written_at_once_with_placeholders_and_its_policy(
+    open_store: Callable[[bytes], KeyStore], master_key: bytes
+) -> None:
+    store = open_store(master_key)
+    two, three = os.urandom(16), os.urandom(16)
+    key = store.import_versions(
+        "moved",
+        Algorithm.AES_128_GCM,
+        [None, two, three],
+        min_decryption_version=2,
+        min_encryption_version=3,
+        deletion_allowed=True,
+        allow_rotation=True,
+    )
+    # Read back by another process's store: every row passes its check.
+    again = open_store(master_key).get_key("moved")
+    assert again == key
+    assert [v.version for v in key.versions] == [1, 2, 3]
+    assert (key.min_decryption_version, key.min_encryption_version) == (2, 3)
+    assert (key.deletion_allowed, key.imported, key.allow_rotation) == (True, True, True)
+    assert store.key_material("moved", 2) == two
+    assert store.key_material("moved", 3) == three
+    assert len(store.key_material("moved", 1)) == 16  # a placeholder: random, retired
+
+
+@pytest.mark.parametrize(
+    ("versions", "policy", "words"),
+    [
+        ([None, b"x" * 16], {"min_decryption_version": 1}, "placeholder version must be below"),
+        ([b"x" * 16, b"x" * 15], {}, "invalid key size 15 bytes"),
+        ([b"x" * 16] * 3, {"min_decryption_version": 3, "min_encryption_version": 2}, "below"),
+        ([b"x" * 16] * 2, {"min_encryption_version": 3}, "between 0 and 2"),
+        ([b"x" * 16], {"min_decryption_version": 2}, "between 1 and 1"),
+        ([], {}, "1 to"),
+    ],
+)
+def test_a_whole_key_refused_writes_nothing(
+    store: KeyStore, versions: list[bytes | None], policy: dict[str, int], words: str
+) -> None:
+    with pytest.raises(InvalidRequest, match=words):
+        store.import_versions(
+            "moved",
+            Algorithm.AES_128_GCM,
+            versions,
+            min_decryption_version=policy.get("min_decryption_version", 1),
+            min_encryption_version=policy.get("min_encryption_version", 0),
+        )
+    assert store.list_keys() == []
+
+
 def test_a_flag_set_without_the_master_key_is_refused(
     open_store: Callable[[bytes], KeyStore], master_key: bytes, backend: str
 ) -> None:
@@ -153,9 +203,12 @@ def test_keystore_migrate_copies_the_import_flags(
             "moved", Algorithm.AES_256_GCM, store.unwrap_import(wrap(pem, material)),
             allow_rotation=True,
         )  # fmt: skip
+        store.import_public_key("destination", "rsa-4096", other_public_pem())
         before = store.list_keys()
+        public = store.public_keys()
     migrate_keystore(db_path, pg_url, master_key)
     with closing(PostgresKeyStore(pg_url, master_key, watch=False)) as copy:
         assert copy.list_keys() == before
+        assert copy.public_keys() == public
         assert copy.get_key("moved").imported
         assert copy.key_material("moved", 1) == material

@@ -160,7 +160,7 @@ def test_the_version_rule_holds_for_every_other_write(store: KeyStore) -> None:
     store.configure("orders", min_decryption_version=4, min_encryption_version=4)
     store.set_limits("orders", max_encryptions=10)
     store.soft_delete_key("orders")
-    store.restore_key("orders")
+    store.undo_soft_delete("orders")
     store.configure(
         "orders", min_decryption_version=1, min_encryption_version=0, allow_lowering=True
     )
@@ -207,10 +207,10 @@ def test_a_soft_deleted_key_refuses_every_use_until_restored(
     assert [k.name for k in store.list_keys()] == ["orders"]
     assert store.rotate_if_latest("orders", 4).latest == 4
     assert next_rotation(store.get_key("orders")) is None
-    key, already = store.restore_key("orders")
+    key, already = store.undo_soft_delete("orders")
     assert (key.soft_deleted, already, key.latest) == (False, False, 4)
     assert next_rotation(key) is not None
-    assert store.restore_key("orders")[1] is True
+    assert store.undo_soft_delete("orders")[1] is True
     assert changes == ["key_soft_delete", "key_soft_delete_restore"]
     for view in (store, other):
         eventually(functools.partial(soft_deleted, view, False), within=5)
@@ -232,7 +232,7 @@ def test_soft_deleting_or_restoring_no_key_is_not_found(store: KeyStore) -> None
     with pytest.raises(KeyNotFound):
         store.soft_delete_key("nothing")
     with pytest.raises(KeyNotFound):
-        store.restore_key("nothing")
+        store.undo_soft_delete("nothing")
 
 
 # -- the MAC covers both
@@ -271,7 +271,7 @@ def test_the_lifecycle_cannot_be_changed_without_the_master_key(
         with pytest.raises(KeyStoreCorrupt):
             store.key_material("orders", 3)
         with pytest.raises(KeyStoreCorrupt):
-            store.restore_key("orders")
+            store.undo_soft_delete("orders")
 
 
 def test_keystore_migrate_copies_trim_and_soft_delete(
@@ -287,5 +287,5 @@ def test_keystore_migrate_copies_trim_and_soft_delete(
         key = store.get_key("orders")
         assert (key.min_available_version, key.soft_deleted) == (3, True)
         assert [v.version for v in key.versions] == [3, 4]
-        store.restore_key("orders")
+        store.undo_soft_delete("orders")
         assert store.key_material("orders", 4) == material[4]

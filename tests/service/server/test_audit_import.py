@@ -50,3 +50,39 @@ def test_imports_are_on_record_without_material(tmp_path: Path) -> None:
     for secret in [*material, *(c.encode() for c in sent)]:
         assert secret not in text
         assert base64.b64encode(secret) not in text
+
+
+def test_a_byok_export_is_on_record_as_one_by_its_versions_without_material(
+    tmp_path: Path,
+) -> None:
+    audit = tmp_path / "audit.log"
+    srv = start_server(tmp_path / "data", audit_file=audit)
+    try:
+        headers = {"X-Vault-Token": srv.token}
+        with httpx.Client(base_url=srv.url, headers=headers, timeout=60) as vault:
+            assert vault.post("/v1/transit/keys/src", json={"exportable": True}).is_success
+            assert vault.post("/v1/transit/keys/src/rotate").is_success
+            pem = vault.get("/v1/transit/wrapping_key").json()["data"]["public_key"]
+            body = {"type": "rsa-4096", "public_key": pem}
+            assert vault.post("/v1/transit/keys/dst/import", json=body).status_code == 204
+            r = vault.get("/v1/transit/byok-export/dst/src")
+            assert r.status_code == 200, r.text
+            wrapped = list(r.json()["data"]["keys"].values())
+            exported = vault.get("/v1/transit/export/encryption-key/src").json()["data"]["keys"]
+    finally:
+        srv.stop()
+    lines = records(audit)
+    validator = jsonschema_rs.validator_for(json.loads(SCHEMA.read_text()))
+    for line in lines:
+        validator.validate(line)
+    found = [r for r in lines if r.get("operation") == "byok_export"]
+    assert len(found) == 1
+    assert (found[0]["type"], found[0]["key"], found[0]["versions"], found[0]["status"]) == (
+        "request",
+        "src",
+        [1, 2],
+        200,
+    )
+    text = b"".join(f.read_bytes() for f in tmp_path.glob("audit.log*"))
+    for secret in [*(w.encode() for w in wrapped), *(m.encode() for m in exported.values())]:
+        assert secret not in text

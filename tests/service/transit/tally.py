@@ -25,6 +25,9 @@ class Tally:
     def ready(self, name: str, n: int = 1) -> bool:
         return self.meter.ready(name, n)
 
+    def on_loop(self) -> bool:
+        return self.meter.on_loop()
+
     def add_bytes(self, lease: Lease, nbytes: int) -> None:
         self.seen[lease.key.name, lease.version, "bytes"] += nbytes
         self.meter.add_bytes(lease, nbytes)

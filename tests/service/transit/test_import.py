@@ -77,6 +77,25 @@ def test_rotation_follows_allow_rotation(openbao: hvac.Client, vault: hvac.Clien
         assert client.secrets.transit.read_key(free)["data"]["latest_version"] == 2
 
 
+def test_allow_plaintext_backup_on_import(openbao: hvac.Client, vault: hvac.Client) -> None:
+    """Vault takes ``allow_plaintext_backup`` (and ``exportable``) on import: the imported key
+    can then be backed up, on both servers."""
+    for client in (openbao, vault):
+        name = unique("backed")
+        pem = client.read("transit/wrapping_key")["data"]["public_key"]
+        client.write_data(
+            f"transit/keys/{name}/import",
+            data={
+                "ciphertext": wrap(pem, os.urandom(32)),
+                "exportable": True,
+                "allow_plaintext_backup": True,
+            },
+        )
+        key = client.secrets.transit.read_key(name)["data"]
+        assert (key["allow_plaintext_backup"], key["exportable"]) == (True, True)
+        assert client.secrets.transit.backup_key(name)["data"]["backup"]
+
+
 def _post(
     server: Server, path: str, body: dict[str, Any], token: str | None = None
 ) -> httpx.Response:
