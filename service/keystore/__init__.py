@@ -39,11 +39,13 @@ from ._snapshot import Snapshot
 from ._sqlite import SQLiteKeyStore
 from ._usage import SCARCE, Lease, UsageMeter, next_rotation
 from .errors import (
+    SOFT_DELETED,
     BackupRefused,
     DeletionNotAllowed,
     InvalidRequest,
     KeyExists,
     KeyNotFound,
+    KeySoftDeleted,
     KeyStoreCorrupt,
     KeyStoreError,
     KeyStoreUnavailable,
@@ -63,6 +65,7 @@ __all__ = [
     "ROOT_SCOPES",
     "RSA_TYPES",
     "SCARCE",
+    "SOFT_DELETED",
     "SWEEP_AFTER",
     "BackupRefused",
     "CertRoleInfo",
@@ -72,6 +75,7 @@ __all__ = [
     "KeyExists",
     "KeyInfo",
     "KeyNotFound",
+    "KeySoftDeleted",
     "KeyStore",
     "KeyStoreCorrupt",
     "KeyStoreError",

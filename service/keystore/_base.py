@@ -4,7 +4,8 @@ The service only talks to a ``KeyStore``; ``SQLiteKeyStore`` (``_sqlite``) is
 the embedded implementation, ``PostgresKeyStore`` (``_postgres``) the shared one for
 replicas on several hosts. Implementations must make every write one transaction (a key version
 once written is never lost, reused or changed, but with its whole key by ``delete_key``, which
-needs the key's ``deletion_allowed``) and must show writes made by
+needs the key's ``deletion_allowed``, or by ``trim_key``, Transit's trim, the one way a version
+goes while its key lives) and must show writes made by
 other processes on the next call, without a restart. Any method may raise
 ``KeyStoreUnavailable`` when the store itself fails (I/O error, lock held too long).
 
@@ -26,7 +27,7 @@ from sealflow.service.envelope import valid_name
 
 from ._approle_api import AppRoleStore
 from ._cert_api import CertRoleStore
-from .errors import NotExportable, VersionRetired
+from .errors import SOFT_DELETED, KeySoftDeleted, NotExportable, VersionRetired
 
 if TYPE_CHECKING:  # _snapshot imports this module (through _dialect)
     from ._public_keys import PublicKeyInfo
@@ -79,6 +80,13 @@ class KeyInfo:
     # sealflow may rotate it (a rotation makes it a key like any other, as in Transit).
     imported: bool = False
     allow_rotation: bool = False
+    # When the key's own row was written (MAC'd with it): with the name, the key's identity.
+    created_at: float = 0.0
+    # Transit's key lifecycle (docs/TRANSIT.md, Trimming and soft deletion): versions below
+    # ``min_available_version`` were removed by ``trim_key`` (0: never trimmed); a soft-deleted
+    # key refuses every use until ``undo_soft_delete``.
+    min_available_version: int = 0
+    soft_deleted: bool = False
     # Transit's allow_plaintext_backup: backup/:name may dump the key (if exportable too).
     allow_plaintext_backup: bool = False
 
@@ -88,9 +96,10 @@ class KeyInfo:
 
     @property
     def born(self) -> float:
-        """When version 1 was written: with the name, the key's identity, fixed at creation (a
-        key created again under a deleted key's name is another key, born later)."""
-        return self.versions[0].created_at
+        """When the key's row was written: with the name, the key's identity, fixed at creation
+        (a key created again under a deleted key's name is another key, born later). Not its
+        version 1's time: a trim removes version 1, never the key's row."""
+        return self.created_at
 
     def slot(self, version: int) -> Slot:
         return Slot(self.name, self.born, version)
@@ -220,9 +229,9 @@ def valid_scope(scope: str) -> bool:
 
 
 # Told of each change once it is committed: the operation (key_create, key_rotate, key_config,
-# key_delete, token_create, token_revoke, token_renew) and what it names (never material or a
-# secret). The audit trail listens (``sealflow.service.audit``); what called the write adds who
-# asked.
+# key_delete, key_trim, key_soft_delete, key_soft_delete_restore, token_create, token_revoke,
+# token_renew) and what it names (never material or a secret). The audit trail listens
+# (``sealflow.service.audit``); what called the write adds who asked.
 ChangeHook = Callable[[str, dict[str, object]], None]
 
 # Expired rows are kept this long after their expiry (``tokens list`` shows why a client was
@@ -461,6 +470,15 @@ class KeyStore(AppRoleStore, CertRoleStore, Protocol):
     def import_version(self, name: str, material: bytes) -> KeyInfo:
         """The next version of an imported key (``_imports.Imports.import_version``)."""
 
+    def trim_key(self, name: str, min_available_version: int) -> KeyInfo:
+        """Remove every version below ``min_available_version`` (``_lifecycle``)."""
+
+    def soft_delete_key(self, name: str) -> tuple[KeyInfo, bool]:
+        """Mark the key soft-deleted; whether it was already (``_lifecycle``)."""
+
+    def undo_soft_delete(self, name: str) -> tuple[KeyInfo, bool]:
+        """Lift a soft deletion; whether the key was not soft-deleted (``_lifecycle``)."""
+
     def import_public_key(self, name: str, kind: str, pem: str) -> PublicKeyInfo:
         """A public-key-only RSA key (``_public_keys``): a byok-export destination."""
 
@@ -497,11 +515,13 @@ def export_material(
 ) -> tuple[KeyInfo, int, bytes]:
     """The key, the version (latest by default) and its material, for export.
 
-    NotExportable unless the key is exportable (created so, or made so since); VersionRetired
-    for a version below ``min_decryption_version`` (retired for decryption, so not handed out
-    either).
+    KeySoftDeleted for a soft-deleted key; NotExportable unless the key is exportable (created
+    so, or made so since); VersionRetired for a version below ``min_decryption_version``
+    (retired for decryption, so not handed out either).
     """
     key = store.get_key(name)
+    if key.soft_deleted:
+        raise KeySoftDeleted(SOFT_DELETED)
     if not key.exportable:
         raise NotExportable(f"key {name!r} is not exportable")
     version = key.latest if version is None else version

@@ -66,17 +66,15 @@ _KEY_ROWS = (
 _LIMITS = "SELECT name, max_encryptions, auto_rotate_period, mac FROM {limits}"
 _POLICIES = (
     "SELECT name, min_encryption_version, deletion_allowed, made_exportable,"
-    " plaintext_backup, mac FROM {policy}"
+    " plaintext_backup, min_available_version, soft_deleted, mac FROM {policy}"
 )
 # TOKEN_ROW.columns order, then the MAC.
 _TOKENS = "SELECT {token_columns}, mac FROM {tokens}"
-# The key's identity (Slot.born): its version 1 written at that time, not a later key's. The
-# lock (PostgreSQL) is on the key's own row, which every write of a key locks first (delete_key
-# FOR UPDATE): a reservation takes the key's row, then its usage row, in delete_key's order.
-_SAME_KEY = (
-    "SELECT 1 FROM {keys} k WHERE k.name = ? AND EXISTS (SELECT 1 FROM {versions} v"
-    " WHERE v.name = k.name AND v.version = 1 AND v.created_at = ?){for_share}"
-)
+# The key's identity (Slot.born): its row written at that time, not a later key's (its row,
+# not its version 1: a trim removes that). The lock (PostgreSQL) is on the key's own row, which
+# every write of a key locks first (delete_key FOR UPDATE): a reservation takes the key's row,
+# then its usage row, in delete_key's order.
+_SAME_KEY = "SELECT 1 FROM {keys} WHERE name = ? AND created_at = ?{for_share}"
 
 
 class Sql:
@@ -131,13 +129,18 @@ class Sql:
         )
         self.write_policy = sql(
             "INSERT INTO {policy} (name, min_encryption_version, deletion_allowed,"
-            " made_exportable, plaintext_backup, mac) VALUES (?, ?, ?, ?, ?, ?)"
-            " ON CONFLICT (name) DO UPDATE"
+            " made_exportable, plaintext_backup, min_available_version, soft_deleted, mac)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE"
             " SET min_encryption_version = excluded.min_encryption_version,"
             " deletion_allowed = excluded.deletion_allowed,"
             " made_exportable = excluded.made_exportable,"
-            " plaintext_backup = excluded.plaintext_backup, mac = excluded.mac"
+            " plaintext_backup = excluded.plaintext_backup,"
+            " min_available_version = excluded.min_available_version,"
+            " soft_deleted = excluded.soft_deleted, mac = excluded.mac"
         )
+        # A trim (``_lifecycle``): the versions below a number, and their usage.
+        self.trim_usage = sql("DELETE FROM {usage} WHERE name = ? AND version < ?")
+        self.trim_versions = sql("DELETE FROM {versions} WHERE name = ? AND version < ?")
         # Children first (PostgreSQL's foreign keys), the key's own row last.
         self.delete_key = tuple(
             map(
@@ -192,11 +195,11 @@ class Sql:
         # One statement: the check and the write see the same state of the store.
         self.release = sql(
             "UPDATE {usage} SET reserved = reserved - ?, bytes = bytes + ?"
-            " WHERE name = ? AND version = ? AND EXISTS (SELECT 1 FROM {versions}"
-            " WHERE name = ? AND version = 1 AND created_at = ?)"
+            " WHERE name = ? AND version = ? AND EXISTS (SELECT 1 FROM {keys}"
+            " WHERE name = ? AND created_at = ?)"
         )
         self.reserved = sql(
-            "SELECT u.name, v.created_at, u.version, u.reserved FROM {usage} u"
-            " JOIN {versions} v ON v.name = u.name AND v.version = 1"
+            "SELECT u.name, k.created_at, u.version, u.reserved FROM {usage} u"
+            " JOIN {keys} k ON k.name = u.name"
         )
         self.usage = sql("SELECT version, reserved, bytes FROM {usage} WHERE name = ?")

@@ -23,7 +23,7 @@ from ._dialect import Connection
 from ._public_keys import EXISTING, held
 from ._rows import MAX_VERSION, limits_row, policy_row
 from ._tables import Tables
-from .errors import InvalidRequest, KeyStoreCorrupt
+from .errors import SOFT_DELETED, InvalidRequest, KeySoftDeleted, KeyStoreCorrupt
 
 
 def rotatable(info: KeyInfo) -> None:
@@ -168,6 +168,8 @@ class Imports:
         KeyNotFound; InvalidRequest for a key not imported or material of the wrong length."""
         with self._transaction() as db:
             info = self._tables.locked_key(db, name)
+            if info.soft_deleted:
+                raise KeySoftDeleted(SOFT_DELETED)
             if not info.imported:
                 raise InvalidRequest(
                     "the import_version endpoint can only be used with an imported key"

@@ -10,11 +10,11 @@ volume, a restored backup, a careless chmod) must not be able to change what it 
 - every other row that decides something, a key's row (algorithm, exportable,
   min_decryption_version, and for an imported key ``imported`` and ``allow_rotation``), its
   limits row (max_encryptions, auto_rotate_period), its policy row (min_encryption_version,
-  deletion_allowed, made_exportable, plaintext_backup), a public-key-only key's row (its type,
-  PEM and deletion_allowed), a token's row (digest, scopes, revocation, lifetime and uses), an
-  AppRole role's or secret id's row and a certificate role's row, carries an
-  HMAC-SHA-256 over every one of its columns, under a key derived from the master key with
-  HKDF-SHA-256, one key per kind of row.
+  deletion_allowed, made_exportable, plaintext_backup, min_available_version, soft_deleted), a
+  public-key-only key's row (its type, PEM and deletion_allowed), a token's row (digest,
+  scopes, revocation, lifetime and uses), an AppRole role's or secret id's row and a
+  certificate role's row, carries an HMAC-SHA-256 over every one of its columns, under a key
+  derived from the master key with HKDF-SHA-256, one key per kind of row.
 
 A store computes ``mac`` when it writes a row and calls ``verify`` on every row it loads,
 before it parses a value of it; a row that fails is refused and ``refuse`` logs it once.
@@ -98,6 +98,12 @@ POLICY_EXPORTABLE_ROW = Row(
 # One whose plaintext_backup (Transit's allow_plaintext_backup) is set, over all five, under a
 # key of its own, likewise: rows without it keep their forms and MACs.
 POLICY_BACKUP_ROW = Row("policy-backup", (*POLICY_EXPORTABLE_ROW.columns, "plaintext_backup"))
+# Likewise once a key was trimmed or soft-deleted (Transit's lifecycle, ``_lifecycle``): over
+# all seven, under its own key, so neither can be lowered or lifted without the master key.
+POLICY_LIFECYCLE_ROW = Row(
+    "policy-lifecycle",
+    (*POLICY_BACKUP_ROW.columns, "min_available_version", "soft_deleted"),
+)
 # A public-key-only key (an RSA public key imported as a byok-export destination,
 # ``_public_keys``): a keystore meta row whose value carries this MAC.
 PUBLIC_KEY_ROW = Row("public-key", ("name", "type", "public_key", "created_at", "deletion_allowed"))
@@ -208,6 +214,7 @@ class Integrity:
             POLICY_ROW,
             POLICY_EXPORTABLE_ROW,
             POLICY_BACKUP_ROW,
+            POLICY_LIFECYCLE_ROW,
             PUBLIC_KEY_ROW,
             ROLE_ROW,
             SECRET_ID_ROW,

@@ -161,6 +161,16 @@ MIGRATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
             " ADD COLUMN plaintext_backup integer NOT NULL DEFAULT 0",
         ),
     ),
+    (
+        "Transit's key lifecycle: a key's min_available_version (trim) and soft_deleted flag",
+        (
+            # In the policy row's MAC when either is set (_integrity, POLICY_LIFECYCLE_ROW);
+            # rows written before keep 0 and their MAC.
+            "ALTER TABLE sealflow_key_policy"
+            " ADD COLUMN min_available_version bigint NOT NULL DEFAULT 0,"
+            " ADD COLUMN soft_deleted integer NOT NULL DEFAULT 0",
+        ),
+    ),
 )
 
 

@@ -34,7 +34,7 @@ from ._dialect import Dialect, Sql, TableNames
 from ._integrity import Integrity
 from ._pg_connections import Connections
 from ._pg_watch import Watcher
-from ._rows import MAX_VERSION, forget_replaced, live_token, present
+from ._rows import MAX_VERSION, forget_replaced, live_token, present, usable
 from ._snapshot import Snapshot, Store
 from ._tables import Tables
 from ._writes import Writes
@@ -188,6 +188,11 @@ class PostgresKeyStore(Writes[Db]):
         self._read()
         return self._material_of(present(self._keys, name), version)
 
+    def stored_material(self, name: str, version: int) -> bytes:
+        """``key_material`` of a soft-deleted key too: for ``_migrate``'s check only."""
+        self._read()
+        return self._material_of(present(self._keys, name), version, in_use=False)
+
     def material(self, slot: Slot) -> bytes:
         self._read()
         info = present(self._keys, slot.name)
@@ -195,7 +200,8 @@ class PostgresKeyStore(Writes[Db]):
             raise KeyNotFound(f"key {slot.name!r} not found (deleted; a new key has its name)")
         return self._material_of(info, slot.version)
 
-    def _material_of(self, info: KeyInfo, version: int) -> bytes:
+    def _material_of(self, info: KeyInfo, version: int, in_use: bool = True) -> bytes:
+        usable(info, version, in_use)
         slot = info.slot(version)
         material = self._material.get(slot)
         if material is not None:
@@ -269,8 +275,9 @@ class PostgresKeyStore(Writes[Db]):
                 cur.executemany("INSERT INTO sealflow_usage VALUES (%s, %s, %s, %s)", usage)
                 cur.executemany(
                     "INSERT INTO sealflow_key_policy (name, min_encryption_version,"
-                    " deletion_allowed, made_exportable, plaintext_backup, mac)"
-                    " VALUES (%s, %s, %s, %s, %s, %s)",
+                    " deletion_allowed, made_exportable, plaintext_backup, mac,"
+                    " min_available_version, soft_deleted)"
+                    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
                     policies,
                 )
                 cur.executemany(self._approle.insert_role, approle[0])

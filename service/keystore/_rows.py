@@ -16,13 +16,14 @@ from ._integrity import (
     LIMITS_ROW,
     POLICY_BACKUP_ROW,
     POLICY_EXPORTABLE_ROW,
+    POLICY_LIFECYCLE_ROW,
     POLICY_ROW,
     Integrity,
     Row,
     key_row_form,
     refuse,
 )
-from .errors import InvalidRequest, KeyNotFound, KeyStoreCorrupt
+from .errors import SOFT_DELETED, InvalidRequest, KeyNotFound, KeySoftDeleted, KeyStoreCorrupt
 
 ALGORITHMS = {alg.value for alg in Algorithm}
 MAX_VERSION = 0xFFFFFFFF  # four bytes in the envelope
@@ -34,7 +35,7 @@ def key_info(integrity: Integrity, rows: Sequence[Sequence[Any]], where: str) ->
     check."""
     row, mac = tuple(rows[0][:7]), rows[0][7]
     if integrity.verify(*key_row_form(row), mac):
-        name, algorithm, exportable, min_version, _, imported, allow_rotation = row
+        name, algorithm, exportable, min_version, created_at, imported, allow_rotation = row
         if algorithm in ALGORITHMS:
             return KeyInfo(
                 name=name,
@@ -45,6 +46,7 @@ def key_info(integrity: Integrity, rows: Sequence[Sequence[Any]], where: str) ->
                 versions=tuple(KeyVersionInfo(r[8], r[9]) for r in rows),
                 imported=bool(imported),
                 allow_rotation=bool(allow_rotation),
+                created_at=created_at,
             )
     refuse(where, f"key {row[0]!r}")
     return None
@@ -58,6 +60,16 @@ def present(keys: dict[str, KeyInfo | None], name: str) -> KeyInfo:
     if info is None:
         raise KeyStoreCorrupt(f"key {name!r} fails its integrity check")
     return info
+
+
+def usable(info: KeyInfo, version: int, in_use: bool = True) -> None:
+    """Refuse a version's material to every caller: KeySoftDeleted for a soft-deleted key
+    (unless not ``in_use``: a copy's check), KeyNotFound for a version trimmed (a cache may
+    still hold it until its next reload)."""
+    if in_use and info.soft_deleted:
+        raise KeySoftDeleted(SOFT_DELETED)
+    if version < info.min_available_version:
+        raise KeyNotFound(f"key {info.name!r} version {version} not found (trimmed)")
 
 
 def token_info(row: Sequence[Any]) -> TokenInfo:
@@ -142,23 +154,26 @@ def with_policy(
     policy_rows: Sequence[Sequence[Any]],
     where: str,
 ) -> dict[str, KeyInfo | None]:
-    """The keys with their policy rows (name, min_encryption_version, deletion_allowed,
-    made_exportable, plaintext_backup, mac) applied; a key whose policy row fails its check is
-    refused like one whose own row does (a forged ``deletion_allowed`` must not let a key be
-    deleted, nor a forged ``made_exportable`` or ``plaintext_backup`` its material leave)."""
+    """The keys with their policy rows (``PolicyRow``'s columns, then the mac) applied; a key
+    whose policy row fails its check is refused like one whose own row does (a forged
+    ``deletion_allowed`` must not let a key be deleted, nor a forged ``made_exportable`` or
+    ``plaintext_backup`` its material leave, nor a cleared ``soft_deleted`` a frozen key be
+    used)."""
     for row in policy_rows:
         name = row[0]
         info = keys.get(name)
         if info is None:
             continue
-        values = tuple(row[:5])
-        if integrity.verify(*_policy_form(values), row[5]):
+        values = tuple(row[:7])
+        if integrity.verify(*_policy_form(values), row[7]):
             keys[name] = replace(
                 info,
                 min_encryption_version=row[1],
                 deletion_allowed=bool(row[2]),
                 exportable=info.created_exportable or bool(row[3]),
                 allow_plaintext_backup=bool(row[4]),
+                min_available_version=row[5],
+                soft_deleted=bool(row[6]),
             )
         else:
             refuse(where, f"policy of key {name!r}")
@@ -166,16 +181,20 @@ def with_policy(
     return keys
 
 
-PolicyRow = tuple[str, int, int, int, int]
+# name, min_encryption_version, deletion_allowed, made_exportable, plaintext_backup,
+# min_available_version, soft_deleted: as stored (flags 0 or 1).
+PolicyRow = tuple[str, int, int, int, int, int, int]
 
 
 def _policy_form(values: Sequence[Any]) -> tuple[Row, Sequence[Any]]:
-    # A row without a flag is MAC'd as before the flag existed (_integrity, POLICY_ROW).
+    # A row is MAC'd as rows were before the columns it leaves at 0 existed (_integrity).
+    if values[5] != 0 or values[6] != 0:
+        return POLICY_LIFECYCLE_ROW, values
     if values[4] != 0:
-        return POLICY_BACKUP_ROW, values
-    if values[3] == 0:
-        return POLICY_ROW, values[:3]
-    return POLICY_EXPORTABLE_ROW, values[:4]
+        return POLICY_BACKUP_ROW, values[:5]
+    if values[3] != 0:
+        return POLICY_EXPORTABLE_ROW, values[:4]
+    return POLICY_ROW, values[:3]
 
 
 def policy_mac(integrity: Integrity, row: PolicyRow) -> bytes:
@@ -225,13 +244,37 @@ def policy_row(
             f"key {info.name!r} allows plaintext backup and stays so: a backup of it may have"
             " been taken already"
         )
+    if info.min_available_version and least < info.min_available_version:
+        raise InvalidRequest("min encryption version should not be less than min available version")
     made = info.exportable or bool(exportable)
     backup = info.allow_plaintext_backup or bool(plaintext_backup)
-    return info.name, least, int(allowed), int(made and not info.created_exportable), int(backup)
+    return (
+        info.name,
+        least,
+        int(allowed),
+        int(made and not info.created_exportable),
+        int(backup),
+        info.min_available_version,
+        int(info.soft_deleted),
+    )
+
+
+def stored_policy(info: KeyInfo) -> PolicyRow:
+    """The policy row a key has now (a key without one: the row its defaults make)."""
+    return (
+        info.name,
+        info.min_encryption_version,
+        int(info.deletion_allowed),
+        int(info.exportable and not info.created_exportable),
+        int(info.allow_plaintext_backup),
+        info.min_available_version,
+        int(info.soft_deleted),
+    )
 
 
 def forget_replaced(material: dict[Slot, bytes], keys: dict[str, KeyInfo | None]) -> None:
-    """Drop cached material of keys deleted, or deleted and created again, since it was cached.
+    """Drop cached material of keys deleted, or deleted and created again, since it was cached,
+    and of versions trimmed.
 
     Material is cached by ``Slot`` (name, ``KeyInfo.born``, version): a lookup by a key's slot
     never finds another key's material, whatever a reload did meanwhile, so this only frees what
@@ -243,10 +286,13 @@ def forget_replaced(material: dict[Slot, bytes], keys: dict[str, KeyInfo | None]
 
 
 def _replaced(keys: dict[str, KeyInfo | None], slot: Slot) -> bool:
+    # A version trimmed is gone too: its material is never asked for again.
     if slot.name not in keys:
         return True
     info = keys[slot.name]
-    return info is not None and info.born != slot.born
+    return info is not None and (
+        info.born != slot.born or slot.version < info.min_available_version
+    )
 
 
 # Sealings reserved at a time, at most, and the share of what is left one reservation takes.

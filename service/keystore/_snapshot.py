@@ -66,6 +66,8 @@ TABLES = (
             "deletion_allowed",
             "made_exportable",
             "plaintext_backup",
+            "min_available_version",
+            "soft_deleted",
             "mac",
         ),
         "name",

@@ -24,7 +24,7 @@ from ._cert_rows import CertTables
 from ._dialect import Dialect, Sql, TableNames
 from ._integrity import Integrity
 from ._masterkey import KeyWrapper
-from ._rows import MAX_VERSION, forget_replaced, live_token, present
+from ._rows import MAX_VERSION, forget_replaced, live_token, present, usable
 from ._snapshot import Snapshot, Store
 from ._tables import Tables
 from ._writes import Writes
@@ -153,17 +153,25 @@ class SQLiteKeyStore(Writes[sqlite3.Connection]):
     def key_material(self, name: str, version: int) -> bytes:
         return self._material_of(name, None, version)
 
+    def stored_material(self, name: str, version: int) -> bytes:
+        """``key_material`` of a soft-deleted key too: for ``_migrate``'s check only."""
+        return self._material_of(name, None, version, in_use=False)
+
     def material(self, slot: Slot) -> bytes:
         return self._material_of(slot.name, slot.born, slot.version)
 
-    def _material_of(self, name: str, born: float | None, version: int) -> bytes:
-        """A version's material, of the key born then (``born`` None: the key of the name now)."""
+    def _material_of(
+        self, name: str, born: float | None, version: int, in_use: bool = True
+    ) -> bytes:
+        """A version's material, of the key born then (``born`` None: the key of the name now);
+        ``in_use``: refused for a soft-deleted key (``_rows.usable``)."""
         if not 1 <= version <= MAX_VERSION:
             raise KeyNotFound(f"key {name!r} version {version} not found")
         keys = self._keys
         if keys is not None and self._fresh():
             # The common case, without the lock: a fresh cache and a version seen before.
             info = present(keys, name)
+            usable(info, version, in_use)
             if born is None or info.born == born:
                 material = self._material.get(info.slot(version))
                 if material is not None:
@@ -171,6 +179,7 @@ class SQLiteKeyStore(Writes[sqlite3.Connection]):
         with self._connection() as db:
             # The key's row is checked on every call; a cached version cannot change.
             info = present(self._key_cache(), name)
+            usable(info, version, in_use)
             if born is not None and info.born != born:
                 raise KeyNotFound(f"key {name!r} not found (deleted; a new key has its name)")
             slot = info.slot(version)
@@ -210,7 +219,7 @@ class SQLiteKeyStore(Writes[sqlite3.Connection]):
             "SELECT name, max_encryptions, auto_rotate_period, mac FROM key_limits",
             "SELECT name, version, reserved, bytes FROM key_usage",
             "SELECT name, min_encryption_version, deletion_allowed, made_exportable,"
-            " plaintext_backup, mac"
+            " plaintext_backup, mac, min_available_version, soft_deleted"
             " FROM key_policy",
         )
         with self._connection() as db:

@@ -55,11 +55,14 @@ USAGE_SCHEMA = (
     "CREATE TABLE IF NOT EXISTS key_usage (name TEXT NOT NULL, version INTEGER NOT NULL,"
     " reserved INTEGER NOT NULL, bytes INTEGER NOT NULL, PRIMARY KEY (name, version))",
     # mac: over the other columns, in POLICY_ROW.columns order, or POLICY_EXPORTABLE_ROW's
-    # when made_exportable is set. No row: min_encryption_version 0, deletion not allowed,
-    # exportable as created (what every key had before this table).
+    # when made_exportable is set, or POLICY_LIFECYCLE_ROW's when min_available_version or
+    # soft_deleted is. No row: min_encryption_version 0, deletion not allowed, exportable as
+    # created (what every key had before this table), never trimmed nor soft-deleted.
     "CREATE TABLE IF NOT EXISTS key_policy (name TEXT PRIMARY KEY,"
     " min_encryption_version INTEGER NOT NULL, deletion_allowed INTEGER NOT NULL,"
-    " mac BLOB NOT NULL, made_exportable INTEGER NOT NULL DEFAULT 0)",
+    " mac BLOB NOT NULL, made_exportable INTEGER NOT NULL DEFAULT 0,"
+    " min_available_version INTEGER NOT NULL DEFAULT 0,"
+    " soft_deleted INTEGER NOT NULL DEFAULT 0)",
     # AppRole (``_approle_rows``); mac: over the other columns, in ROLE_ROW.columns order.
     "CREATE TABLE IF NOT EXISTS approle_roles (name TEXT PRIMARY KEY,"
     " role_id TEXT NOT NULL UNIQUE, policies TEXT NOT NULL, token_ttl INTEGER NOT NULL,"
@@ -87,6 +90,9 @@ USAGE_SCHEMA = (
 # ``_token_lifetimes`` rewrites once for rows written before them.
 USAGE_COLUMNS = (
     ("key_policy", "made_exportable", "INTEGER NOT NULL DEFAULT 0"),
+    # Transit's trim and soft delete: in the policy row's MAC when set (POLICY_LIFECYCLE_ROW).
+    ("key_policy", "min_available_version", "INTEGER NOT NULL DEFAULT 0"),
+    ("key_policy", "soft_deleted", "INTEGER NOT NULL DEFAULT 0"),
     # A key imported (Transit's BYOK import): in the key row's MAC when set (KEY_IMPORTED_ROW).
     ("keys", "imported", "INTEGER NOT NULL DEFAULT 0"),
     ("keys", "allow_rotation", "INTEGER NOT NULL DEFAULT 0"),

@@ -166,6 +166,12 @@ class Tables:
     def write_policy(self, db: Connection, row: PolicyRow) -> None:
         db.execute(self.sql.write_policy, (*row, policy_mac(self._integrity, row)))
 
+    def trim(self, db: Connection, name: str, below: int) -> None:
+        """Remove the key's versions below ``below`` (their wrapped material) and their usage;
+        the caller writes the policy row that says so in the same transaction (``_lifecycle``)."""
+        db.execute(self.sql.trim_usage, (name, below))
+        db.execute(self.sql.trim_versions, (name, below))
+
     def delete_key(self, db: Connection, name: str) -> None:
         """Every row of the key: usage, limits, policy, versions (its wrapped material), its own."""
         for statement in self.sql.delete_key:

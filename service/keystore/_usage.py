@@ -41,7 +41,15 @@ from typing import NamedTuple
 
 from ._base import KeyInfo, KeyStore, Slot
 from ._rows import BLOCK
-from .errors import KeyNotFound, KeyStoreError, KeyStoreUnavailable, VersionUsedUp, WouldWait
+from .errors import (
+    SOFT_DELETED,
+    KeyNotFound,
+    KeySoftDeleted,
+    KeyStoreError,
+    KeyStoreUnavailable,
+    VersionUsedUp,
+    WouldWait,
+)
 
 log = logging.getLogger("sealflow.keystore")
 
@@ -128,13 +136,16 @@ class UsageMeter:
         version reached its limit with these: ask again for the rest (under the latest, that
         is the next version; under a version given, VersionUsedUp).
 
-        KeyNotFound for a key, or a version given, that does not exist; KeyStoreUnavailable
+        KeyNotFound for a key, or a version given, that does not exist; KeySoftDeleted;
+        KeyStoreUnavailable
         if a reservation is needed and the store does not answer (a sealing is never made
         uncounted).
         """
         if n < 1:
             raise ValueError("a lease is for one sealing or more")
         key = self._store.get_key(name)
+        if key.soft_deleted:
+            raise KeySoftDeleted(SOFT_DELETED)
         latest = key.latest
         asked = latest if version is None else version
         if not 1 <= asked <= latest:
@@ -377,8 +388,9 @@ class UsageMeter:
 
 def rotatable(key: KeyInfo) -> bool:
     """Whether sealflow may rotate the key: not one imported without ``allow_rotation``
-    (Transit's rule; docs/TRANSIT.md, Importing keys)."""
-    return key.allow_rotation or not key.imported
+    (Transit's rule; docs/TRANSIT.md, Importing keys), nor one soft-deleted (it rests until
+    restored: no periodic rotation is even attempted)."""
+    return not key.soft_deleted and (key.allow_rotation or not key.imported)
 
 
 def next_rotation(key: KeyInfo) -> float | None:

@@ -1,7 +1,7 @@
 """Usage rows, alike for every store: reservations, give-backs and totals (``_usage`` decides
 when; this is what is written), each on the connection and in the transaction it is given.
 
-Every statement names the key's identity (``Slot.born``, the creation time of its version 1)
+Every statement names the key's identity (``Slot.born``, the creation time of its row)
 beside its name, so what a process reserved of a deleted key never lands on a new key of the
 same name (SQLite's ``key_usage`` has no foreign key to stop it).
 """
@@ -23,7 +23,7 @@ def reserve(
     # PostgreSQL locks the key's row FOR SHARE: the key cannot be deleted (delete_key) before
     # this transaction ends. Its row first, then the usage row: delete_key's order (the key's
     # row FOR UPDATE, then usage, then versions), so the two never wait for each other in a
-    # circle (before, this locked version 1 first: a deadlock with a deletion, a 503).
+    # circle (long ago, this locked version 1 first: a deadlock with a deletion, a 503).
     if db.execute(sql.same_key, (name, born)).fetchone() is None:
         raise KeyNotFound(f"key {name!r} not found")
     db.execute(sql.usage_row, (name, version))

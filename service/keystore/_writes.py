@@ -34,8 +34,9 @@ from ._base import (
 from ._cert_roles import CertRoles
 from ._dialect import Connection
 from ._imports import Imports, rotatable
+from ._lifecycle import Lifecycle, in_use
 from ._public_keys import PublicKeys, held
-from ._rows import MAX_VERSION, digest, limits_row, policy_row, token_info
+from ._rows import MAX_VERSION, digest, limits_row, policy_row, stored_policy, token_info
 from ._tables import Tables
 from .errors import (
     DeletionNotAllowed,
@@ -51,7 +52,7 @@ log = logging.getLogger("sealflow.keystore")
 Db = TypeVar("Db", bound=Connection)
 
 
-class Writes(Imports, PublicKeys, AppRoles, CertRoles, ABC, Generic[Db]):
+class Writes(Imports, Lifecycle, PublicKeys, AppRoles, CertRoles, ABC, Generic[Db]):
     """The ``KeyStore``'s writes; a store adds its connections and its reads (its cache, kept
     fresh its own way) and sets ``_tables``."""
 
@@ -105,6 +106,7 @@ class Writes(Imports, PublicKeys, AppRoles, CertRoles, ABC, Generic[Db]):
         with self._transaction() as db:
             # Inside the transaction no other writer can take the same next version.
             info = self._tables.locked_key(db, name)
+            in_use(info)
             if info.latest >= MAX_VERSION:
                 raise InvalidRequest(f"key {name!r} has no version left")
             rotatable(info)
@@ -121,7 +123,7 @@ class Writes(Imports, PublicKeys, AppRoles, CertRoles, ABC, Generic[Db]):
     def rotate_if_latest(self, name: str, version: int) -> KeyInfo:
         with self._transaction() as db:
             info = self._tables.locked_key(db, name)
-            if info.latest != version:
+            if info.latest != version or info.soft_deleted:  # a soft-deleted key rests
                 return info
             rotatable(info)
             self._tables.add_version(
@@ -143,7 +145,7 @@ class Writes(Imports, PublicKeys, AppRoles, CertRoles, ABC, Generic[Db]):
         self, name: str, max_encryptions: int | None = None, auto_rotate_period: float | None = None
     ) -> KeyInfo:
         with self._transaction() as db:
-            info = self._tables.locked_key(db, name)
+            info = in_use(self._tables.locked_key(db, name))
             self._tables.write_limits(db, limits_row(info, max_encryptions, auto_rotate_period))
             info = self._tables.locked_key(db, name)
         self._changed("key_config", key=name)
@@ -165,7 +167,7 @@ class Writes(Imports, PublicKeys, AppRoles, CertRoles, ABC, Generic[Db]):
         plaintext_backup: bool | None = None,
     ) -> KeyInfo:
         with self._transaction() as db:
-            before = info = self._tables.locked_key(db, name)
+            before = info = in_use(self._tables.locked_key(db, name))
             old = info.min_decryption_version
             least = old if min_decryption_version is None else min_decryption_version
             if (
@@ -182,14 +184,16 @@ class Writes(Imports, PublicKeys, AppRoles, CertRoles, ABC, Generic[Db]):
                     " makes retired versions decryptable again; it must be asked for"
                     " explicitly (allow_lowering)"
                 )
+            if least < info.min_available_version:  # trimmed versions never come back
+                raise InvalidRequest(
+                    "min decryption version should not be less then min available version"
+                )
             row = policy_row(
                 info, least, min_encryption_version, deletion_allowed, exportable, plaintext_backup
             )
             if least != old:
                 self._tables.write_min_decryption(db, name, least)
-            made = int(info.exportable and not info.created_exportable)
-            backup = int(info.allow_plaintext_backup)
-            if row != (name, info.min_encryption_version, int(info.deletion_allowed), made, backup):
+            if row != stored_policy(info):
                 self._tables.write_policy(db, row)
             info = self._tables.locked_key(db, name)
         _log_changes(before, info)

@@ -56,6 +56,15 @@ class VersionUsedUp(KeyStoreError):
     reached its ``max_encryptions``: refused, never sealed (the latest rotates instead)."""
 
 
+# OpenBao's words for any use of a soft-deleted key (keysutil's ErrSoftDeleted).
+SOFT_DELETED = "refusing to use soft-deleted key"
+
+
+class KeySoftDeleted(KeyStoreError):
+    """Any use of a soft-deleted key (Transit's soft delete) but reading, deleting or restoring
+    it; its message is always ``SOFT_DELETED``."""
+
+
 class DeletionNotAllowed(KeyStoreError):
     """Deletion of a key whose ``deletion_allowed`` was not set."""
 

@@ -130,6 +130,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.include_router(admin.keys_router)
     app.include_router(admin.import_router)
+    app.include_router(admin.lifecycle_router)
     app.include_router(admin.tokens_router)
     app.include_router(admin.health_router)
     admin.install_docs(app)

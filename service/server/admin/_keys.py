@@ -150,6 +150,8 @@ class KeyOut(BaseModel):
     min_encryption_version: int
     deletion_allowed: bool
     imported: bool = Field(description="made by an import, and not rotated here since")
+    min_available_version: int = Field(description="versions below it were trimmed (0: none)")
+    soft_deleted: bool = Field(description="every use refused until restored")
     versions: list[VersionOut]
     max_encryptions: int
     auto_rotate_period: float
@@ -174,6 +176,8 @@ class KeyOut(BaseModel):
             min_encryption_version=key.min_encryption_version,
             deletion_allowed=key.deletion_allowed,
             imported=key.imported,
+            min_available_version=key.min_available_version,
+            soft_deleted=key.soft_deleted,
             versions=[
                 VersionOut(
                     version=v.version,

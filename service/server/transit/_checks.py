@@ -6,7 +6,7 @@ fails one is failed in the request's ``Results`` and left out of every later ste
 from __future__ import annotations
 
 from sealflow.service.envelope import in_native_domain
-from sealflow.service.keystore import KeyInfo, KeyNotFound, KeyStore
+from sealflow.service.keystore import SOFT_DELETED, KeyInfo, KeyNotFound, KeyStore
 
 from . import _ciphertext, _public, _wire
 from ._batch import Results
@@ -36,13 +36,17 @@ def known(store: KeyStore, name: str) -> bool:
 
 
 def key_of(store: KeyStore, name: str, operation: str = "encrypt") -> KeyInfo:
-    """The key; else 400 in Transit's words, or for a public-key-only key (``_public.refuse``,
-    a keystore read: never on the event loop, see ``known``)."""
+    """The key; else 400 in Transit's words, for a public-key-only key (``_public.refuse``,
+    a keystore read: never on the event loop, see ``known``), or a soft-deleted one (OpenBao's
+    words)."""
     try:
-        return store.get_key(name)
+        key = store.get_key(name)
     except KeyNotFound:
         _public.refuse(store, name, operation)
         raise _wire.user_error(KEY_NOT_FOUND) from None
+    if key.soft_deleted:
+        raise _wire.user_error(SOFT_DELETED)
+    return key
 
 
 def decode_all(work: list[Item], results: Results) -> dict[int, bytes]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 
-from sealflow.service.keystore import KeyNotFound, KeyStore
+from sealflow.service.keystore import SOFT_DELETED, KeyNotFound, KeyStore
 
 from . import _keys, _public, _wire
 from ._wire import Body
@@ -75,6 +75,8 @@ async def import_version(store: KeyStore, name: str, body: Body) -> None:
         raise _wire.user_error(
             f"no key found with name {name}; to import a new key, use the import/ endpoint"
         ) from None
+    if key.soft_deleted:
+        raise _wire.user_error(SOFT_DELETED)
     if not key.imported:
         raise _wire.user_error("the import_version endpoint can only be used with an imported key")
     material = await _unwrap(store, ciphertext, body)

@@ -18,6 +18,7 @@ from typing import Any
 
 from sealflow.engine import Algorithm
 from sealflow.service.keystore import (
+    SOFT_DELETED,
     DeletionNotAllowed,
     KeyExists,
     KeyInfo,
@@ -90,11 +91,11 @@ def policy(key: KeyInfo, usage: dict[int, VersionUsage] | None = None) -> dict[s
             if v.version >= key.min_decryption_version
         },
         "latest_version": key.latest,
-        "min_available_version": 0,
+        "min_available_version": key.min_available_version,
         "min_decryption_version": key.min_decryption_version,
         "min_encryption_version": key.min_encryption_version,
         "name": key.name,
-        "soft_deleted": False,
+        "soft_deleted": key.soft_deleted,
         "supports_decryption": True,
         "supports_derivation": False,
         "supports_encryption": True,
@@ -201,6 +202,8 @@ async def config(store: KeyStore, name: str, body: Body) -> bytes:
         if public is not None:
             return await _public.config(store, public, body)
         raise _wire.user_error(f"no existing key named {name} could be found") from None
+    if key.soft_deleted:  # frozen until restored (OpenBao configures one: docs/TRANSIT.md)
+        raise _wire.user_error(SOFT_DELETED)
     warnings = []
     min_decryption = key.min_decryption_version
     if _given(body, "min_decryption_version"):

@@ -208,6 +208,34 @@ def paths(mount: str) -> dict[str, Any]:
             }
         },
         **_utilities(mount),
+        f"{mount}/keys/{{name}}/trim": {
+            "post": {
+                "tags": _TAG,
+                "summary": "Remove the versions below min_available_version (admin)",
+                "parameters": [name],
+                "requestBody": _body({"min_available_version": _LENIENT_INT}),
+                "responses": admin_write,
+                "security": _SECURITY,
+            }
+        },
+        f"{mount}/keys/{{name}}/soft-delete": {
+            "delete": {
+                "tags": _TAG,
+                "summary": "Refuse every use of the key until restored (admin)",
+                "parameters": [name],
+                "responses": _answers(200, 204, 403),
+                "security": _SECURITY,
+            }
+        },
+        f"{mount}/keys/{{name}}/soft-delete-restore": {
+            "post": {
+                "tags": _TAG,
+                "summary": "Lift a soft deletion, every version usable again (admin)",
+                "parameters": [name],
+                "responses": _answers(200, 204, 403),
+                "security": _SECURITY,
+            }
+        },
         f"{mount}/wrapping_key": {
             "get": {
                 "tags": _TAG,

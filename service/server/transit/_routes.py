@@ -9,11 +9,11 @@ then checks the scope the route needs against the key it names, reads the JSON b
 
 Scopes: ``encrypt:<glob>`` covers encrypt and datakey, ``decrypt:<glob>`` decrypt, rewrap
 needs both; reading a key's metadata needs either (clients read ``latest_version``) or
-``admin``; every other key route needs ``admin``, and what lets material leave (``export/``,
-and ``exportable`` asked for on create or ``config``) or come in (``keys/:name/import`` and
-``import_version``, and ``byok-export`` of its source) needs ``export:<glob>`` besides, which
-``admin`` does not imply. The public half of the import wrapping key (``wrapping_key``) is for
-any token.
+``admin``; every other key route needs ``admin`` (trim and soft delete among them), and what
+lets material leave (``export/``, and ``exportable`` asked for on create or ``config``) or come
+in (``keys/:name/import`` and ``import_version``, and ``byok-export`` of its source) needs
+``export:<glob>`` besides, which ``admin`` does not imply. The public half of the import
+wrapping key (``wrapping_key``) is for any token.
 
 Outside the mount, Vault's token routes (``_token_routes``): every token looks up, renews and
 revokes itself; the routes that create tokens or name another token manage tokens, so they need
@@ -53,6 +53,7 @@ from . import (
     _encrypt,
     _import,
     _keys,
+    _lifecycle,
     _login,
     _public,
     _sys,
@@ -109,6 +110,9 @@ class Transit:
             "config": (f"{mount}/keys/{{name}}/config", any_write),
             "import": (f"{mount}/keys/{{name}}/import", any_write),
             "import_version": (f"{mount}/keys/{{name}}/import_version", any_write),
+            "trim": (f"{mount}/keys/{{name}}/trim", any_write),
+            "soft-delete": (f"{mount}/keys/{{name}}/soft-delete", frozenset(("DELETE",))),
+            "soft-delete-restore": (f"{mount}/keys/{{name}}/soft-delete-restore", any_write),
             "wrapping_key": (f"{mount}/wrapping_key", get),
             "hash": (f"{mount}/hash[/{{algorithm}}]", any_write),
             "random": (f"{mount}/random[/{{source}}][/{{bytes}}]", any_write),
@@ -316,6 +320,12 @@ class Transit:
             _allow("export", token, name)
             return 200, _backup.backup(store, name)
         body = await _read(receive, limit, hold, log) if method in _WRITE else b""
+        if kind == "trim":
+            return 200, await _lifecycle.trim(store, name, _wire.parse(body, hold))
+        if kind == "soft-delete":
+            return await _lifecycle.soft_delete(store, name)
+        if kind == "soft-delete-restore":
+            return await _lifecycle.restore(store, name)
         if kind == "rotate":
             return 200, await _keys.rotate(store, name)
         if method == "DELETE":
@@ -355,6 +365,11 @@ def _allow(kind: str, token: TokenInfo, name: str) -> None:
             raise _denied()
 
 
+_KEY_ACTIONS = frozenset(
+    ("rotate", "config", "import", "import_version", "trim", "soft-delete", "soft-delete-restore")
+)
+
+
 def _kind(parts: list[str]) -> str:
     n, first = len(parts), parts[0]
     if first in ("hash", "random"):  # OpenBao's patterns: segments may be empty
@@ -368,7 +383,7 @@ def _kind(parts: list[str]) -> str:
             return "keys"
         if n == 2:
             return "key"
-        if n == 3 and parts[2] in ("rotate", "config", "import", "import_version"):
+        if n == 3 and parts[2] in _KEY_ACTIONS:
             return parts[2]
     if parts == ["wrapping_key"]:
         return "wrapping_key"

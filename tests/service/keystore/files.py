@@ -44,6 +44,10 @@ PG_UNDO_MIGRATION_8 = (
 PG_UNDO_MIGRATION_9 = "DROP TABLE sealflow_cert_roles"
 # The column migration 10 added (Transit's allow_plaintext_backup), likewise.
 PG_UNDO_MIGRATION_10 = "ALTER TABLE sealflow_key_policy DROP COLUMN plaintext_backup"
+# The columns migration 11 added (Transit's trim and soft delete), likewise.
+PG_UNDO_MIGRATION_11 = (
+    "ALTER TABLE sealflow_key_policy DROP COLUMN min_available_version, DROP COLUMN soft_deleted"
+)
 KEY_LEN = {"aes-128-gcm": 16, "aes-256-gcm": 32, "chacha20-poly1305": 32}
 
 

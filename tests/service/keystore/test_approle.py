@@ -29,6 +29,7 @@ from .files import (
     PG_UNDO_MIGRATION_8,
     PG_UNDO_MIGRATION_9,
     PG_UNDO_MIGRATION_10,
+    PG_UNDO_MIGRATION_11,
 )
 
 INVALID = "invalid role or secret ID"
@@ -202,6 +203,7 @@ def test_a_postgresql_keystore_of_the_previous_schema_gains_approle(
     with closing(PostgresKeyStore(pg_url, master_key, watch=False)) as old:
         old.create_token(["admin"], "kept")
     with psycopg.connect(pg_url) as conn:  # as the previous release left it
+        conn.execute(PG_UNDO_MIGRATION_11.encode())
         conn.execute(PG_UNDO_MIGRATION_10.encode())
         conn.execute(PG_UNDO_MIGRATION_9.encode())
         conn.execute(PG_UNDO_MIGRATION_8.encode())

@@ -23,7 +23,7 @@ from sealflow.service.keystore import (
 )
 from tests.service import pki
 
-from .files import PG_UNDO_MIGRATION_9, PG_UNDO_MIGRATION_10
+from .files import PG_UNDO_MIGRATION_9, PG_UNDO_MIGRATION_10, PG_UNDO_MIGRATION_11
 
 
 @pytest.fixture
@@ -129,6 +129,7 @@ def test_a_postgresql_keystore_of_the_previous_schema_gains_certificate_roles(
     with closing(PostgresKeyStore(pg_url, master_key, watch=False)) as old:
         old.create_token(["admin"], "kept")
     with psycopg.connect(pg_url) as conn:  # as the previous release left it
+        conn.execute(PG_UNDO_MIGRATION_11.encode())
         conn.execute(PG_UNDO_MIGRATION_10.encode())
         conn.execute(PG_UNDO_MIGRATION_9.encode())
         conn.execute(b"DELETE FROM sealflow_migrations WHERE version > 8")

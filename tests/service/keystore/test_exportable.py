@@ -33,6 +33,7 @@ from .files import (
     PG_UNDO_MIGRATION_8,
     PG_UNDO_MIGRATION_9,
     PG_UNDO_MIGRATION_10,
+    PG_UNDO_MIGRATION_11,
 )
 from .test_postgres import eventually
 
@@ -186,6 +187,7 @@ def test_a_postgresql_keystore_of_migration_3_is_migrated(pg_url: str, master_ke
         material = sealed_with_versions(store)
         store.configure("orders", deletion_allowed=True)
     with psycopg.connect(pg_url) as conn:  # as the code before this left the database
+        conn.execute(PG_UNDO_MIGRATION_11)
         conn.execute(PG_UNDO_MIGRATION_10)
         conn.execute("ALTER TABLE sealflow_key_policy DROP COLUMN made_exportable")
         conn.execute("DROP TABLE sealflow_audit")  # migration 5's

@@ -30,6 +30,8 @@ from .files import (
     PG_UNDO_MIGRATION_7,
     PG_UNDO_MIGRATION_8,
     PG_UNDO_MIGRATION_9,
+    PG_UNDO_MIGRATION_10,
+    PG_UNDO_MIGRATION_11,
 )
 from .test_postgres import eventually
 
@@ -213,6 +215,8 @@ def test_a_postgresql_keystore_of_the_previous_schema_is_migrated(
     # migration 3, its made_exportable column with 4, the audit table with 5), none of this table.
     previous = 2
     with psycopg.connect(pg_url) as conn:
+        conn.execute(PG_UNDO_MIGRATION_11)
+        conn.execute(PG_UNDO_MIGRATION_10)
         conn.execute("DROP TABLE sealflow_key_policy")
         conn.execute("DROP TABLE sealflow_audit")
         conn.execute(PG_UNDO_MIGRATION_9)

@@ -39,6 +39,7 @@ from .files import (
     PG_UNDO_MIGRATION_8,
     PG_UNDO_MIGRATION_9,
     PG_UNDO_MIGRATION_10,
+    PG_UNDO_MIGRATION_11,
 )
 from .test_postgres import eventually
 
@@ -278,6 +279,7 @@ def test_a_postgresql_keystore_from_before_lifetimes_opens_with_its_tokens(
             cur = conn.execute(sql, args)
             return cur.fetchall() if cur.description else []
 
+        conn.execute(PG_UNDO_MIGRATION_11)
         conn.execute(PG_UNDO_MIGRATION_10)
         conn.execute(PG_UNDO_MIGRATION_9)
         conn.execute(PG_UNDO_MIGRATION_8)
