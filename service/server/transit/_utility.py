@@ -25,11 +25,9 @@ from ._ciphertext import CiphertextError, b64decode
 from ._wire import Body, atoi, envelope, go_type, not_found, user_error
 
 # OpenBao's patterns (its framework's ``GenericNameRegex`` and ``OptionalParamRegex``), ASCII
-# ``\w`` as Go's.
-HASH_PATH = re.compile(r"hash(/(?P<urlalgorithm>.+))?", re.ASCII | re.DOTALL)
-RANDOM_PATH = re.compile(
-    r"random(/(?P<source>\w(([\w.-]+)?\w)?))?(/(?P<urlbytes>.+))?", re.ASCII | re.DOTALL
-)
+# ``\w`` as Go's, and ``.`` no newline, as Go's without its ``s`` flag.
+HASH_PATH = re.compile(r"hash(/(?P<urlalgorithm>.+))?", re.ASCII)
+RANDOM_PATH = re.compile(r"random(/(?P<source>\w(([\w.-]+)?\w)?))?(/(?P<urlbytes>.+))?", re.ASCII)
 
 HASHES = {
     "sha2-224": "sha224",
@@ -57,8 +55,8 @@ _CAPTURES = {"hash": ("urlalgorithm",), "random": ("source", "urlbytes")}
 
 def kind(path: str) -> str | None:
     """``hash`` or ``random`` if the path under the mount is one of theirs, else None; a path
-    of theirs that ends in ``/`` is theirs too, refused as Vault refuses a write to it
-    (``refuse_slash``)."""
+    of theirs that ends in ``/`` is theirs too (``answer`` refuses a write to it, as Vault
+    does)."""
     first = path.partition("/")[0]
     if first in _FIELDS and path.endswith("/"):
         return first
