@@ -15,9 +15,7 @@ import re
 import secrets
 import time
 import uuid
-from abc import abstractmethod
 from collections.abc import Mapping
-from contextlib import AbstractContextManager
 from typing import Any
 
 from ._approle_api import RoleInfo, SecretIdInfo
@@ -30,8 +28,8 @@ from ._approle_rows import (
     within,
 )
 from ._base import valid_scope
-from ._dialect import Connection
 from ._rows import digest
+from ._store_access import StoreAccess
 from .errors import InvalidRequest, LoginRefused, RoleNotFound
 
 ROLE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -51,17 +49,8 @@ _DEFAULTS: dict[str, Any] = {
 ROLE_FIELDS = frozenset(_DEFAULTS)
 
 
-class AppRoles:
+class AppRoles(StoreAccess):
     _approle: AppRoleTables
-
-    @abstractmethod
-    def _transaction(self, changes: bool = True) -> AbstractContextManager[Connection]: ...
-
-    @abstractmethod
-    def _connection(self) -> AbstractContextManager[Connection]: ...
-
-    @abstractmethod
-    def _changed(self, operation: str, **fields: object) -> None: ...
 
     # -- roles
 

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from abc import abstractmethod
 from collections.abc import Mapping
-from contextlib import AbstractContextManager
 from typing import Any
 
 from cryptography import x509
@@ -23,7 +21,7 @@ from ._approle import ROLE_NAME
 from ._base import valid_scope
 from ._cert_api import CertRoleInfo
 from ._cert_rows import RULES, CertTables, cert_role_info
-from ._dialect import Connection
+from ._store_access import StoreAccess
 from .errors import InvalidRequest, RoleNotFound
 
 # What a role has until told otherwise (Vault's defaults; display_name: the role's name).
@@ -38,17 +36,8 @@ _DEFAULTS: dict[str, Any] = {
 CERT_FIELDS = frozenset(_DEFAULTS)
 
 
-class CertRoles:
+class CertRoles(StoreAccess):
     _cert: CertTables
-
-    @abstractmethod
-    def _transaction(self, changes: bool = True) -> AbstractContextManager[Connection]: ...
-
-    @abstractmethod
-    def _connection(self) -> AbstractContextManager[Connection]: ...
-
-    @abstractmethod
-    def _changed(self, operation: str, **fields: object) -> None: ...
 
     def write_cert_role(self, name: str, fields: Mapping[str, Any]) -> CertRoleInfo:
         """Create the role, or change the fields given of an existing one (Vault's update).

@@ -8,9 +8,7 @@ Every import is told to ``on_change`` (the audit trail) by key and version, neve
 from __future__ import annotations
 
 import time
-from abc import abstractmethod
 from collections.abc import Sequence
-from contextlib import AbstractContextManager
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
@@ -19,9 +17,9 @@ from sealflow.engine import Algorithm
 
 from . import _byok
 from ._base import KeyInfo, valid_key_name
-from ._dialect import Connection
 from ._public_keys import EXISTING, held
 from ._rows import MAX_VERSION, limits_row, policy_row
+from ._store_access import StoreAccess
 from ._tables import Tables
 from .errors import SOFT_DELETED, InvalidRequest, KeySoftDeleted, KeyStoreCorrupt
 
@@ -32,18 +30,9 @@ def rotatable(info: KeyInfo) -> None:
         raise InvalidRequest(f"imported key {info.name} does not allow rotation within Vault")
 
 
-class Imports:
+class Imports(StoreAccess):
     _tables: Tables
     _wrapping: rsa.RSAPrivateKey | None = None
-
-    @abstractmethod
-    def _transaction(self, changes: bool = True) -> AbstractContextManager[Connection]: ...
-
-    @abstractmethod
-    def _connection(self) -> AbstractContextManager[Connection]: ...
-
-    @abstractmethod
-    def _changed(self, operation: str, **fields: object) -> None: ...
 
     def wrapping_key(self) -> rsa.RSAPrivateKey:
         """The keystore's import wrapping key, made on first use: one per keystore, whichever

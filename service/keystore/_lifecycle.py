@@ -11,13 +11,11 @@ key. Each is told to ``on_change`` (the audit trail) by key and versions, never 
 from __future__ import annotations
 
 import logging
-from abc import abstractmethod
-from contextlib import AbstractContextManager
 from dataclasses import replace
 
 from ._base import KeyInfo
-from ._dialect import Connection
 from ._rows import stored_policy
+from ._store_access import StoreAccess
 from ._tables import Tables
 from .errors import SOFT_DELETED, InvalidRequest, KeySoftDeleted
 
@@ -55,14 +53,8 @@ def trim_refusal(info: KeyInfo, wanted: int) -> str | None:
     return None
 
 
-class Lifecycle:
+class Lifecycle(StoreAccess):
     _tables: Tables
-
-    @abstractmethod
-    def _transaction(self, changes: bool = True) -> AbstractContextManager[Connection]: ...
-
-    @abstractmethod
-    def _changed(self, operation: str, **fields: object) -> None: ...
 
     def trim_key(self, name: str, min_available_version: int) -> KeyInfo:
         """Remove every version below ``min_available_version``, with its material and usage,

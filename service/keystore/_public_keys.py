@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import json
 import time
-from abc import abstractmethod
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 from cryptography.hazmat.primitives import serialization
@@ -27,6 +25,7 @@ from . import _byok
 from ._base import valid_key_name
 from ._dialect import Connection
 from ._integrity import PUBLIC_KEY_ROW, refuse
+from ._store_access import StoreAccess
 from ._tables import Tables
 from .errors import DeletionNotAllowed, InvalidRequest, KeyNotFound, KeyStoreCorrupt
 
@@ -94,17 +93,8 @@ def held(tables: Tables, db: Connection, name: str) -> bool:
     return db.execute(tables.sql.meta_value, (PREFIX + name,)).fetchone() is not None
 
 
-class PublicKeys:
+class PublicKeys(StoreAccess):
     _tables: Tables
-
-    @abstractmethod
-    def _transaction(self, changes: bool = True) -> AbstractContextManager[Connection]: ...
-
-    @abstractmethod
-    def _connection(self) -> AbstractContextManager[Connection]: ...
-
-    @abstractmethod
-    def _changed(self, operation: str, **fields: object) -> None: ...
 
     def import_public_key(self, name: str, kind: str, pem: str) -> PublicKeyInfo:
         """A new public-key-only key; InvalidRequest (Transit's words) for a bad PEM, a type
