@@ -79,6 +79,27 @@ def _param(name: str, where: str = "path", schema: Any = None) -> dict[str, Any]
     }
 
 
+# The auth methods' role fields (``_openapi_approle``, ``_openapi_cert``), as Vault reads them.
+STRING_LIST = {"type": ["array", "string"], "items": {"type": "string"}}
+DURATION = {"type": ["integer", "string"], "description": "seconds, or 90s, 30m, 1h"}
+
+
+def named_operation(
+    tag: str, summary: str, codes: tuple[int, ...], body: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """An operation on a path with a ``{name}`` (an auth method's role), for a token."""
+    operation: dict[str, Any] = {
+        "tags": [tag],
+        "summary": summary,
+        "parameters": [_param("name")],
+        "responses": _answers(*codes),
+        "security": _SECURITY,
+    }
+    if body is not None:
+        operation["requestBody"] = _body(body)
+    return operation
+
+
 def _write(summary: str, body: dict[str, Any], params: list[dict[str, Any]]) -> dict[str, Any]:
     operation = {
         "tags": _TAG,

@@ -7,11 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 from ._approle import PREFIX
-from ._openapi import _SECURITY, _answers, _body, _param
+from ._openapi import _SECURITY, DURATION, STRING_LIST, _answers, _body, _param, named_operation
 
 _TAG = ["approle"]
-_LIST = {"type": ["array", "string"], "items": {"type": "string"}}
-_DURATION = {"type": ["integer", "string"], "description": "seconds, or 90s, 30m, 1h"}
+_LIST = STRING_LIST
+_DURATION = DURATION
 _COUNT = {"type": ["integer", "string"]}
 _ROLE = {
     "token_policies": _LIST,
@@ -32,16 +32,7 @@ _SECRET_ID = {
 
 
 def _op(summary: str, codes: tuple[int, ...], body: dict[str, Any] | None = None) -> dict[str, Any]:
-    operation: dict[str, Any] = {
-        "tags": _TAG,
-        "summary": summary,
-        "parameters": [_param("name")],
-        "responses": _answers(*codes),
-        "security": _SECURITY,
-    }
-    if body is not None:
-        operation["requestBody"] = _body(body)
-    return operation
+    return named_operation(_TAG[0], summary, codes, body)
 
 
 def _writes(operation: dict[str, Any]) -> dict[str, Any]:

@@ -6,11 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from ._cert import PREFIX
-from ._openapi import _SECURITY, _answers, _body, _param
+from ._openapi import _SECURITY, DURATION, STRING_LIST, _answers, _body, _param, named_operation
 
 _TAG = ["cert"]
-_LIST = {"type": ["array", "string"], "items": {"type": "string"}}
-_DURATION = {"type": ["integer", "string"], "description": "seconds, or 90s, 30m, 1h"}
+_LIST = STRING_LIST
+_DURATION = DURATION
 _ROLE = {
     "certificate": {"type": "string", "description": "PEM: the CA (or leaf) that must sign"},
     "allowed_common_names": _LIST,
@@ -26,16 +26,7 @@ _ROLE = {
 
 
 def _op(summary: str, codes: tuple[int, ...], body: dict[str, Any] | None = None) -> dict[str, Any]:
-    operation: dict[str, Any] = {
-        "tags": _TAG,
-        "summary": summary,
-        "parameters": [_param("name")],
-        "responses": _answers(*codes),
-        "security": _SECURITY,
-    }
-    if body is not None:
-        operation["requestBody"] = _body(body)
-    return operation
+    return named_operation(_TAG[0], summary, codes, body)
 
 
 def paths() -> dict[str, Any]:
