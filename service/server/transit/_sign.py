@@ -1,0 +1,368 @@
+"""Transit's ``sign/:name[/:hash_algorithm]`` and the signature branch of
+``verify/:name[/:hash_algorithm]`` (OpenBao's path_sign_verify.go), over ``_signer``.
+
+Fields are read and checked in OpenBao's order and refused in its words: the hash (the URL's,
+else ``hash_algorithm``, else the deprecated ``algorithm``), ``marshaling_algorithm``,
+``salt_length``, then the key and its type, then ``hash_algorithm=none``'s conditions; then each
+item (``input`` in base64, ``context``) and its signature. A single request answers an item's
+error as OpenBao does: 400 for what the route checks, and for what the key refuses while
+verifying; while signing, what the key refuses (a version, a salt length) is OpenBao's 500 in
+its framework's words. A batch answers 200 with an error per failed item, as OpenBao does.
+
+Signing leases nothing: ``UsageMeter`` counts sealings, and a signature seals nothing
+(docs/TRANSIT.md, Signing). A batch, or any RSA work, runs off the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import functools
+from typing import Any
+
+import orjson
+
+from sealflow.service.keystore import SOFT_DELETED, KeyInfo, KeyNotFound, KeyStore
+
+from .._state import Services
+from ..errors import ApiError
+from . import _public, _signer, _wire
+from ._batch import Answer
+from ._ciphertext import PREFIX, TOO_OLD, CiphertextError, b64decode, b64encode
+from ._signer import Options, SignError
+from ._wire import Body
+
+DEFAULT_HASH = "sha2-256"
+_NONE_NEEDS = "hash_algorithm=none requires both prehashed=true and signature_algorithm=pkcs1v15"
+
+
+class _ItemError(Exception):
+    """An item refused: ``status`` is what a single request answers (500: the framework's)."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+
+    def single(self) -> ApiError:
+        """A single request's answer: a 500 in the framework's words (a go-multierror)."""
+        if self.status == 500:
+            return _wire.user_error(_wire.framework_error(self.message), 500)
+        return _wire.user_error(self.message)
+
+
+def options(fields: Body, url_algorithm: str) -> Options:
+    """The signing options, checked in OpenBao's order."""
+    hash_name = url_algorithm or _wire.as_str(fields, "hash_algorithm", DEFAULT_HASH)
+    if not hash_name:
+        hash_name = _wire.as_str(fields, "algorithm", DEFAULT_HASH) or DEFAULT_HASH
+    if hash_name not in _signer.HASHES:
+        raise _wire.user_error(f'invalid hash algorithm "{hash_name}"')
+    marshaling = _wire.as_str(fields, "marshaling_algorithm", "asn1")
+    if marshaling not in _signer.MARSHALINGS:
+        raise _wire.user_error(f'invalid marshaling type "{marshaling}"')
+    prehashed = _wire.as_bool(fields, "prehashed")
+    algorithm = _wire.as_str(fields, "signature_algorithm")
+    try:
+        salt = _signer.salt_length(_wire.as_str(fields, "salt_length", "auto"))
+    except SignError as exc:
+        raise _wire.user_error(exc.message) from None
+    jws = marshaling == "jws"
+    return Options(hash_name, "jws" if jws else "asn1", salt, algorithm, prehashed)
+
+
+def _key(store: KeyStore, name: str, missing: str, verb: str, opts: Options) -> KeyInfo:
+    try:
+        key = store.get_key(name)
+    except KeyNotFound:
+        _public.refuse(store, name, verb)
+        raise _wire.user_error(missing) from None
+    if not key.key_type.signs:
+        raise _wire.user_error(f"key type {key.key_type.name} does not support {verb}")
+    if opts.hash_name == "none" and not (opts.prehashed and opts.algorithm == "pkcs1v15"):
+        raise _wire.user_error(_NONE_NEEDS)
+    return key
+
+
+def _batch(fields: Body) -> list[dict[str, str]] | None:
+    """``batch_input`` as OpenBao decodes it (a list of objects of strings), or None."""
+    raw = fields.get("batch_input")
+    if raw is None:
+        return None
+    if not isinstance(raw, list):
+        raise _wire.user_error(
+            _wire.framework_error(
+                "failed to parse batch input: '' source data must be an array or slice, got"
+                f" {_wire.go_type(raw)}"
+            ),
+            500,
+        )
+    items = []
+    for i, entry in enumerate(raw):
+        if not isinstance(entry, dict):
+            raise _wire.user_error(
+                _wire.framework_error(
+                    "failed to parse batch input: decoding failed due to the following"
+                    f" error(s):\n\n'[{i}]' expected type 'transit.batchRequestSignItem', got"
+                    f" unconvertible type '{_wire.go_type(entry)}'"
+                ),
+                500,
+            )
+        items.append({k: _text(v) for k, v in entry.items() if v is not None})
+    if not items:
+        raise _wire.user_error("missing batch input to process")
+    return items
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value) if isinstance(value, int | float) else orjson.dumps(value).decode()
+
+
+def _input(item: dict[str, str], kind: str, opts: Options) -> bytes:
+    raw = item.get("input")
+    if raw is None:
+        raise _ItemError("missing input")
+    try:
+        data = b64decode(raw)
+    except CiphertextError as exc:
+        raise _ItemError(f"unable to decode input as base64: {exc}") from None
+    if _signer.hashes_input(kind) and not opts.prehashed:
+        data = _signer.digest(opts.hash_name, data)
+    return data
+
+
+def _context(item: dict[str, str]) -> None:
+    """Decoded as OpenBao decodes it (and refused alike); no sealflow signing key is derived."""
+    raw = item.get("context", "")
+    if raw:
+        try:
+            b64decode(raw)
+        except CiphertextError:
+            raise _ItemError("failed to base64-decode context") from None
+
+
+# -- sign
+
+
+async def sign(svc: Services, name: str, url_algorithm: str, fields: Body) -> Answer:
+    """``POST sign/:name[/:hash_algorithm]``."""
+    opts = options(fields, url_algorithm)
+    version = _wire.as_int(fields, "key_version")
+    work = functools.partial(_signed, svc.store, name, opts, version, fields)
+    if _inline(svc.store, name, fields):
+        return work()
+    return await asyncio.to_thread(work)
+
+
+def _signed(store: KeyStore, name: str, opts: Options, version: int, fields: Body) -> Answer:
+    key = _key(store, name, "signing key not found", "signing", opts)
+    batch = _batch(fields)
+    items = batch if batch is not None else [_single(fields, ("input", "context"))]
+    results = [_sign_one(store, key, opts, version, item) for item in items]
+    if batch is None:
+        found = results[0]
+        if isinstance(found, _ItemError):
+            raise found.single()
+        return 200, _wire.envelope({"signature": found[0], "key_version": found[1]})
+    rows: list[dict[str, Any]] = []
+    for item, found in zip(items, results, strict=True):
+        if isinstance(found, _ItemError):
+            row: dict[str, Any] = {"key_version": 0, "error": found.message}
+        else:
+            row = {"signature": found[0], "key_version": found[1]}
+        row["reference"] = item.get("reference", "")
+        rows.append(row)
+    return 200, _wire.envelope({"batch_results": rows})
+
+
+def _sign_one(
+    store: KeyStore, key: KeyInfo, opts: Options, version: int, item: dict[str, str]
+) -> tuple[str, int] | _ItemError:
+    kind = key.key_type.name
+    try:
+        data = _input(item, kind, opts)
+        _context(item)
+        number = _signing_version(key, version)
+        material = _material(store, key, number)
+        try:
+            signature = _signer.sign(kind, material, data, opts)
+        except SignError as exc:
+            raise _ItemError(exc.message, 500) from None
+    except _ItemError as exc:
+        return exc
+    return f"{PREFIX}{number}:{_encode(signature, opts)}", number
+
+
+def _signing_version(key: KeyInfo, version: int) -> int:
+    if key.soft_deleted:
+        raise _ItemError(SOFT_DELETED, 500)
+    if version == 0:
+        return key.latest
+    if version < 0:
+        raise _ItemError("requested version for signing is negative", 500)
+    if version > key.latest:
+        raise _ItemError("requested version for signing is higher than the latest key version", 500)
+    if key.min_encryption_version > 0 and version < key.min_encryption_version:
+        raise _ItemError(
+            "requested version for signing is less than the minimum encryption key version", 500
+        )
+    return version
+
+
+def _material(store: KeyStore, key: KeyInfo, version: int) -> bytes:
+    try:
+        return store.material(key.slot(version))
+    except KeyNotFound:
+        raise _ItemError("no such key version", 500) from None
+
+
+def _encode(signature: bytes, opts: Options) -> str:
+    if opts.marshaling == "jws":
+        return base64.urlsafe_b64encode(signature).rstrip(b"=").decode("ascii")
+    return b64encode(signature)
+
+
+# -- verify (the signature branch)
+
+
+async def verify(svc: Services, name: str, url_algorithm: str, fields: Body) -> Answer:
+    """``POST verify/:name[/:hash_algorithm]`` with signatures (``verify_kind`` chose it)."""
+    opts = options(fields, url_algorithm)
+    work = functools.partial(_verified, svc.store, name, opts, fields)
+    if _inline(svc.store, name, fields):
+        return work()
+    return await asyncio.to_thread(work)
+
+
+def verify_kind(fields: Body) -> str:
+    """``signature`` or ``hmac``: which branch of ``verify`` a request takes, or its refusal
+    in OpenBao's words (the same checks, in its order)."""
+    batch = fields.get("batch_input")
+    if batch is not None:
+        entries = batch if isinstance(batch, list) else []
+        items = [entry if isinstance(entry, dict) else {} for entry in entries]
+        if not items and isinstance(batch, list):
+            raise _wire.user_error("missing batch input to process")
+    else:
+        items = [{k: fields[k] for k in ("signature", "hmac") if fields.get(k) is not None}]
+    signature = any("signature" in item for item in items)
+    hmac = any("signature" not in item and "hmac" in item for item in items)
+    missing = any("signature" not in item and "hmac" not in item for item in items)
+    single = batch is None
+    if single and not signature and not hmac:
+        raise _wire.user_error("neither a 'signature' nor an 'hmac' were given to verify")
+    if signature and hmac:
+        raise _wire.user_error(
+            "elements of batch_input must all provide 'signature' or all provide 'hmac'"
+        )
+    if missing and signature:
+        raise _wire.user_error("some elements of batch_input are missing 'signature'")
+    if missing and hmac:
+        raise _wire.user_error("some elements of batch_input are missing 'hmac'")
+    if missing:
+        raise _wire.user_error("no batch_input elements have 'signature' or 'hmac'")
+    return "hmac" if hmac else "signature"
+
+
+def _verified(store: KeyStore, name: str, opts: Options, fields: Body) -> Answer:
+    key = _key(store, name, "signature verification key not found", "verification", opts)
+    batch = _batch(fields)
+    single = _single(fields, ("input", "signature", "context"))
+    items = batch if batch is not None else [single]
+    results = [_verify_one(store, key, opts, item) for item in items]
+    if batch is None:
+        found = results[0]
+        if isinstance(found, _ItemError):
+            raise found.single()
+        return 200, _wire.envelope({"valid": found})
+    rows: list[dict[str, Any]] = []
+    for item, found in zip(items, results, strict=True):
+        row: dict[str, Any] = {"valid": found is True}
+        if isinstance(found, _ItemError):
+            row["error"] = found.message
+        row["reference"] = item.get("reference", "")
+        rows.append(row)
+    return 200, _wire.envelope({"batch_results": rows})
+
+
+def _verify_one(
+    store: KeyStore, key: KeyInfo, opts: Options, item: dict[str, str]
+) -> bool | _ItemError:
+    kind = key.key_type.name
+    try:
+        data = _input(item, kind, opts)
+        signature = item.get("signature")
+        if signature is None:
+            raise _ItemError("missing signature")
+        _context(item)
+        if key.soft_deleted:
+            raise _ItemError(SOFT_DELETED)
+        version, raw = _parse(key, signature, opts)
+        material = _material(store, key, version)
+        try:
+            return _signer.verify(kind, material, data, raw, opts)
+        except SignError as exc:
+            raise _ItemError(exc.message, 400 if exc.user else 500) from None
+    except _ItemError as exc:
+        return exc
+
+
+def _parse(key: KeyInfo, signature: str, opts: Options) -> tuple[int, bytes]:
+    """The version a signature names and its bytes, refused in OpenBao's words."""
+    if not signature.startswith(PREFIX):
+        raise _ItemError("invalid signature: no prefix")
+    number, sep, text = signature[len(PREFIX) :].partition(":")
+    if not sep:
+        raise _ItemError("invalid signature: wrong number of fields")
+    version = _wire.atoi(number)
+    if version is None:
+        raise _ItemError("invalid signature: version number could not be decoded")
+    if version > key.latest:
+        raise _ItemError("invalid signature: version is too new")
+    if version < key.min_decryption_version:
+        raise _ItemError(TOO_OLD)
+    try:
+        if opts.marshaling == "jws":
+            return version, _raw_url_decode(text)
+        return version, b64decode(text)
+    except (CiphertextError, binascii.Error, ValueError):
+        raise _ItemError("invalid base64 signature value") from None
+
+
+_URL_ALPHABET = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+
+
+def _raw_url_decode(text: str) -> bytes:
+    """Go's ``base64.RawURLEncoding``: no padding, CR and LF skipped."""
+    text = text.replace("\r", "").replace("\n", "")
+    if len(text) % 4 == 1 or not set(text) <= _URL_ALPHABET:
+        raise ValueError("not raw URL base64")
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+# -- shared
+
+
+def _single(fields: Body, names: tuple[str, ...]) -> dict[str, str]:
+    """A single request as the one item OpenBao makes of it: ``input`` and ``context``
+    always (empty when absent), ``signature`` only when given."""
+    item = {name: _text(fields[name]) for name in names if fields.get(name) is not None}
+    item.setdefault("input", "")
+    return item
+
+
+def _inline(store: KeyStore, name: str, fields: Body) -> bool:
+    """Whether to answer on the event loop: a single request on a key in the cache that is
+    not RSA (milliseconds a signature)."""
+    if fields.get("batch_input") is not None:
+        return False
+    try:
+        key = store.get_key(name)
+    except KeyNotFound:
+        return False
+    return not _signer.is_rsa(key.key_type.name)
