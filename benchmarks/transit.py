@@ -7,6 +7,11 @@ storage), one after the other; the load (wrk, or one client request for the larg
 pinned to core 1. Rows: encrypt of a 1 KiB plaintext (req/s), ``batch_input`` of 1,000 items
 of 100 bytes (items/s; OpenBao: 400, see OPENBAO_BATCH), one 16 MiB plaintext (seconds,
 best of ``ROUNDS``) and one 48 MiB plaintext (seconds, or how it was refused).
+
+    python -m benchmarks.transit sign-ed25519
+
+runs one case alone (``CASES``; no argument: every case): ``sign-ed25519`` is ``sign/:name`` of
+a 1 KiB input with an ed25519 key (req/s, 16 connections; issue 28: 2x OpenBao).
 """
 
 from __future__ import annotations
@@ -48,6 +53,8 @@ ROUNDS = 2
 OPENBAO_BATCH = 400
 MiB = 1 << 20
 KEY = "bench"
+SIGN_KEY = "bench-sign"
+CASES = ("encrypt", "sign-ed25519")
 LUA = """
 wrk.method = "POST"
 local f = io.open(os.getenv("BODY"), "rb")
@@ -114,6 +121,15 @@ def measure(srv: Server, work: Path, script: Path, per_batch: int) -> dict[str, 
     }
 
 
+def measure_sign(srv: Server, work: Path, script: Path) -> Load:
+    """``sign/:name`` of a 1 KiB input with an ed25519 key: best of ``ROUNDS`` wrk runs."""
+    call(srv, "POST", f"/v1/transit/keys/{SIGN_KEY}", {"type": "ed25519"})
+    body = work / f"{srv.name}-sign.json"
+    body.write_text(json.dumps({"input": base64.b64encode(os.urandom(1024)).decode()}))
+    url = f"{srv.url}/v1/transit/sign/{SIGN_KEY}"
+    return best([wrk(url, body, srv.token, 16, script) for _ in range(ROUNDS)])
+
+
 def _one_large(srv: Server, size: int, rounds: int) -> float | str:
     """Best seconds of one encrypt of a ``size``-byte plaintext (body encoded before the
     clock starts, answer read whole), or how it was refused."""
@@ -131,10 +147,40 @@ def _one_large(srv: Server, size: int, rounds: int) -> float | str:
     return min(times)
 
 
-def main() -> int:
+def main(argv: list[str]) -> int:
+    cases = argv or list(CASES)
+    unknown = sorted(set(cases) - set(CASES))
+    if unknown:
+        print(f"unknown case(s) {', '.join(unknown)}; cases: {', '.join(CASES)}", file=sys.stderr)
+        return 2
     report = Report()
     print(f"# sealflow Transit benchmark\n\n{machine()}; server on core {SERVER_CORE}, load on")
     print(f"core {LOAD_CORE}, {SECONDS} s per wrk run, best of {ROUNDS}\n")
+    if "encrypt" in cases:
+        _encrypt_case(report)
+    if "sign-ed25519" in cases:
+        _sign_case(report)
+    return 0 if report.print_checks() else 1
+
+
+def _sign_case(report: Report) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        script = work / "transit.lua"
+        script.write_text(LUA)
+        with openbao(work) as bao:
+            theirs = measure_sign(bao, work, script)
+        with sealflow_server(work) as ours:
+            mine = measure_sign(ours, work, script)
+    rows = [
+        f"| {name} | {load.rps:,.0f} | {load.p99_ms:.2f} |"
+        for name, load in (("OpenBao", theirs), ("sealflow", mine))
+    ]
+    table("Transit sign, ed25519", "1 KiB input req/s (16 conns) | p99 ms", rows)
+    report.check("ed25519 sign req/s vs OpenBao (issue 28: 2x)", mine.rps / theirs.rps, 2.0)
+
+
+def _encrypt_case(report: Report) -> None:
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -178,8 +224,7 @@ def main() -> int:
     report.check("batch items/s vs OpenBao", float(ours_["items"]) / float(theirs["items"]), 5.0)
     if isinstance(theirs["large"], float) and isinstance(ours_["large"], float):
         report.check("16 MiB: OpenBao's seconds / ours", theirs["large"] / ours_["large"], 10.0)
-    return 0 if report.print_checks() else 1
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))
