@@ -52,10 +52,13 @@ from . import (
     _data,
     _encrypt,
     _import,
+    _key_export,
     _keys,
     _lifecycle,
     _login,
+    _oaep,
     _public,
+    _sign,
     _sys,
     _token_routes,
     _utility,
@@ -115,6 +118,8 @@ class Transit:
             "soft-delete-restore": (f"{mount}/keys/{{name}}/soft-delete-restore", any_write),
             "wrapping_key": (f"{mount}/wrapping_key", get),
             "hash": (f"{mount}/hash[/{{algorithm}}]", any_write),
+            "sign": (f"{mount}/sign/{{name}}[/{{algorithm}}]", any_write),
+            "verify": (f"{mount}/verify/{{name}}[/{{algorithm}}]", any_write),
             "random": (f"{mount}/random[/{{source}}][/{{bytes}}]", any_write),
             "export": (f"{mount}/export/{{type}}/{{name}}[/{{version}}]", get),
             "backup": (f"{mount}/backup/{{name}}", get),
@@ -209,6 +214,8 @@ class Transit:
         log.key = name
         try:
             _allow("encrypt", token, name)
+            if _oaep.is_rsa(svc.store, name):
+                return None  # RSA-OAEP: in a thread, on the ASGI path
             log.bytes_in = len(body)  # as the ASGI path reads it: once allowed
             status, answer = _encrypt.encrypt_now(svc, name, body, log)
         except WouldWait:
@@ -289,9 +296,29 @@ class Transit:
                 raise _denied()
             body = await _read(receive, limit, hold, log)
             return await _data.datakey(svc, parts[1], name, _wire.parse(body, hold), log)
+        if kind == "sign":
+            _allow("sign", token, name)  # before the body is read
+            fields = _wire.parse(await _read(receive, limit, hold, log), hold)
+            return await _sign.sign(svc, name, "/".join(parts[2:]), fields)
+        if kind == "verify":
+            if not (_auth.allows(token, "verify", name) or _auth.allows(token, "hmac", name)):
+                raise _denied()  # before the body is read; which of the two, it tells
+            fields = _wire.parse(await _read(receive, limit, hold, log), hold)
+            branch = _sign.verify_kind(fields)
+            _allow(branch, token, name)
+            if branch == "hmac":
+                raise _wire.user_error("verify with 'hmac' needs Transit's HMAC (issue 28)")
+            return await _sign.verify(svc, name, "/".join(parts[2:]), fields)
+        if kind == "export" and parts[1] == "public-key":
+            # Public: any token that may verify with the key, or admin (docs/TRANSIT.md).
+            if not (_auth.is_admin(token) or _auth.allows(token, "verify", name)):
+                raise _denied()
+            return 200, await _export_keys(store, parts, name, scope["query_string"])
         operation = _DATA.get(kind)
         if operation is not None:
             _allow(kind, token, name)
+            if kind in _RSA and _oaep.is_rsa(store, name):
+                operation = _RSA[kind]
             return await operation(svc, name, await _read(receive, limit, hold, log), hold, log)
         if kind == "key" and method == "GET":
             if not _auth.is_admin(token) and not (
@@ -314,6 +341,8 @@ class Transit:
             )
         if kind == "export":
             _allow("export", token, name)
+            if parts[1] in _key_export.TYPES:
+                return 200, await _export_keys(store, parts, name, scope["query_string"])
             version = parts[3] if len(parts) == 4 else None
             return 200, await asyncio.to_thread(_keys.export, store, parts[1], name, version)
         if kind == "backup":
@@ -347,11 +376,18 @@ _DATA: dict[
     "decrypt": _data.decrypt,
     "rewrap": _data.rewrap,
 }
+# RSA keys encrypt and decrypt with OAEP (``_oaep``), not the AEAD paths.
+_RSA: dict[
+    str, Callable[[Services, str, bytes, Hold, AccessRecord], Awaitable[tuple[int, Reply]]]
+] = {"encrypt": _oaep.encrypt, "decrypt": _oaep.decrypt}
 _IMPORTS: dict[str, Callable[[KeyStore, str, _wire.Body], Awaitable[None]]] = {
     "import": _import.import_key,
     "import_version": _import.import_version,
 }
 _SCOPES: dict[str, tuple[_auth.Action, ...]] = {
+    "sign": ("sign",),
+    "verify": ("verify",),
+    "hmac": ("hmac",),
     "encrypt": ("encrypt",),
     "decrypt": ("decrypt",),
     "rewrap": ("decrypt", "encrypt"),
@@ -370,6 +406,14 @@ _KEY_ACTIONS = frozenset(
 )
 
 
+async def _export_keys(store: KeyStore, parts: list[str], name: str, query: bytes) -> bytes:
+    """``export/public-key|signing-key/:name[/:version]`` (``_key_export``), ``format`` from
+    the query."""
+    version = parts[3] if len(parts) == 4 else None
+    form = _utility.query_field(query, "format")
+    return await asyncio.to_thread(_key_export.export, store, parts[1], name, version, form)
+
+
 def _kind(parts: list[str]) -> str:
     n, first = len(parts), parts[0]
     if first in ("hash", "random"):  # OpenBao's patterns: segments may be empty
@@ -377,6 +421,8 @@ def _kind(parts: list[str]) -> str:
     if not all(parts[1:]):
         return "keys" if parts == ["keys", ""] else "other"
     if first in _DATA and n == 2:
+        return first
+    if first in ("sign", "verify") and n >= 2:  # the hash algorithm may hold '/' (OpenBao's .+)
         return first
     if first == "keys":
         if n == 1:

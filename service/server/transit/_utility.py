@@ -235,6 +235,11 @@ def _unconvertible(name: str, kind: str, value: object) -> ApiError:
     )
 
 
+def query_field(query: bytes, name: str) -> str:
+    """One text field of a query (``""`` when absent), as OpenBao reads a GET's field."""
+    return _string(_query(query), name) or ""
+
+
 def _query(query: bytes) -> Body:
     """A query's parameters, one value as text and a repeated one as a list (Vault's way)."""
     parsed = parse_qs(query.decode("latin-1"), keep_blank_values=True)
