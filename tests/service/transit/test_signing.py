@@ -1,0 +1,355 @@
+"""Transit's signatures, RSA-OAEP and public/signing key export, against a real OpenBao dev
+server: the same bad requests give the same status codes and words; under the same key
+material (an exportable OpenBao key, exported and imported into sealflow through the BYOK
+import) ed25519 signatures are identical, and ECDSA and RSA signatures and RSA-OAEP ciphertexts
+made by either side verify or decrypt on the other; hvac's ``sign_data``,
+``verify_signed_data`` and ``export_key`` work unchanged; and the scopes each route needs."""
+
+from __future__ import annotations
+
+import base64
+import os
+from typing import Any
+
+import httpx
+import hvac
+import pytest
+from cryptography.hazmat.primitives import serialization
+
+from tests.service.byok import wrap
+from tests.service.conftest import Server
+from tests.service.server.test_auth import new_token
+from tests.service.transit.conftest import Bao, unique
+
+SIGNING_TYPES = ("ed25519", "ecdsa-p256", "ecdsa-p384", "ecdsa-p521", "rsa-2048")
+INPUT = base64.b64encode(b"the message").decode()
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+class Side:
+    """One server's Transit over raw HTTP, for requests hvac would not send as they are."""
+
+    def __init__(self, url: str, token: str) -> None:
+        self.http = httpx.Client(base_url=url + "/v1/transit/", timeout=120)
+        self.token = token
+
+    def post(self, path: str, body: Any, token: str | None = None) -> httpx.Response:
+        return self.http.post(path, json=body, headers={"X-Vault-Token": token or self.token})
+
+    def get(self, path: str, token: str | None = None) -> httpx.Response:
+        return self.http.get(path, headers={"X-Vault-Token": token or self.token})
+
+    def data(self, path: str, body: Any = None) -> Any:
+        answer = self.get(path) if body is None else self.post(path, body)
+        assert answer.status_code == 200, (path, answer.text)
+        return answer.json()["data"]
+
+
+@pytest.fixture(scope="module")
+def sides(server: Server, bao: Bao) -> tuple[Side, Side]:
+    return Side(bao.url, bao.token), Side(server.url, server.token)
+
+
+@pytest.fixture(scope="module")
+def keys(sides: tuple[Side, Side]) -> dict[str, str]:
+    """One key per type on both sides, under the same name; and an AES key."""
+    names = {kind: unique(f"sig-{kind}") for kind in (*SIGNING_TYPES, "aes256-gcm96")}
+    for side in sides:
+        for kind, name in names.items():
+            assert side.post(f"keys/{name}", {"type": kind}).status_code in (200, 204)
+    return names
+
+
+def shared(sides: tuple[Side, Side], kind: str) -> str:
+    """A key of ``kind`` made exportable in OpenBao, its signing key exported as PKCS#8 and
+    imported into sealflow under the same name: the same material on both sides."""
+    theirs, ours = sides
+    name = unique(f"shared-{kind}")
+    theirs.data(f"keys/{name}", {"type": kind, "exportable": True})
+    exported = theirs.data(f"export/signing-key/{name}/1?format=der")["keys"]["1"]
+    pkcs8 = base64.b64decode(exported)
+    pem = ours.data("wrapping_key")["public_key"]
+    answer = ours.post(f"keys/{name}/import", {"type": kind, "ciphertext": wrap(pem, pkcs8)})
+    assert answer.status_code == 204, answer.text
+    return name
+
+
+# The bad requests (path under the mount with {name} for the key of the type named, and body).
+BAD_SIGNS = [
+    ("ed25519", "sign/{name}", {"input": INPUT, "hash_algorithm": "nope"}),
+    ("ed25519", "sign/{name}", {"input": INPUT, "marshaling_algorithm": "der"}),
+    ("ed25519", "sign/{name}", {"input": INPUT, "salt_length": "x"}),
+    ("ed25519", "sign/{name}", {"input": INPUT, "salt_length": "-2"}),
+    ("ed25519", "sign/{name}", {"input": "***"}),
+    ("ed25519", "sign/{name}", {"input": INPUT, "context": "**"}),
+    ("ed25519", "sign/{name}", {"input": INPUT, "hash_algorithm": "none"}),
+    ("ed25519", "sign/{name}", {"batch_input": []}),
+    ("ed25519", "sign/{name}", {"input": INPUT, "key_version": 2}),
+    ("ed25519", "sign/{name}", {"input": INPUT, "key_version": -1}),
+    ("ed25519", "sign/{name}", {"input": INPUT, "prehashed": "maybe"}),
+    ("ed25519", "sign/missing-key", {"input": INPUT}),
+    ("aes256-gcm96", "sign/{name}", {"input": INPUT}),
+    ("rsa-2048", "sign/{name}", {"input": INPUT, "prehashed": True}),
+    ("rsa-2048", "sign/{name}", {"input": INPUT, "salt_length": "1000"}),
+    ("rsa-2048", "sign/{name}", {"input": INPUT, "signature_algorithm": "PSS"}),
+    ("rsa-2048", "sign/{name}/sha2-512", {"input": INPUT, "hash_algorithm": "nope"}),
+]
+BAD_VERIFIES = [
+    ("ed25519", "verify/{name}", {"input": INPUT}),
+    ("ed25519", "verify/{name}", {"input": INPUT, "signature": "x"}),
+    ("ed25519", "verify/{name}", {"input": INPUT, "signature": "vault:v1"}),
+    ("ed25519", "verify/{name}", {"input": INPUT, "signature": "vault:vx:AAAA"}),
+    ("ed25519", "verify/{name}", {"input": INPUT, "signature": "vault:v9:AAAA"}),
+    ("ed25519", "verify/{name}", {"input": INPUT, "signature": "vault:v0:AAAA"}),
+    ("ed25519", "verify/{name}", {"input": INPUT, "signature": "vault:v1:***"}),
+    ("ed25519", "verify/{name}", {"input": "**", "signature": "vault:v1:AAAA"}),
+    ("ed25519", "verify/{name}", {"input": INPUT, "signature": "vault:v1:AAAA", "context": "*"}),
+    (
+        "ed25519",
+        "verify/{name}",
+        {"input": INPUT, "signature": "vault:v1:AAAA=", "marshaling_algorithm": "jws"},
+    ),
+    ("ed25519", "verify/{name}", {"batch_input": []}),
+    ("ed25519", "verify/{name}", {"batch_input": [{"input": INPUT}]}),
+    (
+        "ed25519",
+        "verify/{name}",
+        {"batch_input": [{"input": INPUT, "signature": "vault:v1:AAAA"}, {"input": INPUT}]},
+    ),
+    ("ed25519", "verify/missing-key", {"input": INPUT, "signature": "vault:v1:AAAA"}),
+    ("aes256-gcm96", "verify/{name}", {"input": INPUT, "signature": "vault:v1:AAAA"}),
+    ("ecdsa-p256", "verify/{name}", {"input": INPUT, "signature": "vault:v1:AAAA"}),
+    ("ecdsa-p256", "verify/{name}", {"input": INPUT, "signature": "vault:v1:MAYCAQECAQEA"}),
+    ("rsa-2048", "verify/{name}", {"input": INPUT, "signature": "vault:v1:AAAA", "salt_length": "9999"}),
+    (
+        "rsa-2048",
+        "verify/{name}",
+        {"input": INPUT, "signature": "vault:v1:AAAA", "signature_algorithm": "x"},
+    ),
+    ("ecdsa-p256", "verify/{name}", {"input": INPUT, "signature": "vault:v1:AAAA", "hash_algorithm": "none"}),
+]  # fmt: skip
+# Requests both answer 200 without the key material deciding the answer.
+SAME_ANSWERS = [
+    ("ed25519", "verify/{name}", {"input": INPUT, "signature": "vault:v1:AAAA"}),
+    ("rsa-2048", "verify/{name}", {"input": INPUT, "signature": "vault:v1:AAAA"}),
+    ("rsa-2048", "verify/{name}", {"input": INPUT, "signature": "vault:v+1:AAAA", "prehashed": True}),
+    ("ecdsa-p256", "verify/{name}", {"input": INPUT, "signature": "vault:v1:AAAA", "marshaling_algorithm": "jws"}),
+    (
+        "ed25519",
+        "verify/{name}",
+        {
+            "batch_input": [
+                {"input": INPUT, "signature": "vault:v1:AAAA", "reference": "r"},
+                {"signature": "vault:v1:AAAA"},
+                {"input": INPUT, "signature": "zz"},
+            ]
+        },
+    ),
+    ("ed25519", "sign/{name}", {"batch_input": [{"input": "**", "reference": "a"}, {}]}),
+    ("ed25519", "sign/{name}", {"batch_input": [{"input": INPUT}], "key_version": 3}),
+    ("rsa-2048", "sign/{name}", {"batch_input": [{"input": INPUT}], "salt_length": "1000"}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("kind", "path", "body"), BAD_SIGNS + BAD_VERIFIES)
+def test_bad_requests_get_openbaos_status_and_words(
+    sides: tuple[Side, Side], keys: dict[str, str], kind: str, path: str, body: Any
+) -> None:
+    answers = [side.post(path.format(name=keys[kind]), body) for side in sides]
+    theirs, ours = answers
+    assert theirs.status_code >= 400, theirs.text
+    assert (ours.status_code, ours.json()) == (theirs.status_code, theirs.json())
+
+
+@pytest.mark.parametrize(("kind", "path", "body"), SAME_ANSWERS)
+def test_answers_the_material_does_not_decide_are_openbaos(
+    sides: tuple[Side, Side], keys: dict[str, str], kind: str, path: str, body: Any
+) -> None:
+    theirs, ours = (side.data(path.format(name=keys[kind]), body) for side in sides)
+    assert ours == theirs
+
+
+@pytest.mark.parametrize("marshaling", ["asn1", "jws"])
+def test_ed25519_signatures_are_identical_under_shared_material(
+    sides: tuple[Side, Side], marshaling: str
+) -> None:
+    name = shared(sides, "ed25519")
+    body = {"batch_input": [{"input": INPUT}, {"input": b64(os.urandom(100))}]}
+    body["marshaling_algorithm"] = marshaling
+    theirs, ours = (side.data(f"sign/{name}", body)["batch_results"] for side in sides)
+    assert ours == theirs
+    single = {"input": INPUT, "marshaling_algorithm": marshaling}
+    assert sides[1].data(f"sign/{name}", single) == sides[0].data(f"sign/{name}", single)
+
+
+@pytest.mark.parametrize("kind", ["ecdsa-p256", "ecdsa-p384", "ecdsa-p521", "rsa-2048"])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"hash_algorithm": "sha3-384"},
+        {"marshaling_algorithm": "jws"},
+        {"prehashed": True, "input": b64(os.urandom(32))},
+        {"signature_algorithm": "pkcs1v15", "hash_algorithm": "sha2-512"},
+        {"salt_length": "hash"},
+        {"salt_length": "20"},
+    ],
+)
+def test_signatures_verify_on_the_other_side(
+    sides: tuple[Side, Side], kind: str, options: dict[str, Any]
+) -> None:
+    name = _shared_once(sides, kind)
+    body = {"input": INPUT, **options}
+    for signer, verifier in (sides, sides[::-1]):
+        signature = signer.data(f"sign/{name}", body)["signature"]
+        assert verifier.data(f"verify/{name}", {**body, "signature": signature}) == {"valid": True}
+        other = {**body, "input": b64(b"another message"), "prehashed": False}
+        other.pop("prehashed")
+        wrong = verifier.data(f"verify/{name}", {**other, "signature": signature})
+        assert wrong == {"valid": False}
+
+
+_SHARED: dict[str, str] = {}
+
+
+def _shared_once(sides: tuple[Side, Side], kind: str) -> str:
+    if kind not in _SHARED:
+        _SHARED[kind] = shared(sides, kind)
+    return _SHARED[kind]
+
+
+def test_rsa_oaep_ciphertexts_decrypt_on_the_other_side(sides: tuple[Side, Side]) -> None:
+    name = _shared_once(sides, "rsa-2048")
+    plaintext = b64(os.urandom(190))
+    for sealer, opener in (sides, sides[::-1]):
+        ciphertext = sealer.data(f"encrypt/{name}", {"plaintext": plaintext})["ciphertext"]
+        assert ciphertext.startswith("vault:v1:")
+        assert opener.data(f"decrypt/{name}", {"ciphertext": ciphertext}) == {
+            "plaintext": plaintext
+        }
+        batch = {"batch_input": [{"ciphertext": ciphertext, "reference": "x"}]}
+        assert opener.data(f"decrypt/{name}", batch)["batch_results"] == [
+            {"plaintext": plaintext, "reference": "x"}
+        ]
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("encrypt/{name}", {"plaintext": INPUT, "associated_data": "AAAA"}),
+        ("encrypt/{name}", {"plaintext": b64(b"x" * 300)}),
+        ("encrypt/{name}", {"plaintext": INPUT, "key_version": 5}),
+        ("decrypt/{name}", {"ciphertext": "vault:v1:AAAA"}),
+        ("decrypt/{name}", {"ciphertext": "vault:v1:***"}),
+        ("decrypt/{name}", {"ciphertext": "vault:v2:AAAA"}),
+    ],
+)
+def test_rsa_oaep_refusals_are_openbaos(
+    sides: tuple[Side, Side], keys: dict[str, str], path: str, body: Any
+) -> None:
+    theirs, ours = (side.post(path.format(name=keys["rsa-2048"]), body) for side in sides)
+    assert (ours.status_code, ours.json()) == (theirs.status_code, theirs.json())
+
+
+def test_rsa_encryptions_are_leased(server: Server, sides: tuple[Side, Side]) -> None:
+    """Each RSA encryption counts against the version, as every sealing does."""
+    ours = sides[1]
+    name = unique("oaep-usage")
+    ours.data(f"keys/{name}", {"type": "rsa-2048"})
+    batch = {"batch_input": [{"plaintext": INPUT} for _ in range(3)]}
+    assert len(ours.data(f"encrypt/{name}", batch)["batch_results"]) == 3
+    ours.data(f"encrypt/{name}", {"plaintext": INPUT})
+    usage = ours.data(f"keys/{name}")["sealflow_usage"]
+    assert usage["versions"]["1"]["encryptions"] >= 4
+    assert usage["encryptions_left"] <= usage["max_encryptions"] - 4
+
+
+@pytest.mark.parametrize("kind", SIGNING_TYPES)
+@pytest.mark.parametrize("form", ["", "der", "pem"])
+def test_exported_keys_match_openbaos(sides: tuple[Side, Side], kind: str, form: str) -> None:
+    name = _shared_once(sides, kind)
+    query = f"?format={form}" if form else ""
+    for export in ("public-key", "signing-key"):
+        theirs, ours = (side.data(f"export/{export}/{name}{query}") for side in sides)
+        assert ours["type"] == theirs["type"] == kind
+        if export == "public-key" or kind == "ed25519" and form in ("", "raw"):
+            assert ours["keys"] == theirs["keys"]
+        else:  # the same key, encoded by another library
+            assert _private_numbers(ours["keys"]["1"], form) == _private_numbers(
+                theirs["keys"]["1"], form
+            )
+
+
+def _private_numbers(text: str, form: str) -> Any:
+    raw = base64.b64decode(text) if form == "der" else None
+    key = (
+        serialization.load_der_private_key(raw, None)
+        if raw is not None
+        else serialization.load_pem_private_key(text.encode(), None)
+    )
+    return key.private_bytes(
+        serialization.Encoding.DER,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "export/signing-key/{name}",
+        "export/public-key/{name}?format=bad",
+        "export/public-key/{aes}",
+        "export/signing-key/{name}/7",
+        "export/signing-key/{name}/x",
+        "export/nothing/{name}",
+    ],
+)
+def test_export_refusals_are_openbaos(
+    sides: tuple[Side, Side], keys: dict[str, str], path: str
+) -> None:
+    url = path.format(name=keys["ed25519"], aes=keys["aes256-gcm96"])
+    theirs, ours = (side.get(url) for side in sides)
+    assert (ours.status_code, ours.json()) == (theirs.status_code, theirs.json())
+
+
+def test_hvac_sign_verify_and_export(vault: hvac.Client, sides: tuple[Side, Side]) -> None:
+    name = unique("hvac-sign")
+    vault.secrets.transit.create_key(name, key_type="ecdsa-p256", exportable=True)
+    signed = vault.secrets.transit.sign_data(name, hash_input=INPUT, hash_algorithm="sha2-384")
+    signature = signed["data"]["signature"]
+    verified = vault.secrets.transit.verify_signed_data(
+        name, hash_input=INPUT, signature=signature, hash_algorithm="sha2-384"
+    )
+    assert verified["data"]["valid"] is True
+    for key_type in ("public-key", "signing-key"):
+        exported = vault.secrets.transit.export_key(name, key_type=key_type, version="latest")
+        assert exported["data"]["keys"]["1"].startswith("-----BEGIN ")
+
+
+def test_scopes(server: Server, sides: tuple[Side, Side]) -> None:
+    """sign:<name> signs, verify:<name> verifies and reads the public key; neither implies the
+    other, nor does admin; the signing key needs admin and export:<name>."""
+    ours = sides[1]
+    name = unique("scoped-sign")
+    ours.data(f"keys/{name}", {"type": "ed25519", "exportable": True})
+    signer = new_token(server, f"sign:{name}")
+    verifier = new_token(server, f"verify:{name}")
+    admin = new_token(server, "admin")
+    exporter = new_token(server, "admin", f"export:{name}")
+    signature = ours.post(f"sign/{name}", {"input": INPUT}, signer).json()["data"]["signature"]
+    for token in (verifier, admin):
+        assert ours.post(f"sign/{name}", {"input": INPUT}, token).status_code == 403
+    body = {"input": INPUT, "signature": signature}
+    assert ours.post(f"verify/{name}", body, verifier).json()["data"] == {"valid": True}
+    for token in (signer, admin):
+        assert ours.post(f"verify/{name}", body, token).status_code == 403
+    for token in (verifier, admin):
+        assert ours.get(f"export/public-key/{name}", token).status_code == 200
+    assert ours.get(f"export/public-key/{name}", signer).status_code == 403
+    for token in (signer, verifier, admin):
+        assert ours.get(f"export/signing-key/{name}", token).status_code == 403
+    assert ours.get(f"export/signing-key/{name}", exporter).status_code == 200
