@@ -85,7 +85,7 @@ def _key(store: KeyStore, name: str, missing: str, verb: str, opts: Options) -> 
     return key
 
 
-def _batch(fields: Body) -> list[dict[str, str]] | None:
+def _batch(fields: Body, item_type: str = "batchRequestSignItem") -> list[dict[str, str]] | None:
     """``batch_input`` as OpenBao decodes it (a list of objects of strings), or None."""
     raw = fields.get("batch_input")
     if raw is None:
@@ -104,12 +104,12 @@ def _batch(fields: Body) -> list[dict[str, str]] | None:
             raise _wire.user_error(
                 _wire.framework_error(
                     "failed to parse batch input: decoding failed due to the following"
-                    f" error(s):\n\n'[{i}]' expected type 'transit.batchRequestSignItem', got"
+                    f" error(s):\n\n'[{i}]' expected type 'transit.{item_type}', got"
                     f" unconvertible type '{_wire.go_type(entry)}'"
                 ),
                 500,
             )
-        items.append({k: _text(v) for k, v in entry.items() if v is not None})
+        items.append({k: "" if v is None else _text(v) for k, v in entry.items()})
     if not items:
         raise _wire.user_error("missing batch input to process")
     return items
@@ -242,12 +242,9 @@ async def verify(svc: Services, name: str, url_algorithm: str, fields: Body) -> 
 def verify_kind(fields: Body) -> str:
     """``signature`` or ``hmac``: which branch of ``verify`` a request takes, or its refusal
     in OpenBao's words (the same checks, in its order)."""
-    batch = fields.get("batch_input")
+    batch = _batch(fields, "batchRequestVerifyItem")
     if batch is not None:
-        entries = batch if isinstance(batch, list) else []
-        items = [entry if isinstance(entry, dict) else {} for entry in entries]
-        if not items and isinstance(batch, list):
-            raise _wire.user_error("missing batch input to process")
+        items: list[dict[str, Any]] = list(batch)
     else:
         items = [{k: fields[k] for k in ("signature", "hmac") if fields.get(k) is not None}]
     signature = any("signature" in item for item in items)
@@ -271,7 +268,7 @@ def verify_kind(fields: Body) -> str:
 
 def _verified(store: KeyStore, name: str, opts: Options, fields: Body) -> Answer:
     key = _key(store, name, "signature verification key not found", "verification", opts)
-    batch = _batch(fields)
+    batch = _batch(fields, "batchRequestVerifyItem")
     single = _single(fields, ("input", "signature", "context"))
     items = batch if batch is not None else [single]
     results = [_verify_one(store, key, opts, item) for item in items]
