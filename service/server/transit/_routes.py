@@ -305,7 +305,7 @@ class Transit:
                 raise _denied()  # before the body is read; which of the two, it tells
             fields = _wire.parse(await _read(receive, limit, hold, log), hold)
             branch = _sign.verify_kind(fields)
-            _allow(branch, token, name)
+            _allow("hmac" if branch == "hmac" else "verify", token, name)
             if branch == "hmac":
                 raise _wire.user_error("verify with 'hmac' needs Transit's HMAC (issue 28)")
             return await _sign.verify(svc, name, "/".join(parts[2:]), fields)

@@ -31,6 +31,7 @@ from . import _public, _signer, _wire
 from ._batch import Answer
 from ._ciphertext import PREFIX, TOO_OLD, CiphertextError, b64decode, b64encode
 from ._signer import Options, SignError
+from ._utility import integer
 from ._wire import Body
 
 DEFAULT_HASH = "sha2-256"
@@ -62,7 +63,7 @@ def options(fields: Body, url_algorithm: str) -> Options:
     marshaling = _wire.as_str(fields, "marshaling_algorithm", "asn1")
     if marshaling not in _signer.MARSHALINGS:
         raise _wire.user_error(f'invalid marshaling type "{marshaling}"')
-    prehashed = _wire.as_bool(fields, "prehashed")
+    prehashed = _bool(fields, "prehashed")
     algorithm = _wire.as_str(fields, "signature_algorithm")
     try:
         salt = _signer.salt_length(_wire.as_str(fields, "salt_length", "auto"))
@@ -70,6 +71,25 @@ def options(fields: Body, url_algorithm: str) -> Options:
         raise _wire.user_error(exc.message) from None
     jws = marshaling == "jws"
     return Options(hash_name, "jws" if jws else "asn1", salt, algorithm, prehashed)
+
+
+def _bool(fields: Body, name: str) -> bool:
+    """A bool field in OpenBao's words (mapstructure's weak decoding, Go's ``ParseBool``)."""
+    value = fields.get(name)
+    if value is None or value == "":
+        return False
+    if type(value) is bool:
+        return value
+    if type(value) is int:
+        return value != 0
+    if isinstance(value, str) and value in _wire.TRUE | _wire.FALSE:
+        return value in _wire.TRUE
+    why = f"expected type 'bool', got unconvertible type '{_wire.go_type(value)}'"
+    if isinstance(value, str):
+        why = "cannot parse value as 'bool': strconv.ParseBool: invalid syntax"
+    raise _wire.user_error(
+        f"Field validation failed: error converting input for field \"{name}\": '' {why}"
+    )
 
 
 def _key(store: KeyStore, name: str, missing: str, verb: str, opts: Options) -> KeyInfo:
@@ -80,7 +100,8 @@ def _key(store: KeyStore, name: str, missing: str, verb: str, opts: Options) -> 
         raise _wire.user_error(missing) from None
     if not key.key_type.signs:
         raise _wire.user_error(f"key type {key.key_type.name} does not support {verb}")
-    if opts.hash_name == "none" and not (opts.prehashed and opts.algorithm == "pkcs1v15"):
+    none = opts.hash_name == "none" and _signer.hashes_input(key.key_type.name)  # not ed25519
+    if none and not (opts.prehashed and opts.algorithm == "pkcs1v15"):
         raise _wire.user_error(_NONE_NEEDS)
     return key
 
@@ -152,7 +173,7 @@ def _context(item: dict[str, str]) -> None:
 async def sign(svc: Services, name: str, url_algorithm: str, fields: Body) -> Answer:
     """``POST sign/:name[/:hash_algorithm]``."""
     opts = options(fields, url_algorithm)
-    version = _wire.as_int(fields, "key_version")
+    version = integer(fields, "key_version", 0)
     work = functools.partial(_signed, svc.store, name, opts, version, fields)
     if _inline(svc.store, name, fields):
         return work()

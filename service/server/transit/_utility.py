@@ -126,7 +126,7 @@ def random_bytes(path: str, fields: Body) -> tuple[dict[str, str], list[str]]:
     match = RANDOM_PATH.fullmatch(path)  # routed by ``kind``: a match
     url_source = (match["source"] if match else None) or ""
     url_bytes = (match["urlbytes"] if match else None) or ""
-    count = _integer(fields, "bytes", 32)
+    count = integer(fields, "bytes", 32)
     form = _string(fields, "format")
     form = "base64" if form is None else form
     source = "platform"
@@ -160,7 +160,7 @@ def key_page(store: KeyStore, query: bytes) -> bytes:
     (all if it is 0 or less), as OpenBao's storage lists a page; 404 if none is."""
     params = _query(query)
     after = _string(params, "after") or ""
-    limit = _integer(params, "limit", 0)
+    limit = integer(params, "limit", 0)
     chosen = [name for name in _keys.all_names(store) if not after or name > after]
     if limit > 0:
         del chosen[limit:]
@@ -169,7 +169,7 @@ def key_page(store: KeyStore, query: bytes) -> bytes:
     return envelope({"keys": chosen})
 
 
-def _integer(fields: Body, name: str, default: int) -> int:
+def integer(fields: Body, name: str, default: int) -> int:
     """An integer field as OpenBao's framework decodes it (mapstructure's weak decoding): the
     default if absent; 0 for null or ""; a bool as 1 or 0; text by Go's ``ParseInt`` in base 0
     (``0x``, ``0o``, ``0b``, a leading ``0`` for octal, ``_`` between digits); a JSON number

@@ -28,8 +28,8 @@ HEADER_LINES = (
     b"content-type: application/json\r\ncache-control: no-store\r\ncontent-length: %d\r\n"
 )
 _NO_STORE = (b"cache-control", b"no-store")
-_TRUE = frozenset(("1", "t", "T", "TRUE", "true", "True"))
-_FALSE = frozenset(("0", "f", "F", "FALSE", "false", "False"))
+TRUE = frozenset(("1", "t", "T", "TRUE", "true", "True"))  # Go's ParseBool
+FALSE = frozenset(("0", "f", "F", "FALSE", "false", "False"))
 
 
 def user_error(message: str, status: int = 400) -> ApiError:
@@ -162,9 +162,9 @@ def as_bool(body: Body, name: str, default: bool = False) -> bool:
     if type(value) is bool:
         return value
     if isinstance(value, str):
-        if value in _TRUE:
+        if value in TRUE:
             return True
-        if value in _FALSE:
+        if value in FALSE:
             return False
     elif type(value) is int:
         return value != 0
