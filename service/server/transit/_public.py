@@ -37,9 +37,11 @@ _EXISTING = (
 
 
 def is_public_import(body: Body) -> bool:
-    """Whether an import names a public key (``public_key`` given, or an RSA ``type``)."""
+    """Whether an import names a public key (``public_key`` given, or an RSA ``type`` with no
+    ``ciphertext``: a wrapped private key is an RSA key like any other, ``_import``'s)."""
     kind = body.get("type")
-    return body.get("public_key") is not None or (isinstance(kind, str) and kind in RSA_TYPES)
+    rsa = isinstance(kind, str) and kind in RSA_TYPES and not body.get("ciphertext")
+    return body.get("public_key") is not None or rsa
 
 
 async def import_public(store: KeyStore, name: str, body: Body) -> None:

@@ -72,7 +72,8 @@ def shared(sides: tuple[Side, Side], kind: str) -> str:
     exported = theirs.data(f"export/signing-key/{name}/1?format=der")["keys"]["1"]
     pkcs8 = base64.b64decode(exported)
     pem = ours.data("wrapping_key")["public_key"]
-    answer = ours.post(f"keys/{name}/import", {"type": kind, "ciphertext": wrap(pem, pkcs8)})
+    body = {"type": kind, "ciphertext": wrap(pem, pkcs8), "exportable": True}
+    answer = ours.post(f"keys/{name}/import", body)
     assert answer.status_code == 204, answer.text
     return name
 
