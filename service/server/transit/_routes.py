@@ -72,6 +72,7 @@ WHOLE_MAX = 64 * 1024
 HEALTH_PATH = "/v1/sys/health"
 VAULT_AUTH = "/v1/auth/token/"  # Vault's token routes (``TOKEN_ROUTES``) are under it
 _WRITE = frozenset(("POST", "PUT"))
+_WHOLE = frozenset(("encrypt", "sign"))  # the routes the protocol answers itself (``answer``)
 
 
 class Route:
@@ -198,7 +199,7 @@ class Transit:
 
     def whole(self, route: Route, head: Head) -> int:
         """The largest body of this request the protocol may answer itself (``answer``)."""
-        return WHOLE_MAX if route.kind == "encrypt" and head.method in _WRITE else 0
+        return WHOLE_MAX if route.kind in _WHOLE and head.method in _WRITE else 0
 
     def answer(
         self,
@@ -208,16 +209,21 @@ class Transit:
         log: AccessRecord,
         body: bytes,
     ) -> errors.Whole | None:
-        """The fast answer to a small encrypt (``whole``): ``serve``'s steps for it; None if
-        it must wait for the keystore (then the ASGI path serves it)."""
-        name = head.path[len(self._under) :].partition("/")[2]
+        """The fast answer to a small encrypt or sign (``whole``): ``serve``'s steps for it;
+        None if it must wait for the keystore, or the work is not small (then the ASGI path
+        serves it)."""
+        kind, _, tail = head.path[len(self._under) :].partition("/")
+        name, _, algorithm = tail.partition("/") if kind == "sign" else (tail, "", "")
         log.key = name
         try:
-            _allow("encrypt", token, name)
-            if _oaep.is_rsa(svc.store, name):
+            _allow(kind, token, name)
+            if kind == "encrypt" and _oaep.is_rsa(svc.store, name):
                 return None  # RSA-OAEP: in a thread, on the ASGI path
             log.bytes_in = len(body)  # as the ASGI path reads it: once allowed
-            status, answer = _encrypt.encrypt_now(svc, name, body, log)
+            if kind == "sign":
+                status, answer = _sign.sign_now(svc, name, algorithm, body)
+            else:
+                status, answer = _encrypt.encrypt_now(svc, name, body, log)
         except WouldWait:
             return None  # its lease needs the keystore: ``serve`` asks off the event loop
         except Exception as exc:  # as in serve: every error leaves in Vault's shape

@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from sealflow.service.keystore import SOFT_DELETED, KeyInfo, KeyNotFound, KeyStore
+from sealflow.service.keystore import SOFT_DELETED, KeyInfo, KeyNotFound, KeyStore, WouldWait
 
 from .._state import Services
 from ..errors import ApiError
@@ -178,6 +178,18 @@ async def sign(svc: Services, name: str, url_algorithm: str, fields: Body) -> An
     if _inline(svc.store, name, fields):
         return work()
     return await asyncio.to_thread(work)
+
+
+def sign_now(svc: Services, name: str, url_algorithm: str, raw: bytes) -> Answer:
+    """The same on the spot (the protocol's fast answer), for a single request on a key that
+    is not RSA; WouldWait for anything else (the ASGI path serves it)."""
+    if b"batch_input" in raw or b"\\" in raw or not _inline(svc.store, name, {}):
+        raise WouldWait("not a small signature")
+    with svc.budget.hold() as hold:
+        fields = _wire.parse(raw, hold)
+        opts = options(fields, url_algorithm)
+        version = integer(fields, "key_version", 0)
+        return _signed(svc.store, name, opts, version, fields)
 
 
 def _signed(store: KeyStore, name: str, opts: Options, version: int, fields: Body) -> Answer:
