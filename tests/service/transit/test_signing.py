@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import os
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -49,8 +50,11 @@ class Side:
 
 
 @pytest.fixture(scope="module")
-def sides(server: Server, bao: Bao) -> tuple[Side, Side]:
-    return Side(bao.url, bao.token), Side(server.url, server.token)
+def sides(server: Server, bao: Bao) -> Iterator[tuple[Side, Side]]:
+    both = Side(bao.url, bao.token), Side(server.url, server.token)
+    yield both
+    for side in both:
+        side.http.close()
 
 
 @pytest.fixture(scope="module")
