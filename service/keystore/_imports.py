@@ -17,7 +17,6 @@ from sealflow.engine import Algorithm
 
 from . import _byok
 from ._base import KeyInfo, valid_key_name
-from ._key_types import KeyType, check_material, of
 from ._public_keys import EXISTING, held
 from ._rows import MAX_VERSION, limits_row, policy_row
 from ._store_access import StoreAccess
@@ -79,7 +78,7 @@ class Imports(StoreAccess):
     def import_key(
         self,
         name: str,
-        algorithm: Algorithm | KeyType,
+        algorithm: Algorithm,
         material: bytes,
         *,
         exportable: bool = False,
@@ -102,7 +101,7 @@ class Imports(StoreAccess):
     def import_versions(
         self,
         name: str,
-        algorithm: Algorithm | KeyType,
+        algorithm: Algorithm,
         versions: Sequence[bytes | None],
         *,
         min_decryption_version: int = 1,
@@ -124,20 +123,19 @@ class Imports(StoreAccess):
         ``allow_rotation``, or the minimum versions or placeholders do not fit."""
         if not valid_key_name(name):
             raise InvalidRequest(f"invalid key name {name!r}")
-        kind = algorithm if isinstance(algorithm, KeyType) else of(algorithm)
         _placeholders(versions, min_decryption_version)
         for material in versions:
             if material is not None:
-                _length(kind, material)
+                _length(algorithm, material)
         if auto_rotate_period and not allow_rotation:
             raise InvalidRequest("allow_rotation must be set to true if auto-rotation is enabled")
         least = min_decryption_version
-        row = (name, kind.column, int(exportable), least, time.time(), 1, int(allow_rotation))
+        row = (name, algorithm.value, int(exportable), least, time.time(), 1, int(allow_rotation))
         with self._transaction() as db:
             if held(self._tables, db, name) or not self._tables.insert_key(db, row):
                 raise InvalidRequest(EXISTING)
             for version, material in enumerate(versions, start=1):
-                self._tables.add_version(db, name, version, kind, exportable, material)
+                self._tables.add_version(db, name, version, algorithm, exportable, material)
             info = self._tables.locked_key(db, name)
             if min_encryption_version or deletion_allowed or allow_plaintext_backup:
                 policy = policy_row(
@@ -165,12 +163,12 @@ class Imports(StoreAccess):
                 raise InvalidRequest(
                     "the import_version endpoint can only be used with an imported key"
                 )
-            _length(info.key_type, material)
+            _length(info.algorithm, material)
             if info.latest >= MAX_VERSION:
                 raise InvalidRequest(f"key {name!r} has no version left")
             version = info.latest + 1
             self._tables.add_version(
-                db, name, version, info.key_type, info.created_exportable, material
+                db, name, version, info.algorithm, info.created_exportable, material
             )
             info = self._tables.locked_key(db, name)
         self._changed("key_import_version", key=name, version=version)
@@ -190,13 +188,9 @@ def _placeholders(versions: Sequence[bytes | None], least: int) -> None:
         raise InvalidRequest("a placeholder version must be below min_decryption_version")
 
 
-def _length(kind: KeyType, material: bytes) -> None:
-    """InvalidRequest unless ``material`` is a version of the type: an AEAD's length (in
-    Transit's words), or a signing type's private key (``check_material``)."""
-    if not kind.key_size:
-        check_material(kind, material)
-    elif len(material) != kind.key_size:
-        label = kind.aead.value if kind.aead is not None else kind.name
+def _length(algorithm: Algorithm, material: bytes) -> None:
+    if len(material) != algorithm.spec.key_len:
         raise InvalidRequest(
-            f"error importing key: invalid key size {len(material)} bytes for key type {label}"
+            f"error importing key: invalid key size {len(material)} bytes for key type"
+            f" {algorithm.value}"
         )

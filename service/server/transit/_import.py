@@ -3,11 +3,9 @@
 
 Fields are checked in Transit's order and refused with its words, before anything is written;
 the ciphertext is unwrapped (``keystore._byok``) only once the request is otherwise valid, and
-its material goes straight into the keystore, which wraps it under the master key. Signing
-keys (ed25519, ECDSA, RSA) come as a wrapped PKCS #8 private key, as OpenBao takes them
-(``_private_key``: checked against the type, in OpenBao's words). What the keystore cannot hold
-(derived keys, Vault's other key types) is refused with a 400 naming it; a ``public_key`` import
-(an RSA public key, a byok-export destination) goes to ``_public``.
+its material goes straight into the keystore, which wraps it under the master key. What the
+keystore cannot hold (derived keys, Vault's other key types) is refused with a 400 naming it;
+a ``public_key`` import (an RSA public key, a byok-export destination) goes to ``_public``.
 Keystore work (RSA, one transaction) runs on a thread.
 """
 
@@ -15,18 +13,7 @@ from __future__ import annotations
 
 import asyncio
 
-from cryptography.exceptions import UnsupportedAlgorithm
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
-
-from sealflow.engine import Algorithm
-from sealflow.service.keystore import (
-    SOFT_DELETED,
-    KeyNotFound,
-    KeyStore,
-    KeyType,
-    make_key_type,
-)
+from sealflow.service.keystore import SOFT_DELETED, KeyNotFound, KeyStore
 
 from . import _keys, _public, _wire
 from ._wire import Body
@@ -50,9 +37,7 @@ async def import_key(store: KeyStore, name: str, body: Body) -> None:
         raise _wire.user_error("allow_rotation must be set to true if auto-rotation is enabled")
     ciphertext = _ciphertext(body)
     kind = _wire.as_str(body, "type", "aes256-gcm96").lower()
-    algorithm: Algorithm | KeyType | None = _keys.TYPES.get(kind)
-    if kind in _SIGNING:
-        algorithm = make_key_type(kind)
+    algorithm = _keys.TYPES.get(kind)
     if algorithm is None:
         if kind in _keys.UNSUPPORTED:
             raise _wire.user_error(f"key type {kind} is not supported by sealflow")
@@ -68,10 +53,7 @@ async def import_key(store: KeyStore, name: str, body: Body) -> None:
             " an existing imported key"
         )
     material = await _unwrap(store, ciphertext, body)
-    if isinstance(algorithm, KeyType):
-        material = _private_key(algorithm.name, material)
-    else:
-        _size(material, algorithm.spec.key_len, kind)
+    _size(material, algorithm.spec.key_len, kind)
     await asyncio.to_thread(
         store.import_key,
         name,
@@ -98,11 +80,7 @@ async def import_version(store: KeyStore, name: str, body: Body) -> None:
     if not key.imported:
         raise _wire.user_error("the import_version endpoint can only be used with an imported key")
     material = await _unwrap(store, ciphertext, body)
-    kind = key.key_type
-    if kind.signs:
-        material = _private_key(kind.name, material)
-    else:
-        _size(material, kind.key_size, kind.name)
+    _size(material, key.algorithm.spec.key_len, _keys.type_name(key.algorithm))
     if body.get("version") is not None:
         # As Transit: only asymmetric keys take a version to fill in; every type here is not.
         wanted = _wire.as_int(body, "version")
@@ -134,46 +112,6 @@ def _ciphertext(body: Body) -> str:
 async def _unwrap(store: KeyStore, ciphertext: str, body: Body) -> bytes:
     hash_function = _wire.as_str(body, "hash_function", "SHA256")
     return await asyncio.to_thread(store.unwrap_import, ciphertext, hash_function)
-
-
-_SIGNING = frozenset(
-    ["ed25519", "ecdsa-p256", "ecdsa-p384", "ecdsa-p521", "rsa-2048", "rsa-3072", "rsa-4096"]
-)
-_CURVES = {"ecdsa-p256": "P-256", "ecdsa-p384": "P-384", "ecdsa-p521": "P-521"}
-_GO_CURVES = {"secp256r1": "P-256", "secp384r1": "P-384", "secp521r1": "P-521"}
-_RSA_BYTES = {"rsa-2048": 256, "rsa-3072": 384, "rsa-4096": 512}
-
-
-def _private_key(kind: str, der: bytes) -> bytes:
-    """A signing key's material from an imported PKCS #8 private key (the raw 32-byte key for
-    ed25519, PKCS #8 DER for ECDSA and RSA), refused in OpenBao's words if it is not one of
-    the type's."""
-    try:
-        key = serialization.load_der_private_key(der, None)
-    except (ValueError, TypeError, UnsupportedAlgorithm):
-        raise _wire.user_error("error parsing asymmetric key: not a PKCS #8 private key") from None
-    go_type = {
-        ed25519.Ed25519PrivateKey: "ed25519.PrivateKey",
-        ec.EllipticCurvePrivateKey: "*ecdsa.PrivateKey",
-        rsa.RSAPrivateKey: "*rsa.PrivateKey",
-    }
-    got = next((name for cls, name in go_type.items() if isinstance(key, cls)), type(key).__name__)
-    if isinstance(key, ed25519.Ed25519PrivateKey) and kind == "ed25519":
-        return key.private_bytes_raw()
-    pkcs8 = (serialization.Encoding.DER, serialization.PrivateFormat.PKCS8)
-    if isinstance(key, ec.EllipticCurvePrivateKey) and kind in _CURVES:
-        curve = _GO_CURVES.get(key.curve.name, key.curve.name)
-        if curve != _CURVES[kind]:
-            raise _wire.user_error(f"invalid curve: expected {_CURVES[kind]}, got {curve}")
-        return key.private_bytes(*pkcs8, serialization.NoEncryption())
-    if isinstance(key, rsa.RSAPrivateKey) and kind in _RSA_BYTES:
-        size = (key.key_size + 7) // 8
-        if size != _RSA_BYTES[kind]:
-            raise _wire.user_error(
-                f"invalid key size: expected {_RSA_BYTES[kind]} bytes, got {size} bytes"
-            )
-        return key.private_bytes(*pkcs8, serialization.NoEncryption())
-    raise _wire.user_error(f"invalid key type: expected {kind}, got {got}")
 
 
 def _size(material: bytes, wanted: int, kind: str) -> None:
