@@ -30,7 +30,7 @@ from ..errors import ApiError
 from . import _public, _signer, _wire
 from ._batch import Answer
 from ._ciphertext import PREFIX, TOO_OLD, CiphertextError, b64decode, b64encode
-from ._signer import Options, SignError
+from ._signer import Options, SignError, Unsupported
 from ._utility import integer
 from ._wire import Body
 
@@ -224,8 +224,8 @@ def _sign_one(
         material = _material(store, key, number)
         try:
             signature = _signer.sign(kind, material, data, opts)
-        except SignError as exc:
-            raise _ItemError(exc.message, 500) from None
+        except SignError as exc:  # OpenBao's 500s; what sealflow cannot do, a 400
+            raise _ItemError(exc.message, 400 if isinstance(exc, Unsupported) else 500) from None
     except _ItemError as exc:
         return exc
     return f"{PREFIX}{number}:{_encode(signature, opts)}", number

@@ -62,6 +62,10 @@ class SignError(Exception):
         self.user = user
 
 
+class Unsupported(SignError):
+    """What OpenBao does and ``cryptography`` cannot: a 400 naming it (docs/TRANSIT.md)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Options:
     """A request's signing options, checked by the route in OpenBao's order."""
@@ -112,18 +116,17 @@ def sign(kind: str, material: bytes, message: bytes, options: Options) -> bytes:
     key = _private(material)
     assert isinstance(key, rsa.RSAPrivateKey)
     algorithm = _rsa_hash(options.hash_name)
-    if options.algorithm in ("", "pss"):
+    pss = options.algorithm in ("", "pss")
+    if pss:
         _salt_check(key.key_size, algorithm, options.salt)
-        scheme = _pss(options.salt, algorithm, signing=True)
-    elif options.algorithm == "pkcs1v15":
-        scheme = padding.PKCS1v15()
-    else:
+    elif options.algorithm != "pkcs1v15":
         raise SignError(f"unsupported rsa signature algorithm {options.algorithm}", user=False)
-    if algorithm is None:
-        raise SignError(
+    if algorithm is None:  # pkcs1v15 alone gets here (the route's check)
+        raise Unsupported(
             "hash_algorithm=none (PKCS#1 v1.5 without a DigestInfo) is not supported by"
             " sealflow for signing"
         )
+    scheme = _pss(options.salt, algorithm, signing=True) if pss else padding.PKCS1v15()
     if len(message) != algorithm.digest_size:
         raise SignError("crypto/rsa: input must be hashed with given hash", user=False)
     return key.sign(message, scheme, utils.Prehashed(algorithm))
@@ -253,7 +256,7 @@ def _ecdsa_digest(kind: str, message: bytes) -> tuple[bytes, ec.ECDSA]:
     head = message[:order_bytes]
     value = int.from_bytes(head, "big") >> max(len(head) * 8 - bits, 0)
     if value >= 1 << 512:
-        raise SignError(
+        raise Unsupported(
             "a prehashed input of this length is not supported by sealflow on this curve"
         )
     # 64 bytes (SHA-512's size): OpenSSL takes the order's bytes of them, from the left.

@@ -199,7 +199,7 @@ def test_ed25519_signatures_are_identical_under_shared_material(
     sides: tuple[Side, Side], marshaling: str
 ) -> None:
     name = shared(sides, "ed25519")
-    body = {"batch_input": [{"input": INPUT}, {"input": b64(os.urandom(100))}]}
+    body: dict[str, Any] = {"batch_input": [{"input": INPUT}, {"input": b64(os.urandom(100))}]}
     body["marshaling_algorithm"] = marshaling
     theirs, ours = (side.data(f"sign/{name}", body)["batch_results"] for side in sides)
     assert ours == theirs
