@@ -390,3 +390,23 @@ def test_scopes(server: Server, sides: tuple[Side, Side]) -> None:
     for token in (signer, verifier, admin):
         assert ours.get(f"export/signing-key/{name}", token).status_code == 403
     assert ours.get(f"export/signing-key/{name}", exporter).status_code == 200
+
+
+def test_rsa_without_digest_info_verifies_and_is_not_signed(sides: tuple[Side, Side]) -> None:
+    """``hash_algorithm=none`` (PKCS#1 v1.5 without a DigestInfo): OpenBao's signature
+    verifies here; signing one is a 400 naming it (cryptography cannot)."""
+    theirs, ours = sides
+    name = _shared_once(sides, "rsa-2048")
+    body = {
+        "input": b64(os.urandom(48)),
+        "hash_algorithm": "none",
+        "prehashed": True,
+        "signature_algorithm": "pkcs1v15",
+    }
+    signature = theirs.data(f"sign/{name}", body)["signature"]
+    assert ours.data(f"verify/{name}", {**body, "signature": signature}) == {"valid": True}
+    tampered = {**body, "input": b64(os.urandom(48)), "signature": signature}
+    assert ours.data(f"verify/{name}", tampered) == {"valid": False}
+    refused = ours.post(f"sign/{name}", body)
+    assert refused.status_code == 400
+    assert "not supported by sealflow" in refused.json()["errors"][0]
