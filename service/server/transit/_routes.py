@@ -49,8 +49,10 @@ from . import (
     _backup,
     _cert,
     _cert_login,
+    _checks,
     _data,
     _encrypt,
+    _hmac,
     _import,
     _key_export,
     _keys,
@@ -62,6 +64,7 @@ from . import (
     _sys,
     _token_routes,
     _utility,
+    _verify,
     _wire,
 )
 from ._wire import Reply
@@ -118,9 +121,10 @@ class Transit:
             "soft-delete": (f"{mount}/keys/{{name}}/soft-delete", frozenset(("DELETE",))),
             "soft-delete-restore": (f"{mount}/keys/{{name}}/soft-delete-restore", any_write),
             "wrapping_key": (f"{mount}/wrapping_key", get),
+            "hmac": (f"{mount}/hmac/{{name}}[/{{algorithm}}]", any_write),
+            "verify": (f"{mount}/verify/{{name}}[/{{algorithm}}]", any_write),
             "hash": (f"{mount}/hash[/{{algorithm}}]", any_write),
             "sign": (f"{mount}/sign/{{name}}[/{{algorithm}}]", any_write),
-            "verify": (f"{mount}/verify/{{name}}[/{{algorithm}}]", any_write),
             "random": (f"{mount}/random[/{{source}}][/{{bytes}}]", any_write),
             "export": (f"{mount}/export/{{type}}/{{name}}[/{{version}}]", get),
             "backup": (f"{mount}/backup/{{name}}", get),
@@ -306,15 +310,17 @@ class Transit:
             _allow("sign", token, name)  # before the body is read
             fields = _wire.parse(await _read(receive, limit, hold, log), hold)
             return await _sign.sign(svc, name, "/".join(parts[2:]), fields)
-        if kind == "verify":
-            if not (_auth.allows(token, "verify", name) or _auth.allows(token, "hmac", name)):
-                raise _denied()  # before the body is read; which of the two, it tells
-            fields = _wire.parse(await _read(receive, limit, hold, log), hold)
-            branch = _sign.verify_kind(fields)
-            _allow("hmac" if branch == "hmac" else "verify", token, name)
-            if branch == "hmac":
-                raise _wire.user_error("verify with 'hmac' needs Transit's HMAC (issue 28)")
-            return await _sign.verify(svc, name, "/".join(parts[2:]), fields)
+        if kind in _KEYED:  # the scope is the path's, as a Vault policy is: from the head
+            _allow(kind, token, name)
+            body = await _read(receive, limit, hold, log)
+            fields = _wire.parse(body, hold)
+            url = parts[2] if len(parts) == 3 else None
+            answer = _verify.answer if kind == "verify" else _hmac.generate
+            call = functools.partial(answer, store, name, fields, url)
+            # Small and known: at once; a large batch, or a key to read first, off the loop.
+            if len(body) > WHOLE_MAX or not _checks.known(store, name):
+                return 200, await asyncio.to_thread(call)
+            return 200, call()
         if kind == "export" and parts[1] == "public-key":
             # Public: any token that may verify with the key, or admin (docs/TRANSIT.md).
             if not (_auth.is_admin(token) or _auth.allows(token, "verify", name)):
@@ -392,12 +398,12 @@ _IMPORTS: dict[str, Callable[[KeyStore, str, _wire.Body], Awaitable[None]]] = {
 }
 _SCOPES: dict[str, tuple[_auth.Action, ...]] = {
     "sign": ("sign",),
-    "verify": ("verify",),
-    "hmac": ("hmac",),
     "encrypt": ("encrypt",),
     "decrypt": ("decrypt",),
     "rewrap": ("decrypt", "encrypt"),
     "export": ("export",),
+    "hmac": ("hmac",),
+    "verify": ("verify",),
 }
 
 
@@ -407,6 +413,8 @@ def _allow(kind: str, token: TokenInfo, name: str) -> None:
             raise _denied()
 
 
+# Routes of a key with an optional algorithm after its name (``hmac/:name[/:algorithm]``).
+_KEYED = frozenset(("hmac", "verify"))
 _KEY_ACTIONS = frozenset(
     ("rotate", "config", "import", "import_version", "trim", "soft-delete", "soft-delete-restore")
 )
@@ -428,7 +436,7 @@ def _kind(parts: list[str]) -> str:
         return "keys" if parts == ["keys", ""] else "other"
     if first in _DATA and n == 2:
         return first
-    if first in ("sign", "verify") and n >= 2:  # the hash algorithm may hold '/' (OpenBao's .+)
+    if first == "sign" and n >= 2:  # the hash algorithm may hold '/' (OpenBao's .+)
         return first
     if first == "keys":
         if n == 1:
@@ -447,6 +455,8 @@ def _kind(parts: list[str]) -> str:
         return "byok_export"
     if first == "datakey" and n == 3:
         return "datakey"
+    if first in _KEYED and n in (2, 3):
+        return first
     return "other"
 
 

@@ -100,6 +100,8 @@ def _key(store: KeyStore, name: str, missing: str, verb: str, opts: Options) -> 
         raise _wire.user_error(missing) from None
     if not key.key_type.signs:
         raise _wire.user_error(f"key type {key.key_type.name} does not support {verb}")
+    if key.key_type.derived:  # its per-context key is not derived here: refused, never wrong
+        raise _wire.user_error(f"derived {key.key_type.name} keys are not supported by sealflow")
     none = opts.hash_name == "none" and _signer.hashes_input(key.key_type.name)  # not ed25519
     if none and not (opts.prehashed and opts.algorithm == "pkcs1v15"):
         raise _wire.user_error(_NONE_NEEDS)
@@ -263,43 +265,13 @@ def _encode(signature: bytes, opts: Options) -> str:
 # -- verify (the signature branch)
 
 
-async def verify(svc: Services, name: str, url_algorithm: str, fields: Body) -> Answer:
-    """``POST verify/:name[/:hash_algorithm]`` with signatures (``verify_kind`` chose it)."""
+def verified(store: KeyStore, name: str, url_algorithm: str, fields: Body) -> bytes:
+    """The signature half of ``verify/:name[/:hash_algorithm]`` (``_verify`` chose it)."""
     opts = options(fields, url_algorithm)
-    work = functools.partial(_verified, svc.store, name, opts, fields)
-    if _inline(svc.store, name, fields):
-        return work()
-    return await asyncio.to_thread(work)
+    return _verified(store, name, opts, fields)
 
 
-def verify_kind(fields: Body) -> str:
-    """``signature`` or ``hmac``: which branch of ``verify`` a request takes, or its refusal
-    in OpenBao's words (the same checks, in its order)."""
-    batch = _batch(fields, "batchRequestVerifyItem")
-    if batch is not None:
-        items: list[dict[str, Any]] = list(batch)
-    else:
-        items = [{k: fields[k] for k in ("signature", "hmac") if fields.get(k) is not None}]
-    signature = any("signature" in item for item in items)
-    hmac = any("signature" not in item and "hmac" in item for item in items)
-    missing = any("signature" not in item and "hmac" not in item for item in items)
-    single = batch is None
-    if single and not signature and not hmac:
-        raise _wire.user_error("neither a 'signature' nor an 'hmac' were given to verify")
-    if signature and hmac:
-        raise _wire.user_error(
-            "elements of batch_input must all provide 'signature' or all provide 'hmac'"
-        )
-    if missing and signature:
-        raise _wire.user_error("some elements of batch_input are missing 'signature'")
-    if missing and hmac:
-        raise _wire.user_error("some elements of batch_input are missing 'hmac'")
-    if missing:
-        raise _wire.user_error("no batch_input elements have 'signature' or 'hmac'")
-    return "hmac" if hmac else "signature"
-
-
-def _verified(store: KeyStore, name: str, opts: Options, fields: Body) -> Answer:
+def _verified(store: KeyStore, name: str, opts: Options, fields: Body) -> bytes:
     key = _key(store, name, "signature verification key not found", "verification", opts)
     batch = _batch(fields, "batchRequestVerifyItem")
     single = _single(fields, ("input", "signature", "context"))
@@ -309,7 +281,7 @@ def _verified(store: KeyStore, name: str, opts: Options, fields: Body) -> Answer
         found = results[0]
         if isinstance(found, _ItemError):
             raise found.single()
-        return 200, _wire.envelope({"valid": found})
+        return _wire.envelope({"valid": found})
     rows: list[dict[str, Any]] = []
     for item, found in zip(items, results, strict=True):
         row: dict[str, Any] = {"valid": found is True}
@@ -317,7 +289,7 @@ def _verified(store: KeyStore, name: str, opts: Options, fields: Body) -> Answer
             row["error"] = found.message
         row["reference"] = item.get("reference", "")
         rows.append(row)
-    return 200, _wire.envelope({"batch_results": rows})
+    return _wire.envelope({"batch_results": rows})
 
 
 def _verify_one(

@@ -131,7 +131,10 @@ def test_bad_imports_are_400s_in_openbaos_words_and_write_nothing(
         ),
         # An RSA key comes as PKCS #8 (test_signing imports real ones), as OpenBao words it.
         ({"ciphertext": b64(raw), "type": "rsa-2048"}, "error parsing asymmetric key: "),
-        ({"ciphertext": b64(raw), "derived": True}, "derived is not supported by sealflow"),
+        (
+            {"ciphertext": wrap(pem, os.urandom(16)), "type": "hmac"},
+            "invalid key size 16 bytes for key type hmac",
+        ),
         (
             {"ciphertext": b64(raw), "auto_rotate_period": "24h"},
             "allow_rotation must be set to true if auto-rotation is enabled",
