@@ -10,7 +10,8 @@ verifying; while signing, what the key refuses (a version, a salt length) is Ope
 its framework's words. A batch answers 200 with an error per failed item, as OpenBao does.
 
 Signing leases nothing: ``UsageMeter`` counts sealings, and a signature seals nothing
-(docs/TRANSIT.md, Signing). A batch, or any RSA work, runs off the event loop.
+(docs/TRANSIT.md, Signing). Only a single request on an ed25519 or P-256 key is answered
+on the event loop (``light``); a batch, or a slower key, on a thread.
 """
 
 from __future__ import annotations
@@ -177,7 +178,7 @@ async def sign(svc: Services, name: str, url_algorithm: str, fields: Body) -> An
     opts = options(fields, url_algorithm)
     version = integer(fields, "key_version", 0)
     work = functools.partial(_signed, svc.store, name, opts, version, fields)
-    if _inline(svc.store, name, fields):
+    if light(svc.store, name, fields):
         return work()
     return await asyncio.to_thread(work)
 
@@ -185,7 +186,7 @@ async def sign(svc: Services, name: str, url_algorithm: str, fields: Body) -> An
 def sign_now(svc: Services, name: str, url_algorithm: str, raw: bytes) -> Answer:
     """The same on the spot (the protocol's fast answer), for a single request on a key that
     is not RSA; WouldWait for anything else (the ASGI path serves it)."""
-    if b"batch_input" in raw or b"\\" in raw or not _inline(svc.store, name, {}):
+    if b"batch_input" in raw or b"\\" in raw or not light(svc.store, name, {}):
         raise WouldWait("not a small signature")
     with svc.budget.hold() as hold:
         fields = _wire.parse(raw, hold)
@@ -358,13 +359,19 @@ def _single(fields: Body, names: tuple[str, ...]) -> dict[str, str]:
     return item
 
 
-def _inline(store: KeyStore, name: str, fields: Body) -> bool:
-    """Whether to answer on the event loop: a single request on a key in the cache that is
-    not RSA (milliseconds a signature)."""
-    if fields.get("batch_input") is not None:
-        return False
+# Microseconds a signature or a verification (docs/BENCHMARKS.md, Transit signatures): on the
+# event loop; the rest (P-384 and P-521 near a millisecond, RSA more) and batches on a thread.
+_LIGHT = frozenset(("ed25519", "ecdsa-p256"))
+
+
+def light(store: KeyStore, name: str, fields: Body) -> bool:
+    """Whether to answer on the event loop: a request on a key in the cache that does not
+    sign (``verify``'s HMAC half, or a refusal), or a single request on an ed25519 or P-256
+    key."""
     try:
-        key = store.get_key(name)
+        kind = store.get_key(name).key_type
     except KeyNotFound:
         return False
-    return not _signer.is_rsa(key.key_type.name)
+    if not kind.signs:
+        return True
+    return fields.get("batch_input") is None and kind.name in _LIGHT
