@@ -28,7 +28,7 @@ from sealflow.service.keystore import SOFT_DELETED, KeyInfo, KeyNotFound, KeySto
 
 from .._state import Services
 from ..errors import ApiError
-from . import _public, _signer, _wire
+from . import _items, _public, _signer, _wire
 from ._batch import Answer
 from ._ciphertext import PREFIX, TOO_OLD, CiphertextError, b64decode, b64encode
 from ._signer import Options, SignError, Unsupported
@@ -174,7 +174,12 @@ def _context(item: dict[str, str]) -> None:
 
 
 async def sign(svc: Services, name: str, url_algorithm: str, fields: Body) -> Answer:
-    """``POST sign/:name[/:hash_algorithm]``."""
+    """``POST sign/:name[/:hash_algorithm]``: a batch of at most ``max_batch_items``, as
+    every Transit batch."""
+    batch = fields.get("batch_input")
+    limit = svc.settings.max_batch_items
+    if isinstance(batch, list) and len(batch) > limit:
+        raise _items.too_many_items(limit)
     opts = options(fields, url_algorithm)
     version = integer(fields, "key_version", 0)
     work = functools.partial(_signed, svc.store, name, opts, version, fields)
@@ -184,8 +189,8 @@ async def sign(svc: Services, name: str, url_algorithm: str, fields: Body) -> An
 
 
 def sign_now(svc: Services, name: str, url_algorithm: str, raw: bytes) -> Answer:
-    """The same on the spot (the protocol's fast answer), for a single request on a key that
-    is not RSA; WouldWait for anything else (the ASGI path serves it)."""
+    """The same on the spot (the protocol's fast answer), for a single request on a light
+    key (``light``); WouldWait for anything else (the ASGI path serves it)."""
     if b"batch_input" in raw or b"\\" in raw or not light(svc.store, name, {}):
         raise WouldWait("not a small signature")
     with svc.budget.hold() as hold:

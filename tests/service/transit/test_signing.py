@@ -410,3 +410,20 @@ def test_rsa_without_digest_info_verifies_and_is_not_signed(sides: tuple[Side, S
     refused = ours.post(f"sign/{name}", body)
     assert refused.status_code == 400
     assert "not supported by sealflow" in refused.json()["errors"][0]
+
+
+def test_a_sign_batch_is_bounded_as_every_transit_batch(make_server: Any) -> None:
+    srv = make_server(max_batch_items=2)
+    side = Side(srv.url, srv.token)
+    try:
+        name = unique("bounded")
+        side.data(f"keys/{name}", {"type": "ed25519"})
+        two = {"batch_input": [{"input": INPUT}] * 2}
+        assert len(side.data(f"sign/{name}", two)["batch_results"]) == 2
+        refused = side.post(f"sign/{name}", {"batch_input": [{"input": INPUT}] * 3})
+        assert refused.status_code == 400
+        assert refused.json() == {
+            "errors": ["failed to parse batch input: more than 2 items in one request"]
+        }
+    finally:
+        side.http.close()
