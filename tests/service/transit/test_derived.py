@@ -1,0 +1,241 @@
+"""Derived keys and convergent encryption, against a real OpenBao dev server, through hvac.
+
+The same key material in both: a key made ``exportable`` and ``derived`` in OpenBao, exported
+(``export/encryption-key``) and imported into sealflow through Transit's BYOK import with the
+same ``derived`` and ``convergent_encryption``. Then convergent ciphertexts are the same bytes
+on both, derived ciphertexts open on the other side, item by item with each item's own context,
+and every refusal (no context, a context that is not base64, contexts on some items only) is
+the same status in the same words on both.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import httpx
+import hvac
+import hvac.exceptions
+import pytest
+
+from tests.service.byok import wrap
+from tests.service.conftest import Server
+from tests.service.transit.conftest import Bao, unique
+
+TYPES = ("aes128-gcm96", "aes256-gcm96", "chacha20-poly1305")
+MISSING = (
+    "missing 'context' for key derivation; the key was created using a derived key, which means"
+    " additional, per-request information must be included in order to perform operations with"
+    " the key"
+)
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def shared_key(openbao: hvac.Client, vault: hvac.Client, kind: str, convergent: bool) -> str:
+    """A derived key made in OpenBao, and its material imported into sealflow."""
+    name = unique("derived")
+    openbao.secrets.transit.create_key(
+        name, key_type=kind, derived=True, convergent_encryption=convergent, exportable=True
+    )
+    exported = openbao.secrets.transit.export_key(name, "encryption-key", version=1)
+    material = base64.b64decode(exported["data"]["keys"]["1"])
+    pem = vault.read("transit/wrapping_key")["data"]["public_key"]
+    body = {
+        "ciphertext": wrap(pem, material),
+        "type": kind,
+        "derived": True,
+        "convergent_encryption": convergent,
+    }
+    vault.write_data(f"transit/keys/{name}/import", data=body)
+    return name
+
+
+def batch(items: list[tuple[bytes, bytes]]) -> list[dict[str, str]]:
+    return [{"plaintext": b64(p), "context": b64(c)} for p, c in items]
+
+
+ITEMS = [
+    (b"alice@example.com", b"tenant-1"),
+    (b"alice@example.com", b"tenant-2"),  # the same plaintext, another context
+    (b"", b"tenant-1"),
+    (b"bob" * 100, b"\x00\xff" * 40),
+]
+
+
+@pytest.mark.parametrize("kind", TYPES)
+def test_convergent_ciphertexts_are_the_same_bytes_on_both(
+    openbao: hvac.Client, vault: hvac.Client, kind: str
+) -> None:
+    name = shared_key(openbao, vault, kind, convergent=True)
+    sealed = {}
+    for server, client in (("openbao", openbao), ("sealflow", vault)):
+        answer = client.secrets.transit.encrypt_data(name, "", batch_input=batch(ITEMS))
+        sealed[server] = [r["ciphertext"] for r in answer["data"]["batch_results"]]
+    assert sealed["sealflow"] == sealed["openbao"]
+    assert sealed["sealflow"][0] != sealed["sealflow"][1]  # the context makes the key
+    one = vault.secrets.transit.encrypt_data(name, b64(ITEMS[0][0]), context=b64(ITEMS[0][1]))
+    assert one["data"]["ciphertext"] == sealed["openbao"][0]
+    again = vault.secrets.transit.encrypt_data(name, b64(ITEMS[0][0]), context=b64(ITEMS[0][1]))
+    assert again["data"]["ciphertext"] == one["data"]["ciphertext"]
+    rewrapped = vault.secrets.transit.rewrap_data(
+        name, sealed["openbao"][3], context=b64(ITEMS[3][1])
+    )
+    assert rewrapped["data"]["ciphertext"] == sealed["openbao"][3]
+
+
+@pytest.mark.parametrize("kind", TYPES)
+def test_derived_ciphertexts_open_on_the_other_side_with_each_items_context(
+    openbao: hvac.Client, vault: hvac.Client, kind: str
+) -> None:
+    name = shared_key(openbao, vault, kind, convergent=False)
+    clients = {"openbao": openbao, "sealflow": vault}
+    for maker, opener in (("openbao", "sealflow"), ("sealflow", "openbao")):
+        answer = clients[maker].secrets.transit.encrypt_data(name, "", batch_input=batch(ITEMS))
+        ciphertexts = [r["ciphertext"] for r in answer["data"]["batch_results"]]
+        items = [
+            {"ciphertext": c, "context": b64(context), "reference": str(i)}
+            for i, (c, (_, context)) in enumerate(zip(ciphertexts, ITEMS, strict=True))
+        ]
+        opened = clients[opener].secrets.transit.decrypt_data(name, "", batch_input=items)
+        results = opened["data"]["batch_results"]
+        assert [base64.b64decode(r["plaintext"]) for r in results] == [p for p, _ in ITEMS]
+        assert [r["reference"] for r in results] == ["0", "1", "2", "3"]
+    # Another item's context opens nothing, in the same words on both.
+    made = vault.secrets.transit.encrypt_data(name, b64(b"x"), context=b64(b"tenant-1"))
+    words = set()
+    for client in clients.values():
+        with pytest.raises(hvac.exceptions.InvalidRequest) as refused:
+            client.secrets.transit.decrypt_data(
+                name, made["data"]["ciphertext"], context=b64(b"tenant-2")
+            )
+        words.add(tuple(refused.value.errors))
+    assert len(words) == 1
+    # rewrap and datakey seal under the context's key: OpenBao opens them.
+    rewrapped = vault.secrets.transit.rewrap_data(
+        name, made["data"]["ciphertext"], context=b64(b"tenant-1")
+    )["data"]["ciphertext"]
+    opened = openbao.secrets.transit.decrypt_data(name, rewrapped, context=b64(b"tenant-1"))
+    assert base64.b64decode(opened["data"]["plaintext"]) == b"x"
+    datakey = vault.secrets.transit.generate_data_key(name, "plaintext", context=b64(b"t-9"))
+    opened = openbao.secrets.transit.decrypt_data(
+        name, datakey["data"]["ciphertext"], context=b64(b"t-9")
+    )
+    assert opened["data"]["plaintext"] == datakey["data"]["plaintext"]
+
+
+def _post(url: str, token: str, path: str, body: dict[str, Any]) -> tuple[int, Any]:
+    r = httpx.post(
+        f"{url}/v1/transit/{path}", json=body, headers={"X-Vault-Token": token}, timeout=60
+    )
+    data = r.json()
+    if "errors" in data:
+        return r.status_code, data["errors"]
+    if "batch_results" in data["data"]:
+        return r.status_code, [item.get("error") for item in data["data"]["batch_results"]]
+    return r.status_code, sorted(data["data"])
+
+
+def test_refusals_are_openbaos_status_and_words(
+    openbao: hvac.Client, vault: hvac.Client, bao: Bao, server: Server
+) -> None:
+    derived, convergent, plain = unique("d"), unique("c"), unique("p")
+    for client in (openbao, vault):
+        client.secrets.transit.create_key(derived, derived=True)
+        client.secrets.transit.create_key(convergent, derived=True, convergent_encryption=True)
+        client.secrets.transit.create_key(plain)
+    x, ctx = b64(b"x"), b64(b"tenant")
+    ciphertext = vault.secrets.transit.encrypt_data(plain, x)["data"]["ciphertext"]
+    cases: list[tuple[str, dict[str, Any]]] = []
+    for name in (derived, convergent):
+        sealed = vault.secrets.transit.encrypt_data(name, x, context=ctx)["data"]["ciphertext"]
+        cases += [
+            (f"encrypt/{name}", {"plaintext": x}),
+            (f"encrypt/{name}", {"plaintext": x, "context": ""}),
+            (f"encrypt/{name}", {"plaintext": x, "context": "\n"}),  # empty once decoded
+            (f"encrypt/{name}", {"plaintext": x, "context": "!!"}),
+            (f"encrypt/{name}", {"plaintext": "@@", "context": "!!"}),
+            (f"encrypt/{name}", {"plaintext": x, "context": ctx, "key_version": 2}),
+            (f"encrypt/{name}", {"batch_input": [{"plaintext": x}, {"plaintext": x}]}),
+            (
+                f"encrypt/{name}",
+                {"batch_input": [{"plaintext": x, "context": ctx}, {"plaintext": x}]},
+            ),
+            (
+                f"encrypt/{name}",
+                {
+                    "batch_input": [
+                        {"plaintext": x, "context": "!!"},
+                        {"plaintext": "@@", "context": ctx},
+                        {"plaintext": x, "context": ctx, "associated_data": "!!"},
+                        {"plaintext": x, "context": ctx},
+                    ]
+                },
+            ),
+            (f"decrypt/{name}", {"ciphertext": sealed}),
+            (f"decrypt/{name}", {"ciphertext": sealed, "context": "!!"}),
+            (f"decrypt/{name}", {"ciphertext": "nope", "context": "!!"}),
+            (f"decrypt/{name}", {"batch_input": [{"ciphertext": sealed}]}),
+            (
+                f"decrypt/{name}",
+                {"batch_input": [{"ciphertext": sealed, "context": ctx}, {"ciphertext": sealed}]},
+            ),
+            (
+                f"decrypt/{name}",
+                {
+                    "batch_input": [
+                        {"ciphertext": "", "context": "!!"},
+                        {"ciphertext": "nope", "context": ctx},
+                        {"ciphertext": sealed, "context": "!!"},
+                        {"ciphertext": sealed, "context": ctx},
+                    ]
+                },
+            ),
+            (f"rewrap/{name}", {"ciphertext": sealed}),
+            (f"datakey/plaintext/{name}", {}),
+            (f"datakey/wrapped/{name}", {"context": "!!"}),
+            (f"datakey/wrapped/{name}", {"context": ctx, "bits": 7}),
+        ]
+    cases += [
+        (f"encrypt/{plain}", {"plaintext": x, "context": ctx}),  # ignored on such a key
+        (f"encrypt/{plain}", {"plaintext": x, "context": "!!"}),  # but checked
+        (f"decrypt/{plain}", {"ciphertext": ciphertext, "context": ctx}),
+        (f"encrypt/{plain}", {"batch_input": [{"plaintext": x, "context": ctx}] * 3}),
+        (
+            f"encrypt/{plain}",
+            {"batch_input": [{"plaintext": x, "context": ctx}, {"plaintext": x}]},
+        ),
+        (f"keys/{unique('k')}", {"convergent_encryption": True}),
+    ]
+    for path, body in cases:
+        theirs = _post(bao.url, bao.token, path, body)
+        ours = _post(server.url, server.token, path, body)
+        assert ours == theirs, (path, body)
+
+
+def test_key_read_shows_derivation_as_openbao_does(
+    openbao: hvac.Client, vault: hvac.Client
+) -> None:
+    fields = ("derived", "kdf", "convergent_encryption", "convergent_encryption_version")
+    for flags in ({"derived": True}, {"derived": True, "convergent_encryption": True}, {}):
+        name = unique("read")
+        shown = []
+        for client in (openbao, vault):
+            client.secrets.transit.create_key(name, **flags)
+            data = client.secrets.transit.read_key(name)["data"]
+            shown.append({f: data.get(f, "absent") for f in (*fields, "supports_derivation")})
+        assert shown[0] == shown[1], flags
+
+
+def test_the_native_api_refuses_a_derived_key(server: Server, vault: hvac.Client) -> None:
+    name = unique("derived").lower()
+    vault.secrets.transit.create_key(name, derived=True)
+    headers = {"Authorization": f"Bearer {server.token}"}
+    for query in ("", "?mode=single", "?mode=records"):
+        r = httpx.post(
+            f"{server.url}/v1/keys/{name}/encrypt{query}", content=b"x", headers=headers
+        )
+        assert r.status_code == 400, (query, r.text)
+        assert "derived" in r.json()["error"]["message"]
