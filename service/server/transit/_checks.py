@@ -5,6 +5,7 @@ fails one is failed in the request's ``Results`` and left out of every later ste
 
 from __future__ import annotations
 
+from sealflow.engine import Algorithm
 from sealflow.service.envelope import in_native_domain
 from sealflow.service.keystore import SOFT_DELETED, KeyInfo, KeyNotFound, KeyStore
 
@@ -180,6 +181,16 @@ def contexts(work: list[Item], results: Results, texts: bool = False) -> dict[in
         except CiphertextError as exc:
             results.fail(i, str(exc))
     return decoded
+
+
+def cipher(key: KeyInfo) -> Algorithm:
+    """The AEAD Transit seals and opens a key's items with: a derived key's too, whose items
+    are then sealed under their context's key (``derivation``, ``_crypto``); for any other key
+    ``KeyInfo.algorithm``, which refuses the types that do not encrypt."""
+    aead = key.key_type.aead
+    if aead is not None and key.key_type.derived:
+        return aead
+    return key.algorithm
 
 
 def derivation(

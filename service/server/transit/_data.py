@@ -28,6 +28,7 @@ from ._batch import Answer, Part, Results, b64, decrypted, encrypted, part, sing
 from ._checks import (
     aads,
     asks_version,
+    cipher,
     contexts,
     derivation,
     key_of,
@@ -134,10 +135,8 @@ class _Opening:
         log.used_all(opening)  # the versions opened (a ciphertext whose tag fails too)
         opened: dict[int, bytes | None] = {}
         size = sum(map(len, payloads.values()))
-        alg = key.algorithm
-        yield size, functools.partial(
-            _open, opened, alg, opening, versions, aad, payloads, derived
-        )
+        alg = cipher(key)
+        yield size, functools.partial(_open, opened, alg, opening, versions, aad, payloads, derived)
         plaintexts: dict[int, bytes] = {}
         for i, plain in opened.items():
             if plain is None:
@@ -234,7 +233,7 @@ async def datakey(svc: Services, kind: str, name: str, body: Body, log: AccessRe
         raise _wire.user_error(results.errors[0])
     version = versions[0]
     again = None if derived is None else Derivation(derived, key.key_type.convergent)
-    sealed = seal(key.algorithm, sealing, versions, {0: b""}, {0: data_key}, again)[0]
+    sealed = seal(cipher(key), sealing, versions, {0: b""}, {0: data_key}, again)[0]
     found: dict[str, Any] = {
         "ciphertext": _ciphertext.encode(version, sealed),
         "key_version": version,

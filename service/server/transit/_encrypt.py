@@ -39,10 +39,10 @@ from .._logging import AccessRecord
 from .._state import Services
 from . import _audited, _batch, _ciphertext, _column, _crypto, _items, _run, _wire
 from ._batch import Answer, Part, Results, encrypted
-from ._crypto import Derivation
 from ._checks import (
     aads,
     asks_version,
+    cipher,
     contexts,
     decode_all,
     derivation,
@@ -52,6 +52,7 @@ from ._checks import (
     version_error,
     wanted_versions,
 )
+from ._crypto import Derivation
 from ._items import Reading, Request, items
 from ._leases import lease_items
 from ._wire import Body
@@ -271,7 +272,7 @@ class _Items:
         self.versions, self.materials = lease_items(
             svc, key, wanted, self.plaintexts, results, taken
         )
-        self.algorithm = key.algorithm
+        self.algorithm = cipher(key)
 
     def __call__(self) -> Part:
         versions, results = self.versions, self.results

@@ -15,6 +15,7 @@ the request's memory budget.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from operator import methodcaller
@@ -122,10 +123,9 @@ class _Check:
 
     def group(self, offset: int, entries: list[Any]) -> None:
         self.count += len(entries)
-        try:
+        # An item that is not an object: ``done`` says so first.
+        with contextlib.suppress(AttributeError):
             self.contexts |= {*map(bool, map(_GET["context"], entries))}
-        except AttributeError:  # an item that is not an object: ``done`` says so first
-            pass
         # A batch of one group has its items checked later (``items``), unless its contexts
         # mix: then now, since what is wrong with its items is said before that.
         mixed = len(self.contexts) > 1
