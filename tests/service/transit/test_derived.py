@@ -11,6 +11,8 @@ the same status in the same words on both.
 from __future__ import annotations
 
 import base64
+import os
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -20,6 +22,7 @@ import pytest
 
 from tests.service.byok import wrap
 from tests.service.conftest import Server
+from tests.service.server.test_fast_answer import lane_count
 from tests.service.transit.conftest import Bao, unique
 
 TYPES = ("aes128-gcm96", "aes256-gcm96", "chacha20-poly1305")
@@ -248,3 +251,41 @@ def test_the_native_api_refuses_a_derived_key(server: Server, vault: hvac.Client
         r = httpx.post(f"{server.url}/v1/keys/{name}/encrypt{query}", content=b"x", headers=headers)
         assert r.status_code == 400, (query, r.text)
         assert "derived" in r.json()["error"]["message"]
+
+
+def test_the_fast_answer_keeps_the_context_rule(make_server: Callable[..., Server]) -> None:
+    """A small encrypt is answered by the protocol's fast answer (``SEALFLOW_SMALL_LANE``)
+    through the same plan: a derived key's refusals and convergent ciphertexts are the same
+    with the lane on and off, and the lane took them."""
+    lane, usual = make_server(small_lane=True), make_server(small_lane=False)
+    material, name, ctx = os.urandom(32), "conv", b64(b"tenant")
+    seen = []
+    for srv in (lane, usual):
+        client = hvac.Client(url=srv.url, token=srv.token, strict_http=True)
+        pem = client.read("transit/wrapping_key")["data"]["public_key"]
+        flags = {"derived": True, "convergent_encryption": True}
+        client.write_data(
+            f"transit/keys/{name}/import", data={**flags, "ciphertext": wrap(pem, material)}
+        )
+        client.secrets.transit.encrypt_data(name, b64(b"warm"), context=ctx)  # leased: ASGI
+        before = lane_count(srv)
+        bodies: list[dict[str, Any]] = [
+            {"plaintext": b64(b"x"), "context": ctx},
+            {"plaintext": b64(b"x")},
+            {"plaintext": b64(b"x"), "context": "!!"},
+            {"plaintext": b64(b"x"), "context": "\n"},
+        ]
+        answers = []
+        for body in bodies:
+            r = httpx.post(
+                f"{srv.url}/v1/transit/encrypt/{name}",
+                json=body,
+                headers={"X-Vault-Token": srv.token},
+                timeout=60,
+            )
+            found = r.json()
+            answers.append((r.status_code, found.get("errors") or found["data"]))
+        assert lane_count(srv) - before == (len(bodies) if srv is lane else 0)
+        seen.append(answers)
+    assert seen[0] == seen[1]  # the convergent ciphertext too, byte for byte
+    assert seen[0][1] == (400, [MISSING])
