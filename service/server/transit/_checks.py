@@ -12,6 +12,7 @@ from sealflow.service.keystore import SOFT_DELETED, KeyInfo, KeyNotFound, KeySto
 from . import _ciphertext, _derive, _public, _wire
 from ._batch import Results
 from ._ciphertext import CiphertextError
+from ._crypto import Derivation
 from ._items import Item
 
 KEY_NOT_FOUND = "encryption key not found"
@@ -193,15 +194,14 @@ def cipher(key: KeyInfo) -> Algorithm:
     return key.algorithm
 
 
-def derivation(
-    key: KeyInfo, decoded: dict[int, bytes], results: Results
-) -> dict[int, bytes] | None:
-    """The contexts a derived key's pending items are sealed or opened under (``_derive``),
-    each pending item without one failed in Transit's words; None for a key that is not
-    derived (its items' contexts are ignored, as Transit ignores them)."""
-    if not key.key_type.derived:
+def derivation(key: KeyInfo, decoded: dict[int, bytes], results: Results) -> Derivation | None:
+    """How a derived key's pending items are sealed or opened (``_derive``): each under its
+    context, each pending item without one failed in Transit's words; None for a key that is
+    not derived (its items' contexts are ignored, as Transit ignores them)."""
+    kind = key.key_type
+    if not kind.derived:
         return None
     for i in results.pending():
         if not decoded.get(i):  # absent, or empty once decoded (``"\\n"``): Transit's refusal
             results.fail(i, _derive.MISSING_CONTEXT)
-    return decoded
+    return Derivation(decoded, kind.convergent, kind.kdf)

@@ -23,10 +23,11 @@ _Group = tuple[int, bytes, bytes]  # version, AAD, context (b"": the key is not 
 
 @dataclass(frozen=True, slots=True)
 class Derivation:
-    """The contexts of a derived key's items, and whether the key is convergent."""
+    """The contexts of a derived key's items, whether the key is convergent, and its KDF."""
 
     contexts: dict[int, bytes]
     convergent: bool
+    kdf: str
 
 
 def _groups(
@@ -49,13 +50,15 @@ def _groups(
 
 
 def _key(
-    alg: Algorithm, material: bytes, context: bytes, derived: bool, convergent: bool
+    alg: Algorithm, material: bytes, context: bytes, derivation: Derivation | None, seals: bool
 ) -> ContextKey | None:
     """A derived key's key for the context (``ContextKey`` refuses an empty one: the material
-    is never used as it is); None for a key that is not derived."""
-    if not derived:
+    is never used as it is); None for a key that is not derived. Only a sealing needs a
+    convergent key's nonce key."""
+    if derivation is None:
         return None
-    return ContextKey(material, context, alg.spec.key_len, convergent)
+    convergent = seals and derivation.convergent
+    return ContextKey(material, context, alg.spec.key_len, convergent, derivation.kdf)
 
 
 def seal(
@@ -72,7 +75,7 @@ def seal(
     contexts = None if derivation is None else derivation.contexts
     convergent = derivation is not None and derivation.convergent
     for (version, aad, context), members in _groups(versions, aads, plaintexts, contexts).items():
-        derived = _key(alg, materials[version], context, contexts is not None, convergent)
+        derived = _key(alg, materials[version], context, derivation, seals=True)
         key = materials[version] if derived is None else derived.aead
         if convergent:
             assert derived is not None
@@ -97,13 +100,14 @@ def open_(
     versions: dict[int, int],
     aads: dict[int, bytes],
     payloads: dict[int, bytes],
-    contexts: dict[int, bytes] | None = None,
+    derivation: Derivation | None = None,
 ) -> dict[int, bytes | None]:
     """Plaintext per item, None where the tag does not verify."""
     opened: dict[int, bytes | None] = {}
     n = _ciphertext.NONCE_LEN
+    contexts = None if derivation is None else derivation.contexts
     for (version, aad, context), members in _groups(versions, aads, payloads, contexts).items():
-        derived = _key(alg, materials[version], context, contexts is not None, False)
+        derived = _key(alg, materials[version], context, derivation, seals=False)
         key = materials[version] if derived is None else derived.aead
         if len(members) == 1:
             (i,) = members

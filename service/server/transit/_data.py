@@ -151,8 +151,7 @@ class _Opening:
         wanted = wanted_versions(key, work, results)
         new, sealing = lease_items(svc, key, wanted, plaintexts, results)
         log.used_all(sealing)  # and the versions sealed under
-        again = None if derived is None else Derivation(derived, key.key_type.convergent)
-        yield size, functools.partial(_reseal, alg, sealing, new, aad, plaintexts, results, again)
+        yield size, functools.partial(_reseal, alg, sealing, new, aad, plaintexts, results, derived)
         yield 0, functools.partial(self._answer, work, results, encrypted)
 
     def _answer(
@@ -170,9 +169,9 @@ def _open(
     versions: dict[int, int],
     aad: dict[int, bytes],
     payloads: dict[int, bytes],
-    contexts: dict[int, bytes] | None,
+    derived: Derivation | None,
 ) -> None:
-    into.update(open_(alg, opening, versions, aad, payloads, contexts))
+    into.update(open_(alg, opening, versions, aad, payloads, derived))
 
 
 def _reseal(
@@ -232,8 +231,7 @@ async def datakey(svc: Services, kind: str, name: str, body: Body, log: AccessRe
     if results.errors[0] is not None:
         raise _wire.user_error(results.errors[0])
     version = versions[0]
-    again = None if derived is None else Derivation(derived, key.key_type.convergent)
-    sealed = seal(cipher(key), sealing, versions, {0: b""}, {0: data_key}, again)[0]
+    sealed = seal(cipher(key), sealing, versions, {0: b""}, {0: data_key}, derived)[0]
     found: dict[str, Any] = {
         "ciphertext": _ciphertext.encode(version, sealed),
         "key_version": version,

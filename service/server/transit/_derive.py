@@ -7,7 +7,10 @@ encryption).
 - The key for a ``context``: HKDF-SHA256 (RFC 5869) with the version's material as input
   keying material, no salt (HKDF's default: 32 zero bytes), ``info`` = the decoded context,
   the first ``key_len`` bytes of its output (OpenBao's ``kdf`` ``hkdf_sha256``, the only one
-  it makes for new keys).
+  it makes for new keys). A key imported with ``kdf`` ``hmac-sha256-counter`` (what OpenBao's
+  import gives a derived key) uses NIST SP 800-108's counter mode over HMAC-SHA256 as OpenBao
+  does (``sdk/helper/kdf``): HMAC-SHA256 keyed with the material of ``be32(0) || context ||
+  be32(256)``, 32 bytes, all it reads.
 - Convergent encryption (OpenBao's convergent version 3): the same HKDF output read on for 32
   more bytes, the nonce-HMAC key (its own per context: not the version's HMAC key); the nonce
   is the first 12 bytes of HMAC-SHA256 under it of the plaintext, and the ciphertext carries it
@@ -21,6 +24,9 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import struct
+
+from sealflow.service.keystore import KDF_COUNTER, KDF_HKDF
 
 from . import _ciphertext
 
@@ -29,9 +35,8 @@ MISSING_CONTEXT = (
     " additional, per-request information must be included in order to perform operations with"
     " the key"
 )
-KDF = "hkdf_sha256"
-CONVERGENT_VERSION = 3
 NONCE_KEY_LEN = 32
+_COUNTER_BITS = struct.pack(">I", 256)
 _ZERO_SALT = bytes(hashlib.sha256().digest_size)
 
 
@@ -39,10 +44,15 @@ class ContextError(ValueError):
     """A request that cannot have its key derived; the message is Transit's."""
 
 
-def derive(material: bytes, context: bytes, size: int) -> bytes:
-    """The first ``size`` bytes of HKDF-SHA256(material, salt none, info context)."""
+def derive(material: bytes, context: bytes, size: int, kdf: str = KDF_HKDF) -> bytes:
+    """The first ``size`` bytes of HKDF-SHA256(material, salt none, info context), or of the
+    counter mode's 32 (``kdf``: see the module docstring)."""
     if not context:
         raise ContextError(MISSING_CONTEXT)
+    if kdf == KDF_COUNTER:
+        if size > len(_ZERO_SALT):  # one HMAC's output; the key type refuses more (``make``)
+            raise ValueError(f"{KDF_COUNTER} makes 32 bytes, not {size}")
+        return hmac.digest(material, bytes(4) + context + _COUNTER_BITS, "sha256")[:size]
     prk = hmac.digest(_ZERO_SALT, material, "sha256")
     out, block, counter = b"", b"", 1
     while len(out) < size:
@@ -58,9 +68,16 @@ class ContextKey:
 
     __slots__ = ("aead", "nonce_key")
 
-    def __init__(self, material: bytes, context: bytes, key_len: int, convergent: bool) -> None:
+    def __init__(
+        self,
+        material: bytes,
+        context: bytes,
+        key_len: int,
+        convergent: bool,
+        kdf: str = KDF_HKDF,
+    ) -> None:
         extra = NONCE_KEY_LEN if convergent else 0
-        out = derive(material, context, key_len + extra)
+        out = derive(material, context, key_len + extra, kdf)
         self.aead = out[:key_len]
         self.nonce_key = out[key_len:] if convergent else None
 

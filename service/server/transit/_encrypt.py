@@ -52,7 +52,6 @@ from ._checks import (
     version_error,
     wanted_versions,
 )
-from ._crypto import Derivation
 from ._items import Reading, Request, items
 from ._leases import lease_items
 from ._wire import Body
@@ -266,8 +265,7 @@ class _Items:
         decoded = contexts(self.work, results)
         key = key_of(svc.store, name)
         wanted = wanted_versions(key, self.work, results)
-        derived = derivation(key, decoded, results)
-        self.derivation = None if derived is None else Derivation(derived, key.key_type.convergent)
+        self.derivation = derivation(key, decoded, results)
         self.aads = aads(self.work, results, offset)
         self.versions, self.materials = lease_items(
             svc, key, wanted, self.plaintexts, results, taken

@@ -17,6 +17,7 @@ import asyncio
 from sealflow.service.keystore import (
     HMAC_MAX_SIZE,
     HMAC_MIN_SIZE,
+    KDF_HKDF,
     SOFT_DELETED,
     InvalidRequest,
     KeyNotFound,
@@ -57,6 +58,8 @@ async def import_key(store: KeyStore, name: str, body: Body) -> None:
     convergent = _wire.as_bool(body, "convergent_encryption")
     if convergent and not derived:
         raise _wire.user_error("convergent encryption requires derivation to be enabled")
+    # sealflow's own field: OpenBao's import gives every derived key hmac-sha256-counter.
+    kdf = _wire.as_str(body, "kdf", KDF_HKDF) if derived else KDF_HKDF
     if _wire.as_str(body, "context", ""):
         raise _wire.user_error("context is not supported by sealflow")
     if _exists(store, name):
@@ -65,7 +68,7 @@ async def import_key(store: KeyStore, name: str, body: Body) -> None:
             " an existing imported key"
         )
     material = await _unwrap(store, ciphertext, body)
-    key_type = _type_of(kind, material, derived, convergent)
+    key_type = _type_of(kind, material, derived, convergent, kdf)
     await asyncio.to_thread(
         store.import_key,
         name,
@@ -135,7 +138,7 @@ async def _unwrap(store: KeyStore, ciphertext: str, body: Body) -> bytes:
 _IMPORTABLE = frozenset([*_keys.TYPES, "hmac"])
 
 
-def _type_of(kind: str, material: bytes, derived: bool, convergent: bool) -> KeyType:
+def _type_of(kind: str, material: bytes, derived: bool, convergent: bool, kdf: str) -> KeyType:
     """The imported key's type: an hmac key's size is its material's, as in Transit."""
     if kind == "hmac":
         if not HMAC_MIN_SIZE <= len(material) <= HMAC_MAX_SIZE:
@@ -145,7 +148,7 @@ def _type_of(kind: str, material: bytes, derived: bool, convergent: bool) -> Key
         size = 0
         _size(material, _keys.TYPES[kind].spec.key_len, kind)
     try:
-        return make_key_type(kind, size, derived, convergent)
+        return make_key_type(kind, size, derived, convergent, kdf)
     except InvalidRequest as exc:
         raise _wire.user_error(str(exc)) from None
 

@@ -16,6 +16,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from sealflow import engine
 from sealflow.engine import Algorithm
+from sealflow.service.keystore import KDF_COUNTER
 from sealflow.service.server.transit import _derive
 
 VECTORS = Path(__file__).resolve().parents[2] / "data" / "openbao" / "transit_derived.json"
@@ -49,6 +50,22 @@ def test_openbaos_derived_ciphertexts_open_and_convergent_ones_are_made_the_same
     if case["convergent"]:
         nonce = key.nonce_for(plaintext)
         assert nonce + engine.seal(alg, key.aead, nonce, aad, plaintext) == payload
+
+
+@pytest.mark.parametrize("case", _cases("hmac-sha256-counter"), ids=lambda c: c["type"])
+def test_openbaos_counter_mode_ciphertexts_open(case: dict[str, Any]) -> None:
+    """The keys OpenBao's import makes derived (``kdf`` ``hmac-sha256-counter``)."""
+    alg = _TYPES[case["type"]]
+    material, context = base64.b64decode(case["key"]), base64.b64decode(case["context"])
+    key = _derive.ContextKey(material, context, alg.spec.key_len, False, KDF_COUNTER)
+    payload = _payload(case["ciphertext"])
+    plaintext = base64.b64decode(case["plaintext"])
+    assert engine.open(alg, key.aead, payload[:12], b"", payload[12:]) == plaintext
+
+
+def test_the_counter_mode_makes_32_bytes_only() -> None:
+    with pytest.raises(ValueError, match="32 bytes"):
+        _derive.derive(bytes(32), b"c", 48, KDF_COUNTER)
 
 
 @pytest.mark.parametrize("size", [16, 32, 48, 64, 100])

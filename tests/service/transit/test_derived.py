@@ -289,3 +289,57 @@ def test_the_fast_answer_keeps_the_context_rule(make_server: Callable[..., Serve
         seen.append(answers)
     assert seen[0] == seen[1]  # the convergent ciphertext too, byte for byte
     assert seen[0][1] == (400, [MISSING])
+
+
+@pytest.mark.parametrize("kind", ["aes256-gcm96", "chacha20-poly1305"])
+def test_a_key_imported_derived_into_both_derives_as_openbaos_import_does(
+    openbao: hvac.Client, vault: hvac.Client, kind: str
+) -> None:
+    """OpenBao's import gives a derived key its legacy ``hmac-sha256-counter`` KDF; sealflow's
+    import takes that ``kdf``: the same material then opens both ways and reads alike."""
+    name, material = unique("legacy"), os.urandom(32)
+    fields = ("derived", "kdf", "kdf_mode", "convergent_encryption", "supports_derivation")
+    shown, sealed = [], {}
+    for client, extra in ((openbao, {}), (vault, {"kdf": "hmac-sha256-counter"})):
+        pem = client.read("transit/wrapping_key")["data"]["public_key"]
+        body = {"ciphertext": wrap(pem, material), "type": kind, "derived": True, **extra}
+        client.write_data(f"transit/keys/{name}/import", data=body)
+        data = client.secrets.transit.read_key(name)["data"]
+        shown.append({f: data.get(f, "absent") for f in fields})
+        answer = client.secrets.transit.encrypt_data(name, "", batch_input=batch(ITEMS))
+        sealed[client] = [r["ciphertext"] for r in answer["data"]["batch_results"]]
+    assert shown[0] == shown[1]
+    assert shown[0]["kdf"] == "hmac-sha256-counter"
+    for maker, opener in ((openbao, vault), (vault, openbao)):
+        items = [
+            {"ciphertext": c, "context": b64(context)}
+            for c, (_, context) in zip(sealed[maker], ITEMS, strict=True)
+        ]
+        opened = opener.secrets.transit.decrypt_data(name, "", batch_input=items)
+        results = opened["data"]["batch_results"]
+        assert [base64.b64decode(r["plaintext"]) for r in results] == [p for p, _ in ITEMS]
+
+
+def test_import_refuses_a_kdf_that_cannot_make_the_key(server: Server, vault: hvac.Client) -> None:
+    pem = vault.read("transit/wrapping_key")["data"]["public_key"]
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"kdf": "legacy"}, "unknown kdf legacy: hkdf_sha256 or hmac-sha256-counter"),
+        ({"kdf": "hmac-sha256-counter", "convergent_encryption": True}, "only for derived"),
+        ({"kdf": "hmac-sha256-counter", "type": "aes128-gcm96"}, "only for derived"),
+    ]
+    for fields, words in cases:
+        name = unique("bad")
+        size = 16 if fields.get("type") == "aes128-gcm96" else 32
+        body = {"ciphertext": wrap(pem, os.urandom(size)), "derived": True, **fields}
+        r = httpx.post(
+            f"{server.url}/v1/transit/keys/{name}/import",
+            json=body,
+            headers={"X-Vault-Token": server.token},
+            timeout=60,
+        )
+        assert r.status_code == 400, (fields, r.text)
+        assert words in r.json()["errors"][0]
+        absent = httpx.get(
+            f"{server.url}/v1/transit/keys/{name}", headers={"X-Vault-Token": server.token}
+        )
+        assert absent.status_code == 404
