@@ -17,7 +17,9 @@ encryption).
   as every Transit ciphertext does (``nonce || ciphertext || tag``).
 
 Every operation on a derived key goes through ``derive``: its material is never used as it is
-(the keystore's usage meter refuses it unless the caller says it derives).
+(the keystore's usage meter refuses it unless the caller says it derives). OpenBao derives a
+derived ed25519 key's signing seed the same way (the first 32 bytes of the HKDF output), but
+with Go's 64-byte private key (seed || public key) as the input keying material.
 """
 
 from __future__ import annotations
