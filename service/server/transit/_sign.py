@@ -24,7 +24,15 @@ from typing import Any
 
 import orjson
 
-from sealflow.service.keystore import SOFT_DELETED, KeyInfo, KeyNotFound, KeyStore, WouldWait
+from sealflow.service.keystore import (
+    KDF_HKDF,
+    MISSING_CONTEXT,
+    SOFT_DELETED,
+    KeyInfo,
+    KeyNotFound,
+    KeyStore,
+    WouldWait,
+)
 
 from .._state import Services
 from ..errors import ApiError
@@ -101,8 +109,11 @@ def _key(store: KeyStore, name: str, missing: str, verb: str, opts: Options) -> 
         raise _wire.user_error(missing) from None
     if not key.key_type.signs:
         raise _wire.user_error(f"key type {key.key_type.name} does not support {verb}")
-    if key.key_type.derived:  # its per-context key is not derived here: refused, never wrong
-        raise _wire.user_error(f"derived {key.key_type.name} keys are not supported by sealflow")
+    if key.key_type.derived and key.key_type.kdf != KDF_HKDF:  # Go would panic on its key
+        raise _wire.user_error(
+            f"derived {key.key_type.name} keys of kdf {key.key_type.kdf} are not supported by"
+            " sealflow"
+        )
     none = opts.hash_name == "none" and _signer.hashes_input(key.key_type.name)  # not ed25519
     if none and not (opts.prehashed and opts.algorithm == "pkcs1v15"):
         raise _wire.user_error(_NONE_NEEDS)
@@ -160,14 +171,24 @@ def _input(item: dict[str, str], kind: str, opts: Options) -> bytes:
     return data
 
 
-def _context(item: dict[str, str]) -> None:
-    """Decoded as OpenBao decodes it (and refused alike); no sealflow signing key is derived."""
+def _context(item: dict[str, str]) -> bytes:
+    """Decoded as OpenBao decodes it (and refused alike): a derived key's per-request input,
+    ignored by any other key."""
     raw = item.get("context", "")
-    if raw:
-        try:
-            b64decode(raw)
-        except CiphertextError:
-            raise _ItemError("failed to base64-decode context") from None
+    if not raw:
+        return b""
+    try:
+        return b64decode(raw)
+    except CiphertextError:
+        raise _ItemError("failed to base64-decode context") from None
+
+
+def _derived(key: KeyInfo, material: bytes, context: bytes) -> bytes:
+    """The private key a derived ed25519 key signs with for ``context`` (OpenBao's ``GetKey``),
+    refused in its words (an internal error: a 500 when single) without one."""
+    if not context:
+        raise _ItemError(f"error deriving key: {MISSING_CONTEXT}", 500)
+    return _signer.derived_ed25519(material, context)
 
 
 # -- sign
@@ -209,13 +230,18 @@ def _signed(store: KeyStore, name: str, opts: Options, version: int, fields: Bod
         found = results[0]
         if isinstance(found, _ItemError):
             raise found.single()
-        return 200, _wire.envelope({"signature": found[0], "key_version": found[1]})
+        answer: dict[str, Any] = {"signature": found[0], "key_version": found[1]}
+        if found[2]:  # a derived key's public key for the context, as OpenBao adds it
+            answer["public_key"] = b64encode(found[2])
+        return 200, _wire.envelope(answer)
     rows: list[dict[str, Any]] = []
     for item, found in zip(items, results, strict=True):
         if isinstance(found, _ItemError):
             row: dict[str, Any] = {"key_version": 0, "error": found.message}
         else:
             row = {"signature": found[0], "key_version": found[1]}
+            if found[2]:
+                row["publickey"] = b64encode(found[2])
         row["reference"] = item.get("reference", "")
         rows.append(row)
     return 200, _wire.envelope({"batch_results": rows})
@@ -223,20 +249,24 @@ def _signed(store: KeyStore, name: str, opts: Options, version: int, fields: Bod
 
 def _sign_one(
     store: KeyStore, key: KeyInfo, opts: Options, version: int, item: dict[str, str]
-) -> tuple[str, int] | _ItemError:
+) -> tuple[str, int, bytes] | _ItemError:
     kind = key.key_type.name
+    public = b""
     try:
         data = _input(item, kind, opts)
-        _context(item)
+        context = _context(item)
         number = _signing_version(key, version)
         material = _material(store, key, number)
+        if key.key_type.derived:
+            material = _derived(key, material, context)
+            public = _signer.ed25519_public(material)
         try:
             signature = _signer.sign(kind, material, data, opts)
         except SignError as exc:  # OpenBao's 500s; what sealflow cannot do, a 400
             raise _ItemError(exc.message, 400 if isinstance(exc, Unsupported) else 500) from None
     except _ItemError as exc:
         return exc
-    return f"{PREFIX}{number}:{_encode(signature, opts)}", number
+    return f"{PREFIX}{number}:{_encode(signature, opts)}", number, public
 
 
 def _signing_version(key: KeyInfo, version: int) -> int:
@@ -307,11 +337,13 @@ def _verify_one(
         signature = item.get("signature")
         if signature is None:
             raise _ItemError("missing signature")
-        _context(item)
+        context = _context(item)
         if key.soft_deleted:
             raise _ItemError(SOFT_DELETED)
         version, raw = _parse(key, signature, opts)
         material = _material(store, key, version)
+        if key.key_type.derived:
+            material = _derived(key, material, context)
         try:
             return _signer.verify(kind, material, data, raw, opts)
         except SignError as exc:

@@ -25,6 +25,7 @@ from typing import Literal
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa, utils
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 HASHES: dict[str, type[hashes.HashAlgorithm] | None] = {
     "none": None,
@@ -176,6 +177,18 @@ def verify(kind: str, material: bytes, message: bytes, signature: bytes, options
     except (InvalidSignature, ValueError):
         return False
     return True
+
+
+def derived_ed25519(material: bytes, context: bytes) -> bytes:
+    """A derived ed25519 key's private key for ``context``, as OpenBao derives it: the seed is
+    the first 32 bytes of HKDF-SHA256 (no salt, info = the context) of Go's 64-byte private
+    key (the version's seed and its public key)."""
+    public = _ed25519(material).public_key().public_bytes_raw()
+    return HKDF(hashes.SHA256(), 32, None, context).derive(material + public)
+
+
+def ed25519_public(material: bytes) -> bytes:
+    return _ed25519(material).public_key().public_bytes_raw()
 
 
 def oaep_encrypt(material: bytes, plaintext: bytes) -> bytes:

@@ -427,3 +427,34 @@ def test_a_sign_batch_is_bounded_as_every_transit_batch(make_server: Any) -> Non
         }
     finally:
         side.http.close()
+
+
+def test_derived_ed25519_signatures_are_identical_under_shared_material(
+    sides: tuple[Side, Side],
+) -> None:
+    """A derived ed25519 key signs with a key derived from each context, as OpenBao derives it
+    (HKDF-SHA256 of Go's 64-byte private key): the same signature and public key on both."""
+    theirs, ours = sides
+    name = unique("derived-ed25519")
+    theirs.data(f"keys/{name}", {"type": "ed25519", "exportable": True, "derived": True})
+    pkcs8 = base64.b64decode(theirs.data(f"export/signing-key/{name}/1?format=der")["keys"]["1"])
+    pem = ours.data("wrapping_key")["public_key"]
+    body = {"type": "ed25519", "ciphertext": wrap(pem, pkcs8), "derived": True}
+    answer = ours.post(f"keys/{name}/import", {**body, "kdf": "hkdf_sha256"})
+    assert answer.status_code == 204, answer.text
+    for context in (b"tenant-1", b"tenant-2"):
+        request = {"input": INPUT, "context": b64(context)}
+        signed = [side.data(f"sign/{name}", request) for side in sides]
+        assert signed[1] == signed[0]
+        assert signed[0]["public_key"]
+        for side in sides:
+            valid = side.data(f"verify/{name}", {**request, "signature": signed[0]["signature"]})
+            assert valid == {"valid": True}
+    batch = {"batch_input": [{"input": INPUT, "context": b64(b"t"), "reference": "r"}]}
+    assert ours.data(f"sign/{name}", batch) == theirs.data(f"sign/{name}", batch)
+    for path, extra in (("sign", {}), ("verify", {"signature": "vault:v1:AAAA"})):
+        refused = [side.post(f"{path}/{name}", {"input": INPUT, **extra}) for side in sides]
+        assert (refused[1].status_code, refused[1].json()) == (
+            refused[0].status_code,
+            refused[0].json(),
+        )
