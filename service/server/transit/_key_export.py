@@ -31,7 +31,8 @@ _NONE = s.NoEncryption()
 
 
 def export(store: KeyStore, kind: str, name: str, version: str | None, form: str) -> bytes:
-    """The answer of ``export/<kind>/:name[/:version]`` (``kind`` one of ``TYPES``)."""
+    """The answer of ``export/<kind>/:name[/:version]`` (``kind`` one of ``TYPES``, or
+    ``encryption-key`` of an RSA key: its private key, as OpenBao exports it)."""
     if form not in FORMATS:
         raise _wire.user_error(f"invalid format: {form}")
     try:
@@ -39,7 +40,8 @@ def export(store: KeyStore, kind: str, name: str, version: str | None, form: str
     except KeyNotFound:
         _public.refuse(store, name, "export")
         raise _wire.not_found() from None
-    if kind == "signing-key" and not key.exportable:
+    private = kind != "public-key"
+    if private and not key.exportable:
         raise _wire.user_error("private key material is not exportable")
     if key.soft_deleted:
         raise _internal(SOFT_DELETED)
@@ -55,7 +57,8 @@ def export(store: KeyStore, kind: str, name: str, version: str | None, form: str
         if number not in {v.version for v in key.versions}:
             raise _wire.user_error("version does not exist or cannot be found")
         numbers = [number]
-    keys = {str(n): encoded(type_name, kind, _material(store, key, n), form) for n in numbers}
+    as_kind = "signing-key" if private else kind  # an RSA key's encryption key is the same
+    keys = {str(n): encoded(type_name, as_kind, _material(store, key, n), form) for n in numbers}
     return _wire.envelope({"keys": keys, "name": name, "type": type_name})
 
 

@@ -363,7 +363,8 @@ class Transit:
             )
         if kind == "export":
             _allow("export", token, name)
-            if parts[1] in _key_export.TYPES:
+            rsa = parts[1] == "encryption-key" and _oaep.is_rsa(store, name)
+            if parts[1] in _key_export.TYPES or rsa:
                 return 200, await _export_keys(store, parts, name, scope["query_string"])
             version = parts[3] if len(parts) == 4 else None
             return 200, await asyncio.to_thread(_keys.export, store, parts[1], name, version)

@@ -332,6 +332,17 @@ def _private_numbers(text: str, form: str) -> Any:
     )
 
 
+@pytest.mark.parametrize("form", ["", "der", "pem"])
+def test_an_rsa_keys_encryption_key_is_its_private_key_as_openbao_exports_it(
+    sides: tuple[Side, Side], form: str
+) -> None:
+    name = _shared_once(sides, "rsa-2048")
+    query = f"?format={form}" if form else ""
+    theirs, ours = (side.data(f"export/encryption-key/{name}{query}") for side in sides)
+    assert ours["type"] == theirs["type"] == "rsa-2048"
+    assert _private_numbers(ours["keys"]["1"], form) == _private_numbers(theirs["keys"]["1"], form)
+
+
 @pytest.mark.parametrize(
     "path",
     [
