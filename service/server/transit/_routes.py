@@ -61,6 +61,7 @@ from . import (
     _oaep,
     _public,
     _sign,
+    _signer,
     _sys,
     _token_routes,
     _utility,
@@ -373,7 +374,9 @@ class Transit:
             return 200, _backup.backup(store, name)
         body = await _read(receive, limit, hold, log) if method in _WRITE else b""
         if kind == "trim":
-            return 200, await _lifecycle.trim(store, name, _wire.parse(body, hold))
+            trimmed = await _lifecycle.trim(store, name, _wire.parse(body, hold))
+            _signer.forget()  # a removed version's private key: not kept in a cache either
+            return 200, trimmed
         if kind == "soft-delete":
             return await _lifecycle.soft_delete(store, name)
         if kind == "soft-delete-restore":
@@ -383,6 +386,7 @@ class Transit:
         if method == "DELETE":
             await _keys.delete(store, name)
             svc.usage.forget(name)  # sealings this process holds for it are not a new key's
+            _signer.forget()  # nor its private keys
             return 204, b""
         fields = _wire.parse(body, hold)
         if _keys.asks_export(fields):  # checked before a field is, so a refusal writes nothing
