@@ -191,7 +191,7 @@ class KeyStoreHealth:
     fallbacks: int  # times notifications were lost and polling took over
 
 
-SCOPE_RE = re.compile(r"admin|(?:encrypt|decrypt|export):[A-Za-z0-9._*?\[\]!-]{1,64}")
+SCOPE_RE = re.compile(r"admin|(?:encrypt|decrypt|export|hmac):[A-Za-z0-9._*?\[\]!-]{1,64}")
 
 # Key names: the native rule (``envelope.NAME_RE``, what an envelope can carry), or Vault's rule
 # ``\w(([\w-.]+)?\w)?`` with ASCII ``\w`` as Go reads it, for keys made through Transit (usable

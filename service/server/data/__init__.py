@@ -6,13 +6,25 @@ single-shot request that arrived whole is answered by the transfer's own whole-b
 from the ASGI path or from the protocol's fast answer alike (``answer``).
 """
 
-from ._routes import DECRYPT_ANY_ROUTE, ENCRYPT_ROUTE, OPENAPI_PATHS, Route, answer, match, serve
+from ._routes import (
+    DECRYPT_ANY_ROUTE,
+    ENCRYPT_ROUTE,
+    HMAC_ROUTE,
+    OPENAPI_PATHS,
+    VERIFY_ROUTE,
+    Route,
+    answer,
+    match,
+    serve,
+)
 from ._transfer import WHOLE_MAX
 
 __all__ = [
     "DECRYPT_ANY_ROUTE",
     "ENCRYPT_ROUTE",
+    "HMAC_ROUTE",
     "OPENAPI_PATHS",
+    "VERIFY_ROUTE",
     "WHOLE_MAX",
     "Route",
     "answer",

@@ -40,12 +40,13 @@ from .._logging import AccessRecord
 from .._state import Services
 from ..errors import ApiError
 from ..http import Head
+from . import _hmac
 from ._records import DecryptRecords, EncryptRecords
 from ._transfer import Decrypt, Encrypt, Resolve, Transfer
 
 MAX_AAD = 8192
 _KEYS = "/v1/keys/"
-_ENCRYPT, _DECRYPT = "/encrypt", "/decrypt"
+_ENCRYPT, _DECRYPT, _HMAC, _VERIFY = "/encrypt", "/decrypt", "/hmac", "/verify"
 # The query string: the mode and its name in the access log.
 _MODES = {
     b"": (Mode.STREAM, "stream"),
@@ -56,17 +57,21 @@ _RECORDS = b"mode=records"  # batches of small records (_records), both directio
 
 
 class Route:
-    """What the access log and metrics call a data route (scope["route"])."""
+    """What the access log and metrics call a data route (scope["route"]), and what the audit
+    record calls its requests."""
 
-    __slots__ = ("path",)
+    __slots__ = ("operation", "path")
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, operation: str) -> None:
         self.path = path
+        self.operation = operation
 
 
-ENCRYPT_ROUTE = Route("/v1/keys/{name}/encrypt")
-DECRYPT_ROUTE = Route("/v1/keys/{name}/decrypt")
-DECRYPT_ANY_ROUTE = Route("/v1/decrypt")
+ENCRYPT_ROUTE = Route("/v1/keys/{name}/encrypt", "encrypt")
+DECRYPT_ROUTE = Route("/v1/keys/{name}/decrypt", "decrypt")
+DECRYPT_ANY_ROUTE = Route("/v1/decrypt", "decrypt")
+HMAC_ROUTE = Route("/v1/keys/{name}/hmac", "hmac")
+VERIFY_ROUTE = Route("/v1/keys/{name}/verify", "verify")
 
 
 def match(path: str) -> Route | None:
@@ -78,6 +83,10 @@ def match(path: str) -> Route | None:
             return ENCRYPT_ROUTE
         if path.endswith(_DECRYPT):
             return DECRYPT_ROUTE
+        if path.endswith(_HMAC):
+            return HMAC_ROUTE
+        if path.endswith(_VERIFY):
+            return VERIFY_ROUTE
     return None
 
 
@@ -145,6 +154,8 @@ def _refused(error: ApiError, head: Head, log: AccessRecord) -> errors.Whole:
 def _prepare(
     svc: Services, route: Route, token: TokenInfo, head: Head, log: AccessRecord
 ) -> Transfer:
+    if route is HMAC_ROUTE or route is VERIFY_ROUTE:
+        return _prepare_mac(svc, route, token, head, log)
     aad = b"" if head.x_aad is None else _aad(head.x_aad)
     length, duplex = head.length, head.duplex
     records = head.query == _RECORDS
@@ -183,6 +194,34 @@ def _prepare(
     log.key, log.version, log.mode = name, lease.version, mode_name
     prefix = lease_prefix(mode, lease)
     return Encrypt(svc, log, aad, length, duplex, lease, prefix, mode)
+
+
+def _prepare_mac(
+    svc: Services, route: Route, token: TokenInfo, head: Head, log: AccessRecord
+) -> Transfer:
+    """An HMAC or verify request (``_hmac``): scope, query, tag and key, from the head."""
+    path = head.path
+    name = path[len(_KEYS) : path.rindex("/")]
+    _auth.require(token, "hmac", name)
+    if head.x_aad is not None:
+        raise errors.bad_request("an HMAC binds no X-AAD: send the data in the body")
+    asked = _hmac.options(head.query)
+
+    def lookup(version: int | None) -> tuple[KeyInfo, bytes]:
+        return key_version(svc.store, name, version)
+
+    if route is VERIFY_ROUTE:
+        if asked.records:
+            raise errors.bad_request("verify takes one body and one tag (no mode=records)")
+        tag, named = _hmac.presented_tag(head)
+        if named is not None and asked.version not in (None, named):
+            raise errors.bad_request("the tag and the query name different versions")
+        key = _hmac.mac_key(lookup, asked.digest, named or asked.version)
+        return _hmac.MacVerify(svc, log, key, tag)
+    key = _hmac.mac_key(lookup, asked.digest, asked.version)
+    if asked.records:
+        return _hmac.MacRecords(svc, log, key, head.duplex)
+    return _hmac.MacBody(svc, log, key)
 
 
 def lease_prefix(mode: Mode, lease: Lease) -> bytes:

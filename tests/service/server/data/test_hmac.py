@@ -1,0 +1,225 @@
+"""HMAC on the native API: ``POST /v1/keys/{name}/hmac`` (a body, or ``mode=records``) and
+``/verify``, against a real server; every tag checked against Python's ``hmac`` under the
+key version's HMAC key, computed here from the exported material (docs/API.md, "HMAC")."""
+
+from __future__ import annotations
+
+import base64
+import hmac
+import os
+import struct
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from tests.service.conftest import Server, exported_key
+from tests.service.server.test_auth import code, new_token
+from tests.service.server.test_client_address import access
+
+KEY = "t-aes256"
+HASHLIB = {
+    "sha2-224": "sha224",
+    "sha2-256": "sha256",
+    "sha2-384": "sha384",
+    "sha2-512": "sha512",
+    "sha3-224": "sha3_224",
+    "sha3-256": "sha3_256",
+    "sha3-384": "sha3_384",
+    "sha3-512": "sha3_512",
+}
+
+
+def framed(records: list[bytes]) -> bytes:
+    return b"".join(struct.pack(">I", len(r)) + r for r in records)
+
+
+def unframe(body: bytes) -> list[bytes]:
+    out, pos = [], 0
+    while pos < len(body):
+        (n,) = struct.unpack_from(">I", body, pos)
+        out.append(body[pos + 4 : pos + 4 + n])
+        pos += 4 + n
+    assert pos == len(body)
+    return out
+
+
+@pytest.fixture(scope="module")
+def mac_client(server: Server) -> Iterator[httpx.Client]:
+    """A token with ``hmac`` on the test keys, and nothing else."""
+    with server.client(new_token(server, "hmac:t-*", label="hmac-tests")) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def secret(server: Server) -> bytes:
+    """The latest version's HMAC key of KEY, from its exported material."""
+    with server.client() as admin:
+        version = admin.get(f"/v1/keys/{KEY}").json()["latest"]
+        material = exported_key(admin, KEY, version)
+    return material
+
+
+def expected(secret: bytes, data: bytes, algorithm: str = "sha2-256") -> bytes:
+    return hmac.digest(secret, data, HASHLIB[algorithm])
+
+
+@pytest.mark.parametrize("algorithm", list(HASHLIB))
+def test_hmac_of_a_body_is_pythons(mac_client: httpx.Client, secret: bytes, algorithm: str) -> None:
+    body = b"alice@example.com"
+    r = mac_client.post(f"/v1/keys/{KEY}/hmac?algorithm={algorithm}", content=body)
+    assert r.status_code == 200, r.text
+    assert r.content == expected(secret, body, algorithm)
+    assert r.headers["content-type"] == "application/octet-stream"
+    assert int(r.headers["sealflow-key-version"]) >= 1
+
+
+def test_the_default_digest_is_sha2_256(mac_client: httpx.Client, secret: bytes) -> None:
+    r = mac_client.post(f"/v1/keys/{KEY}/hmac", content=b"")
+    assert r.content == expected(secret, b"")
+
+
+def test_a_body_in_many_pieces_has_the_tag_of_the_whole(
+    mac_client: httpx.Client, secret: bytes
+) -> None:
+    pieces = [os.urandom(100_000) for _ in range(30)]  # chunked, about 3 MB
+    r = mac_client.post(f"/v1/keys/{KEY}/hmac?algorithm=sha2-512", content=iter(pieces))
+    assert r.status_code == 200, r.text
+    assert r.content == expected(secret, b"".join(pieces), "sha2-512")
+
+
+def test_verify_answers_valid_for_the_tag_and_invalid_for_a_tampered_one(
+    mac_client: httpx.Client, secret: bytes
+) -> None:
+    body = b"order-17"
+    tag = expected(secret, body)
+    url = f"/v1/keys/{KEY}/verify"
+    good = mac_client.post(
+        url, content=body, headers={"sealflow-hmac": base64.b64encode(tag).decode()}
+    )
+    assert good.status_code == 200, good.text
+    assert good.json() == {"valid": True}
+    tampered = bytes([tag[0] ^ 1]) + tag[1:]
+    for bad_tag, bad_body in ((tampered, body), (tag, b"order-18"), (tag[:-1], body)):
+        headers = {"sealflow-hmac": base64.b64encode(bad_tag).decode()}
+        r = mac_client.post(url, content=bad_body, headers=headers)
+        assert r.status_code == 200, r.text
+        assert r.json() == {"valid": False}
+
+
+def test_verify_takes_transit_tags_and_their_version(
+    mac_client: httpx.Client, secret: bytes
+) -> None:
+    version = int(
+        mac_client.post(f"/v1/keys/{KEY}/hmac", content=b"x").headers["sealflow-key-version"]
+    )
+    text = f"vault:v{version}:" + base64.b64encode(expected(secret, b"x", "sha3-256")).decode()
+    r = mac_client.post(
+        f"/v1/keys/{KEY}/verify?algorithm=sha3-256", content=b"x", headers={"sealflow-hmac": text}
+    )
+    assert r.json() == {"valid": True}
+    assert r.headers["sealflow-key-version"] == str(version)
+    gone = f"vault:v{version + 100}:" + text.split(":")[2]
+    r = mac_client.post(f"/v1/keys/{KEY}/verify", content=b"x", headers={"sealflow-hmac": gone})
+    assert r.status_code == 404, r.text
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [{}, {"sealflow-hmac": "not base64!"}],
+    ids=["missing", "not-base64"],
+)
+def test_verify_without_a_readable_tag_is_400(
+    mac_client: httpx.Client, headers: dict[str, str]
+) -> None:
+    r = mac_client.post(f"/v1/keys/{KEY}/verify", content=b"x", headers=headers)
+    assert r.status_code == 400
+    assert code(r) == "bad_request"
+
+
+def test_records_get_one_framed_tag_each(mac_client: httpx.Client, secret: bytes) -> None:
+    records = [b"", b"a", os.urandom(100), os.urandom(5000)] + [os.urandom(100)] * 3000
+    r = mac_client.post(f"/v1/keys/{KEY}/hmac?mode=records", content=framed(records))
+    assert r.status_code == 200, r.text
+    assert unframe(r.content) == [expected(secret, rec) for rec in records]
+    assert int(r.headers["sealflow-key-version"]) >= 1
+
+
+@pytest.mark.parametrize("duplex", [False, True])
+def test_a_large_batch_streams_through_several_engine_calls(
+    mac_client: httpx.Client, secret: bytes, duplex: bool
+) -> None:
+    records = [os.urandom(100) for _ in range(20_000)]  # about 2 MB: many 256 KiB batches
+    body = framed(records)
+    pieces = [body[i : i + 65_536] for i in range(0, len(body), 65_536)]
+    headers = {"sealflow-duplex": "1"} if duplex else {}
+    r = mac_client.post(
+        f"/v1/keys/{KEY}/hmac?mode=records&algorithm=sha3-256",
+        content=iter(pieces),
+        headers=headers,
+    )
+    assert r.status_code == 200, r.text
+    assert unframe(r.content) == [expected(secret, rec, "sha3-256") for rec in records]
+
+
+def test_a_batch_that_ends_inside_a_record_is_400(mac_client: httpx.Client) -> None:
+    r = mac_client.post(f"/v1/keys/{KEY}/hmac?mode=records", content=b"\0\0\0\x05abc")
+    assert r.status_code == 400
+    assert code(r) == "bad_request"
+
+
+def test_without_the_hmac_scope_every_route_is_403(server: Server) -> None:
+    # The root token has admin and every encrypt, decrypt and export scope, not hmac.
+    with server.client() as root:
+        for path in ("hmac", "hmac?mode=records", "verify"):
+            r = root.post(f"/v1/keys/{KEY}/{path}", content=b"", headers={"sealflow-hmac": "AA"})
+            assert r.status_code == 403, (path, r.text)
+            assert code(r) == "forbidden"
+    narrow = new_token(server, "hmac:orders", label="hmac-narrow")
+    with server.client(narrow) as other:
+        r = other.post(f"/v1/keys/{KEY}/hmac", content=b"x")
+        assert r.status_code == 403
+
+
+@pytest.mark.parametrize(
+    ("query", "headers", "status", "error"),
+    [
+        ("?algorithm=md5", {}, 400, "bad_request"),
+        ("?algorithm=sha2-256&algorithm=sha2-512", {}, 400, "bad_request"),
+        ("?mode=single", {}, 400, "bad_request"),
+        ("?version=0", {}, 400, "bad_request"),
+        ("?version=99", {}, 404, "key_not_found"),
+        ("?colour=red", {}, 400, "bad_request"),
+        ("", {"x-aad": "YWJj"}, 400, "bad_request"),
+    ],
+)
+def test_refusals_from_the_head(
+    mac_client: httpx.Client, query: str, headers: dict[str, str], status: int, error: str
+) -> None:
+    r = mac_client.post(f"/v1/keys/{KEY}/hmac{query}", content=b"x", headers=headers)
+    assert r.status_code == status, r.text
+    assert code(r) == error
+
+
+def test_an_unknown_key_is_404(mac_client: httpx.Client) -> None:
+    r = mac_client.post("/v1/keys/t-nonesuch/hmac", content=b"x")
+    assert r.status_code == 404
+    assert code(r) == "key_not_found"
+
+
+def test_the_access_log_names_key_version_and_mode(
+    server: Server, mac_client: httpx.Client
+) -> None:
+    rid = "hmac-records-log-1"
+    r = mac_client.post(
+        f"/v1/keys/{KEY}/hmac?mode=records",
+        content=framed([b"a", b"b"]),
+        headers={"x-request-id": rid},
+    )
+    assert r.status_code == 200
+    (line,) = access(server, [rid])
+    assert line["route"] == "/v1/keys/{name}/hmac"
+    assert line["key"] == KEY
+    assert line["mode"] == "records"
+    assert line["records"] == 2
+    assert line["version"] == int(r.headers["sealflow-key-version"])
