@@ -62,8 +62,13 @@ class Options:
     records: bool = False
 
 
+_DEFAULTS = Options()
+
+
 def options(query: bytes) -> Options:
     """The query of an HMAC request, or 400: each parameter at most once, nothing else."""
+    if not query:
+        return _DEFAULTS
     try:
         pairs = parse_qsl(query.decode("ascii"), keep_blank_values=True, strict_parsing=True)
     except (UnicodeDecodeError, ValueError):

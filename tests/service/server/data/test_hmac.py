@@ -6,14 +6,19 @@ from __future__ import annotations
 
 import base64
 import hmac
+import json
 import os
 import struct
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
+import jsonschema_rs
 import pytest
 
-from tests.service.conftest import Server, exported_key
+from sealflow.service.audit import SCHEMA
+from tests.service.conftest import Server, exported_key, start_server
+from tests.service.server.test_audit_trail import records, verify
 from tests.service.server.test_auth import code, new_token
 from tests.service.server.test_client_address import access
 
@@ -223,3 +228,35 @@ def test_the_access_log_names_key_version_and_mode(
     assert line["mode"] == "records"
     assert line["records"] == 2
     assert line["version"] == int(r.headers["sealflow-key-version"])
+
+
+def test_audit_records_name_the_operation_key_version_and_records(tmp_path: Path) -> None:
+    audit = tmp_path / "audit.jsonl"
+    srv = start_server(tmp_path / "data", audit_file=audit)
+    try:
+        token = new_token(srv, "hmac:default", label="blind-index")
+        with srv.client(token) as c:
+            one = c.post("/v1/keys/default/hmac", content=b"alice")
+            tag = base64.b64encode(one.content).decode()
+            c.post("/v1/keys/default/verify", content=b"alice", headers={"sealflow-hmac": tag})
+            c.post("/v1/keys/default/hmac?mode=records", content=framed([b"a", b"b", b"c"]))
+        with srv.client() as root:  # no hmac scope: refused, and on record
+            assert root.post("/v1/keys/default/hmac", content=b"x").status_code == 403
+    finally:
+        srv.stop()
+    done = verify(audit, srv)
+    assert done.returncode == 0, done.stderr
+    validator = jsonschema_rs.validator_for(json.loads(SCHEMA.read_text()))
+    found = [r for r in records(audit) if r.get("route", "").startswith("/v1/keys/{name}/")]
+    for record in found:
+        validator.validate(record)
+    got = [(r["operation"], r.get("mode"), r.get("records"), r["status"]) for r in found]
+    assert got == [
+        ("hmac", None, None, 200),
+        ("verify", None, None, 200),
+        ("hmac", "records", 3, 200),
+        ("hmac", None, None, 403),
+    ]
+    assert all(r["key"] == "default" for r in found)
+    assert [r.get("version") for r in found[:3]] == [1, 1, 1]
+    assert "alice" not in audit.read_text()
