@@ -22,7 +22,7 @@ from typing import Any
 
 from starlette.types import Receive, Scope, Send
 
-from sealflow.engine import Algorithm
+from sealflow.engine import Algorithm, Digest
 from sealflow.service.envelope import Mode, Prefix, valid_name
 from sealflow.service.keystore import (
     KeyInfo,
@@ -359,14 +359,49 @@ _MODE = {
 }
 
 
-def _operation(summary: str, parameters: list[dict[str, Any]]) -> dict[str, Any]:
+_ALGORITHM = {
+    "name": "algorithm",
+    "in": "query",
+    "required": False,
+    "schema": {"type": "string", "enum": [d.value for d in Digest], "default": "sha2-256"},
+}
+_VERSION = {
+    "name": "version",
+    "in": "query",
+    "required": False,
+    "description": "the key version (default: the latest)",
+    "schema": {"type": "integer", "minimum": 1},
+}
+_HMAC_MODE = {
+    "name": "mode",
+    "in": "query",
+    "required": False,
+    "description": "records: one tag per u32-length-framed record, framed the same way",
+    "schema": {"type": "string", "enum": ["records"]},
+}
+_TAG = {
+    "name": "Sealflow-HMAC",
+    "in": "header",
+    "required": True,
+    "description": "the tag, base64, or Transit's vault:v<N>:<base64>",
+    "schema": {"type": "string"},
+}
+_VERDICT = {
+    "content": {"application/json": {"example": {"valid": True}}},
+    "description": "whether the tag is the body's HMAC under that key version",
+}
+
+
+def _operation(
+    summary: str, parameters: list[dict[str, Any]], ok: dict[str, Any] | None = None
+) -> dict[str, Any]:
     return {
         "post": {
             "tags": ["data"],
             "summary": summary,
             "parameters": parameters,
             "requestBody": {"required": True, "content": _RAW},
-            "responses": _RESPONSES,
+            "responses": _RESPONSES if ok is None else {**_RESPONSES, "200": ok},
             "security": [{"HTTPBearer": []}],
         }
     }
@@ -382,5 +417,13 @@ OPENAPI_PATHS = {
     ),
     DECRYPT_ANY_ROUTE.path: _operation(
         "Open an envelope under the key its prefix names", [_AAD, _DUPLEX]
+    ),
+    HMAC_ROUTE.path: _operation(
+        "HMAC of the body (or of each record) under a key version",
+        [_NAME, _ALGORITHM, _VERSION, _HMAC_MODE, _DUPLEX],
+        {"content": _RAW, "description": "the tag (or framed tags); Sealflow-Key-Version"},
+    ),
+    VERIFY_ROUTE.path: _operation(
+        "Check a tag against the body", [_NAME, _ALGORITHM, _VERSION, _TAG], _VERDICT
     ),
 }
