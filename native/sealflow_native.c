@@ -20,6 +20,7 @@
 #include <openssl/opensslv.h>
 #include <openssl/params.h>
 #include <openssl/rand.h>
+#include <openssl/sha.h>
 
 #include "sealflow_native.h"
 
@@ -1117,67 +1118,149 @@ done:
 /*
  * HMAC (RFC 2104) of many records under one key: the hashes of key^ipad and key^opad are
  * computed once per call, and each record's HMAC starts from copies of them (two digest
- * blocks saved per record; EVP_MAC re-initialised per record took 450 ns for 100 bytes with
- * SHA-256 against 389 ns here, EVP_MAC_CTX_dup 1.3 us: docs/BENCHMARKS.md, "HMAC of
- * records"). Through EVP_MD, so the SHA-3 digests take the same path as SHA-2.
+ * blocks saved per record). SHA-2 copies plain SHA256_CTX/SHA512_CTX states through the
+ * low-level API: deprecated since OpenSSL 3.0 but kept in every 3.x, and per 100-byte record
+ * 255 ns against 389 ns for EVP_MD_CTX_copy_ex (which frees and allocates the provider's state
+ * on every copy) and 450 ns for an EVP_MAC re-initialised per record (docs/BENCHMARKS.md,
+ * "HMAC of records"). SHA-3 has no such API: it goes through EVP_MD.
  */
 int sf_digest_size(int digest)
 {
     return digest < 0 || digest >= SF_DIGESTS ? 0 : EVP_MD_get_size(sf_digests[digest]);
 }
 
-/* The digest contexts holding hash(key^ipad) and hash(key^opad), and one to work in. */
-typedef struct {
-    EVP_MD_CTX *inner, *outer, *work;
-} sf_hmac_ctx;
+/* Indices below this are SHA-2 (SHA2-224 and -256 on SHA256_CTX, -384 and -512 on SHA512_CTX). */
+#define SF_SHA2_DIGESTS 4
 
-static void sf_hmac_free(sf_hmac_ctx *h)
+/* The key as HMAC's block: hashed first if longer than the block, then zero-padded. */
+static int sf_hmac_block(const EVP_MD *md, const unsigned char *key, size_t keylen,
+                         unsigned char block[SF_MAX_BLOCK])
 {
-    EVP_MD_CTX_free(h->inner); /* each frees (and the provider wipes) its digest state */
-    EVP_MD_CTX_free(h->outer);
-    EVP_MD_CTX_free(h->work);
-}
-
-static int sf_hmac_prepare(sf_hmac_ctx *h, const EVP_MD *md, const unsigned char *key,
-                           size_t keylen)
-{
-    unsigned char block[SF_MAX_BLOCK];
     const size_t bs = (size_t)EVP_MD_get_block_size(md);
     unsigned int n;
-    int rc = SF_ERR_OPENSSL;
-
-    memset(block, 0, sizeof(block));
-    if ((h->inner = EVP_MD_CTX_new()) == NULL || (h->outer = EVP_MD_CTX_new()) == NULL ||
-        (h->work = EVP_MD_CTX_new()) == NULL)
-        goto done;
-    if (keylen > bs) { /* a long key is hashed first (RFC 2104, section 2) */
-        if (!EVP_DigestInit_ex2(h->work, md, NULL) || !EVP_DigestUpdate(h->work, key, keylen) ||
-            !EVP_DigestFinal_ex(h->work, block, &n))
-            goto done;
-    } else if (keylen > 0) {
-        memcpy(block, key, keylen);
+    memset(block, 0, SF_MAX_BLOCK);
+    if (keylen <= bs) {
+        if (keylen > 0)
+            memcpy(block, key, keylen);
+        return SF_OK;
     }
-    for (size_t i = 0; i < bs; i++)
-        block[i] ^= 0x36;
-    if (!EVP_DigestInit_ex2(h->inner, md, NULL) || !EVP_DigestUpdate(h->inner, block, bs))
-        goto done;
-    for (size_t i = 0; i < bs; i++)
-        block[i] ^= 0x36 ^ 0x5c;
-    if (!EVP_DigestInit_ex2(h->outer, md, NULL) || !EVP_DigestUpdate(h->outer, block, bs))
-        goto done;
-    rc = SF_OK;
-done:
-    OPENSSL_cleanse(block, sizeof(block));
-    return rc;
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    int ok = ctx != NULL && EVP_DigestInit_ex2(ctx, md, NULL) &&
+             EVP_DigestUpdate(ctx, key, keylen) && EVP_DigestFinal_ex(ctx, block, &n);
+    EVP_MD_CTX_free(ctx);
+    return ok ? SF_OK : SF_ERR_OPENSSL;
 }
 
-static int sf_hmac_one(sf_hmac_ctx *h, const unsigned char *in, size_t len, unsigned char *tag)
+/* Where each record's input and output are: the loops below share this walk. */
+typedef struct {
+    const unsigned char *src;
+    unsigned char *dst;
+    size_t inhdr, mdlen;
+    int out_framed;
+} sf_walk;
+
+static unsigned char *sf_walk_next(sf_walk *w, size_t len, const unsigned char **in)
 {
-    unsigned char inner[SF_MAX_MD];
+    unsigned char *tag;
+    *in = w->src + w->inhdr;
+    w->src = *in + len;
+    if (w->out_framed) {
+        sf_put_be32(w->dst, (uint32_t)w->mdlen);
+        w->dst += SF_FRAME_LEN;
+    }
+    tag = w->dst;
+    w->dst += w->mdlen;
+    return tag;
+}
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+static int sf_hmac_sha256(int digest, unsigned char block[SF_MAX_BLOCK], const uint32_t *lens,
+                          size_t count, sf_walk *w)
+{
+    SHA256_CTX inner, outer, work;
+    unsigned char mid[SHA256_DIGEST_LENGTH];
+    const unsigned char *in;
+    int (*init)(SHA256_CTX *) = digest == 0 ? SHA224_Init : SHA256_Init;
+    int ok = init(&inner) && init(&outer);
+
+    for (size_t i = 0; i < SHA256_CBLOCK; i++)
+        block[i] ^= 0x36;
+    ok = ok && SHA256_Update(&inner, block, SHA256_CBLOCK);
+    for (size_t i = 0; i < SHA256_CBLOCK; i++)
+        block[i] ^= 0x36 ^ 0x5c;
+    ok = ok && SHA256_Update(&outer, block, SHA256_CBLOCK);
+    for (size_t i = 0; ok && i < count; i++) {
+        unsigned char *tag = sf_walk_next(w, lens[i], &in);
+        work = inner; /* SHA224's states end in SHA256_Final too, at their own length */
+        ok = SHA256_Update(&work, in, lens[i]) && SHA256_Final(mid, &work);
+        work = outer;
+        ok = ok && SHA256_Update(&work, mid, w->mdlen) && SHA256_Final(tag, &work);
+    }
+    OPENSSL_cleanse(&inner, sizeof(inner));
+    OPENSSL_cleanse(&outer, sizeof(outer));
+    OPENSSL_cleanse(&work, sizeof(work));
+    OPENSSL_cleanse(mid, sizeof(mid));
+    return ok ? SF_OK : SF_ERR_OPENSSL;
+}
+
+static int sf_hmac_sha512(int digest, unsigned char block[SF_MAX_BLOCK], const uint32_t *lens,
+                          size_t count, sf_walk *w)
+{
+    SHA512_CTX inner, outer, work;
+    unsigned char mid[SHA512_DIGEST_LENGTH];
+    const unsigned char *in;
+    int (*init)(SHA512_CTX *) = digest == 2 ? SHA384_Init : SHA512_Init;
+    int ok = init(&inner) && init(&outer);
+
+    for (size_t i = 0; i < SHA512_CBLOCK; i++)
+        block[i] ^= 0x36;
+    ok = ok && SHA512_Update(&inner, block, SHA512_CBLOCK);
+    for (size_t i = 0; i < SHA512_CBLOCK; i++)
+        block[i] ^= 0x36 ^ 0x5c;
+    ok = ok && SHA512_Update(&outer, block, SHA512_CBLOCK);
+    for (size_t i = 0; ok && i < count; i++) {
+        unsigned char *tag = sf_walk_next(w, lens[i], &in);
+        work = inner; /* SHA384's states end in SHA512_Final too, at their own length */
+        ok = SHA512_Update(&work, in, lens[i]) && SHA512_Final(mid, &work);
+        work = outer;
+        ok = ok && SHA512_Update(&work, mid, w->mdlen) && SHA512_Final(tag, &work);
+    }
+    OPENSSL_cleanse(&inner, sizeof(inner));
+    OPENSSL_cleanse(&outer, sizeof(outer));
+    OPENSSL_cleanse(&work, sizeof(work));
+    OPENSSL_cleanse(mid, sizeof(mid));
+    return ok ? SF_OK : SF_ERR_OPENSSL;
+}
+#pragma GCC diagnostic pop
+
+/* Any digest through EVP_MD: hash(key^ipad) and hash(key^opad) in two contexts, copied. */
+static int sf_hmac_evp(const EVP_MD *md, unsigned char block[SF_MAX_BLOCK], const uint32_t *lens,
+                       size_t count, sf_walk *w)
+{
+    const size_t bs = (size_t)EVP_MD_get_block_size(md);
+    EVP_MD_CTX *inner = EVP_MD_CTX_new(), *outer = EVP_MD_CTX_new(), *work = EVP_MD_CTX_new();
+    unsigned char mid[SF_MAX_MD];
+    const unsigned char *in;
     unsigned int n, m;
-    int ok = EVP_MD_CTX_copy_ex(h->work, h->inner) && EVP_DigestUpdate(h->work, in, len) &&
-             EVP_DigestFinal_ex(h->work, inner, &n) && EVP_MD_CTX_copy_ex(h->work, h->outer) &&
-             EVP_DigestUpdate(h->work, inner, n) && EVP_DigestFinal_ex(h->work, tag, &m);
+    int ok = inner != NULL && outer != NULL && work != NULL;
+
+    for (size_t i = 0; i < bs; i++)
+        block[i] ^= 0x36;
+    ok = ok && EVP_DigestInit_ex2(inner, md, NULL) && EVP_DigestUpdate(inner, block, bs);
+    for (size_t i = 0; i < bs; i++)
+        block[i] ^= 0x36 ^ 0x5c;
+    ok = ok && EVP_DigestInit_ex2(outer, md, NULL) && EVP_DigestUpdate(outer, block, bs);
+    for (size_t i = 0; ok && i < count; i++) {
+        unsigned char *tag = sf_walk_next(w, lens[i], &in);
+        ok = EVP_MD_CTX_copy_ex(work, inner) && EVP_DigestUpdate(work, in, lens[i]) &&
+             EVP_DigestFinal_ex(work, mid, &n) && EVP_MD_CTX_copy_ex(work, outer) &&
+             EVP_DigestUpdate(work, mid, n) && EVP_DigestFinal_ex(work, tag, &m);
+    }
+    EVP_MD_CTX_free(inner); /* each frees (and the provider wipes) its digest state */
+    EVP_MD_CTX_free(outer);
+    EVP_MD_CTX_free(work);
+    OPENSSL_cleanse(mid, sizeof(mid));
     return ok ? SF_OK : SF_ERR_OPENSSL;
 }
 
@@ -1185,34 +1268,32 @@ static int sf_hmac_batch(int digest, const char *key, size_t keylen, const char 
                          size_t inlen, const uint32_t *lens, size_t count, int in_framed,
                          int out_framed, char *out, size_t outlen)
 {
-    const size_t inhdr = in_framed ? SF_FRAME_LEN : 0, outhdr = out_framed ? SF_FRAME_LEN : 0;
-    const unsigned char *src = (const unsigned char *)in;
-    unsigned char *dst = (unsigned char *)out;
-    sf_hmac_ctx h = {NULL, NULL, NULL};
-    size_t mdlen, each;
+    unsigned char block[SF_MAX_BLOCK];
+    sf_walk w;
+    size_t each;
     int rc;
 
     if (digest < 0 || digest >= SF_DIGESTS)
         return SF_ERR_ARG;
-    mdlen = (size_t)EVP_MD_get_size(sf_digests[digest]);
-    each = outhdr + mdlen;
+    w.src = (const unsigned char *)in;
+    w.dst = (unsigned char *)out;
+    w.inhdr = in_framed ? SF_FRAME_LEN : 0;
+    w.mdlen = (size_t)EVP_MD_get_size(sf_digests[digest]);
+    w.out_framed = out_framed;
+    each = (out_framed ? SF_FRAME_LEN : 0) + w.mdlen;
     if (sf_check_input(lens, count, in_framed, inlen) != SF_OK || count > SIZE_MAX / each ||
         count * each != outlen)
         return SF_ERR_ARG;
     if (count == 0)
         return SF_OK;
-    rc = sf_hmac_prepare(&h, sf_digests[digest], (const unsigned char *)key, keylen);
-    for (size_t i = 0; rc == SF_OK && i < count; i++) {
-        src += inhdr;
-        if (out_framed) {
-            sf_put_be32(dst, (uint32_t)mdlen);
-            dst += SF_FRAME_LEN;
-        }
-        rc = sf_hmac_one(&h, src, lens[i], dst);
-        src += lens[i];
-        dst += mdlen;
-    }
-    sf_hmac_free(&h);
+    rc = sf_hmac_block(sf_digests[digest], (const unsigned char *)key, keylen, block);
+    if (rc == SF_OK && digest < 2)
+        rc = sf_hmac_sha256(digest, block, lens, count, &w);
+    else if (rc == SF_OK && digest < SF_SHA2_DIGESTS)
+        rc = sf_hmac_sha512(digest, block, lens, count, &w);
+    else if (rc == SF_OK)
+        rc = sf_hmac_evp(sf_digests[digest], block, lens, count, &w);
+    OPENSSL_cleanse(block, sizeof(block));
     if (rc != SF_OK)
         OPENSSL_cleanse(out, outlen);
     return rc;
