@@ -10,6 +10,7 @@ cost does not matter for one tag.
 from __future__ import annotations
 
 import enum
+from array import array
 from collections.abc import Callable, Iterable
 
 from cryptography.hazmat.primitives import hashes
@@ -40,6 +41,7 @@ class Digest(enum.StrEnum):
 
 
 _INDEX = {d: i for i, d in enumerate(Digest)}
+_ONE_MAX = (1 << 32) - 1  # a record's length is a u32
 _SIZES = _binding.digest_sizes()
 _PYCA: dict[Digest, Callable[[], hashes.HashAlgorithm]] = {
     Digest.SHA2_224: hashes.SHA224,
@@ -84,8 +86,13 @@ def hmac_many(
 
 def hmac(name: Digest | str, key: BytesLike, data: BytesLike) -> bytes:
     """The HMAC of one message (a batch of one, in the same native call)."""
-    data = as_bytes_view(data, "data")
-    return bytes(hmac_many(name, key, Records.from_lengths(data, (len(data),))))
+    d = digest(name)
+    key, data = as_bytes_view(key, "key"), as_bytes_view(data, "data")
+    if len(data) > _ONE_MAX:
+        raise ValueError("hmac: a message of 4 GiB or more takes HmacStream")
+    out = _binding.new_bytearray(d.size)
+    _binding.hmac_many(_INDEX[d], key, data, array("I", (len(data),)), False, False, out)
+    return bytes(out)
 
 
 class HmacStream:
