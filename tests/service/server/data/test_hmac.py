@@ -112,6 +112,22 @@ def test_verify_answers_valid_for_the_tag_and_invalid_for_a_tampered_one(
         assert r.json() == {"valid": False}
 
 
+@pytest.mark.parametrize("pieces", [1, 40], ids=["whole", "streamed"])
+def test_verify_answers_json_on_either_path(
+    mac_client: httpx.Client, secret: bytes, pieces: int
+) -> None:
+    body = os.urandom(40_000)
+    tag = base64.b64encode(expected(secret, body)).decode()
+    size = len(body) // pieces
+    # One piece with a length: the fast answer; an iterator: chunked, the ASGI path.
+    content = body if pieces == 1 else iter([body[i : i + size] for i in range(0, len(body), size)])
+    r = mac_client.post(f"/v1/keys/{KEY}/verify", content=content, headers={"sealflow-hmac": tag})
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"] == "application/json"
+    assert r.json() == {"valid": True}
+    assert int(r.headers["sealflow-key-version"]) >= 1
+
+
 def test_verify_takes_transit_tags_and_their_version(
     mac_client: httpx.Client, secret: bytes
 ) -> None:
@@ -165,6 +181,7 @@ def test_a_large_batch_streams_through_several_engine_calls(
     )
     assert r.status_code == 200, r.text
     assert unframe(r.content) == [expected(secret, rec, "sha3-256") for rec in records]
+    assert int(r.headers["sealflow-key-version"]) >= 1
 
 
 def test_a_batch_that_ends_inside_a_record_is_400(mac_client: httpx.Client) -> None:
