@@ -26,6 +26,9 @@ from ._base import (
     valid_secret,
 )
 from ._cert_api import CertRoleInfo
+from ._key_types import HMAC_MAX_SIZE, HMAC_MIN_SIZE, KeyType, hmac_key
+from ._key_types import make as make_key_type
+from ._key_types import public_key as version_public_key
 from ._masterkey import KeyWrapper, create_master_key_file, load_master_key, read_secret
 from ._migrate import Migrated
 from ._migrate import migrate as migrate_keystore
@@ -37,8 +40,9 @@ from ._public_keys import RSA_TYPES, PublicKeyInfo
 from ._root_scopes import ROOT_SCOPES
 from ._snapshot import Snapshot
 from ._sqlite import SQLiteKeyStore
-from ._usage import SCARCE, Lease, UsageMeter, next_rotation
+from ._usage import SCARCE, Lease, UsageMeter, next_rotation, sealable
 from .errors import (
+    MISSING_CONTEXT,
     SOFT_DELETED,
     BackupRefused,
     DeletionNotAllowed,
@@ -58,10 +62,14 @@ from .errors import (
     VersionRetired,
     VersionUsedUp,
     WouldWait,
+    WrongKeyType,
 )
 
 __all__ = [
     "AUDIT_TABLE",
+    "HMAC_MAX_SIZE",
+    "HMAC_MIN_SIZE",
+    "MISSING_CONTEXT",
     "ROOT_SCOPES",
     "RSA_TYPES",
     "SCARCE",
@@ -81,6 +89,7 @@ __all__ = [
     "KeyStoreError",
     "KeyStoreHealth",
     "KeyStoreUnavailable",
+    "KeyType",
     "KeyVersionInfo",
     "KeyWrapper",
     "Lease",
@@ -108,14 +117,17 @@ __all__ = [
     "VersionUsage",
     "VersionUsedUp",
     "WouldWait",
+    "WrongKeyType",
     "audit_rows",
     "audit_table",
     "backup_keystore",
     "create_master_key_file",
     "describe",
     "export_material",
+    "hmac_key",
     "keystore_url",
     "load_master_key",
+    "make_key_type",
     "master_key",
     "migrate_keystore",
     "next_rotation",
@@ -126,8 +138,10 @@ __all__ = [
     "redact",
     "restore_postgres",
     "restore_sqlite",
+    "sealable",
     "valid_accessor",
     "valid_key_name",
     "valid_scope",
     "valid_secret",
+    "version_public_key",
 ]

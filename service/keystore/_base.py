@@ -27,7 +27,15 @@ from sealflow.service.envelope import valid_name
 
 from ._approle_api import AppRoleStore
 from ._cert_api import CertRoleStore
-from .errors import SOFT_DELETED, KeySoftDeleted, NotExportable, VersionRetired
+from ._key_types import KeyType
+from .errors import (
+    MISSING_CONTEXT,
+    SOFT_DELETED,
+    KeySoftDeleted,
+    NotExportable,
+    VersionRetired,
+    WrongKeyType,
+)
 
 if TYPE_CHECKING:  # _snapshot imports this module (through _dialect)
     from ._public_keys import PublicKeyInfo
@@ -61,7 +69,8 @@ class RestoredKey:
 @dataclass(frozen=True, slots=True)
 class KeyInfo:
     name: str
-    algorithm: Algorithm
+    # What the key is (Transit's type, derived, convergent: ``_key_types``), fixed at creation.
+    key_type: KeyType
     # What clients see: created exportable, or made exportable since (Transit's config).
     exportable: bool
     # The flag the key was created with: bound into every version's wrapping AAD, rotations
@@ -93,6 +102,20 @@ class KeyInfo:
     @property
     def latest(self) -> int:
         return self.versions[-1].version
+
+    @property
+    def algorithm(self) -> Algorithm:
+        """The engine's AEAD this key seals with under its own material: WrongKeyType for a
+        key of another type (hmac, signing keys) and for a derived key, whose material is never
+        used but through a per-context derivation. Every encryption path asks this, so such a
+        key fails closed wherever it has not been given a path of its own."""
+        aead = self.key_type.aead
+        if aead is None:
+            kind = self.key_type.name
+            raise WrongKeyType(f"message encryption not supported for key type {kind}")
+        if self.key_type.derived:
+            raise WrongKeyType(MISSING_CONTEXT)
+        return aead
 
     @property
     def born(self) -> float:
@@ -191,7 +214,9 @@ class KeyStoreHealth:
     fallbacks: int  # times notifications were lost and polling took over
 
 
-SCOPE_RE = re.compile(r"admin|(?:encrypt|decrypt|export|hmac):[A-Za-z0-9._*?\[\]!-]{1,64}")
+SCOPE_RE = re.compile(
+    r"admin|(?:encrypt|decrypt|export|hmac|sign|verify):[A-Za-z0-9._*?\[\]!-]{1,64}"
+)
 
 # Key names: the native rule (``envelope.NAME_RE``, what an envelope can carry), or Vault's rule
 # ``\w(([\w-.]+)?\w)?`` with ASCII ``\w`` as Go reads it, for keys made through Transit (usable
@@ -223,8 +248,9 @@ def valid_accessor(accessor: str) -> bool:
 
 
 def valid_scope(scope: str) -> bool:
-    """``admin``, or ``encrypt:<glob>`` / ``decrypt:<glob>`` / ``export:<glob>`` over key names
-    (fnmatch syntax)."""
+    """``admin``, or ``<action>:<glob>`` over key names (fnmatch syntax), the action one of
+    ``encrypt``, ``decrypt``, ``export``, ``hmac`` (HMACs and their verification), ``sign``,
+    ``verify`` (signatures)."""
     return SCOPE_RE.fullmatch(scope) is not None
 
 
@@ -247,7 +273,7 @@ class KeyStore(AppRoleStore, CertRoleStore, Protocol):
     def create_key(
         self,
         name: str,
-        algorithm: Algorithm,
+        algorithm: Algorithm | KeyType,
         exportable: bool = False,
         max_encryptions: int | None = None,
         auto_rotate_period: float | None = None,
@@ -440,7 +466,7 @@ class KeyStore(AppRoleStore, CertRoleStore, Protocol):
     def import_key(
         self,
         name: str,
-        algorithm: Algorithm,
+        algorithm: Algorithm | KeyType,
         material: bytes,
         *,
         exportable: bool = False,
@@ -453,7 +479,7 @@ class KeyStore(AppRoleStore, CertRoleStore, Protocol):
     def import_versions(
         self,
         name: str,
-        algorithm: Algorithm,
+        algorithm: Algorithm | KeyType,
         versions: Sequence[bytes | None],
         *,
         min_decryption_version: int = 1,

@@ -17,6 +17,8 @@ from sealflow.engine import Algorithm
 
 from . import _byok
 from ._base import KeyInfo, valid_key_name
+from ._key_types import KeyType, check_material, fresh_material
+from ._key_types import of as key_type_of
 from ._public_keys import EXISTING, held
 from ._rows import MAX_VERSION, limits_row, policy_row
 from ._store_access import StoreAccess
@@ -78,7 +80,7 @@ class Imports(StoreAccess):
     def import_key(
         self,
         name: str,
-        algorithm: Algorithm,
+        algorithm: Algorithm | KeyType,
         material: bytes,
         *,
         exportable: bool = False,
@@ -101,7 +103,7 @@ class Imports(StoreAccess):
     def import_versions(
         self,
         name: str,
-        algorithm: Algorithm,
+        algorithm: Algorithm | KeyType,
         versions: Sequence[bytes | None],
         *,
         min_decryption_version: int = 1,
@@ -124,18 +126,21 @@ class Imports(StoreAccess):
         if not valid_key_name(name):
             raise InvalidRequest(f"invalid key name {name!r}")
         _placeholders(versions, min_decryption_version)
+        kind = algorithm if isinstance(algorithm, KeyType) else key_type_of(algorithm)
         for material in versions:
             if material is not None:
-                _length(algorithm, material)
+                _length(kind, material)
+        # A placeholder is fresh material of the type (made before the transaction).
+        made = [fresh_material(kind) if m is None else m for m in versions]
         if auto_rotate_period and not allow_rotation:
             raise InvalidRequest("allow_rotation must be set to true if auto-rotation is enabled")
         least = min_decryption_version
-        row = (name, algorithm.value, int(exportable), least, time.time(), 1, int(allow_rotation))
+        row = (name, kind.column, int(exportable), least, time.time(), 1, int(allow_rotation))
         with self._transaction() as db:
             if held(self._tables, db, name) or not self._tables.insert_key(db, row):
                 raise InvalidRequest(EXISTING)
-            for version, material in enumerate(versions, start=1):
-                self._tables.add_version(db, name, version, algorithm, exportable, material)
+            for version, material in enumerate(made, start=1):
+                self._tables.add_version(db, name, version, kind, exportable, material)
             info = self._tables.locked_key(db, name)
             if min_encryption_version or deletion_allowed or allow_plaintext_backup:
                 policy = policy_row(
@@ -163,12 +168,12 @@ class Imports(StoreAccess):
                 raise InvalidRequest(
                     "the import_version endpoint can only be used with an imported key"
                 )
-            _length(info.algorithm, material)
+            _length(info.key_type, material)
             if info.latest >= MAX_VERSION:
                 raise InvalidRequest(f"key {name!r} has no version left")
             version = info.latest + 1
             self._tables.add_version(
-                db, name, version, info.algorithm, info.created_exportable, material
+                db, name, version, info.key_type, info.created_exportable, material
             )
             info = self._tables.locked_key(db, name)
         self._changed("key_import_version", key=name, version=version)
@@ -188,9 +193,10 @@ def _placeholders(versions: Sequence[bytes | None], least: int) -> None:
         raise InvalidRequest("a placeholder version must be below min_decryption_version")
 
 
-def _length(algorithm: Algorithm, material: bytes) -> None:
-    if len(material) != algorithm.spec.key_len:
+def _length(kind: KeyType, material: bytes) -> None:
+    if kind.key_size and len(material) != kind.key_size:
+        name = kind.aead.value if kind.aead is not None else kind.name
         raise InvalidRequest(
-            f"error importing key: invalid key size {len(material)} bytes for key type"
-            f" {algorithm.value}"
+            f"error importing key: invalid key size {len(material)} bytes for key type {name}"
         )
+    check_material(kind, material)

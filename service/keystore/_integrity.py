@@ -37,6 +37,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from sealflow.engine import Algorithm
 
+from ._key_types import KeyType, of
 from ._masterkey import KeyWrapper
 from .errors import KeyStoreCorrupt
 
@@ -188,6 +189,8 @@ def _field(value: object) -> tuple[bytes, bytes]:
 
 
 _MATERIAL_LABEL = "sealflow-keystore-material"
+# What a version's wrapping binds as its type: a key type, or an engine AEAD (a plain key).
+Kind = KeyType | Algorithm
 _CHECK_AAD = encode("sealflow-keystore-check", [SCHEMA_VERSION])
 _CHECK_VALUE = b"sealflow master key check"
 _WRAPPING_KEY_AAD = encode("sealflow-keystore-wrapping-key", [SCHEMA_VERSION])
@@ -223,12 +226,12 @@ class Integrity:
         self._mac_keys = {row: _derive(master_key, row) for row in rows}
 
     def wrap(
-        self, name: str, version: int, algorithm: Algorithm, exportable: bool, material: bytes
+        self, name: str, version: int, algorithm: Kind, exportable: bool, material: bytes
     ) -> bytes:
         return self._wrapper.wrap(_material_aad(name, version, algorithm, exportable), material)
 
     def unwrap(
-        self, name: str, version: int, algorithm: Algorithm, exportable: bool, blob: object
+        self, name: str, version: int, algorithm: Kind, exportable: bool, blob: object
     ) -> bytes:
         """The material, or KeyStoreCorrupt (the master key was checked when the store opened)."""
         aad = _material_aad(name, version, algorithm, exportable)
@@ -238,7 +241,8 @@ class Integrity:
             raise KeyStoreCorrupt(
                 f"key {name!r} version {version} fails its integrity check"
             ) from None
-        if len(material) != algorithm.spec.key_len:
+        kind = algorithm if isinstance(algorithm, KeyType) else of(algorithm)
+        if kind.key_size and len(material) != kind.key_size:
             raise KeyStoreCorrupt(f"key {name!r} version {version} has the wrong length")
         return material
 
@@ -283,8 +287,10 @@ def key_row_form(values: Sequence[object]) -> tuple[Row, Sequence[object]]:
     return KEY_IMPORTED_ROW, values
 
 
-def _material_aad(name: str, version: int, algorithm: Algorithm, exportable: bool) -> bytes:
-    return encode(_MATERIAL_LABEL, [name, version, algorithm.value, int(exportable)])
+def _material_aad(name: str, version: int, algorithm: Kind, exportable: bool) -> bytes:
+    # The stored type (``KeyType.column``): a plain AEAD key's is the engine's name, as ever.
+    column = algorithm.column if isinstance(algorithm, KeyType) else algorithm.value
+    return encode(_MATERIAL_LABEL, [name, version, column, int(exportable)])
 
 
 _refused: set[tuple[str, str]] = set()

@@ -9,8 +9,6 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from sealflow.engine import Algorithm
-
 from ._base import KeyInfo, KeyVersionInfo, Slot, TokenInfo
 from ._integrity import (
     LIMITS_ROW,
@@ -23,9 +21,9 @@ from ._integrity import (
     key_row_form,
     refuse,
 )
+from ._key_types import parse
 from .errors import SOFT_DELETED, InvalidRequest, KeyNotFound, KeySoftDeleted, KeyStoreCorrupt
 
-ALGORITHMS = {alg.value for alg in Algorithm}
 MAX_VERSION = 0xFFFFFFFF  # four bytes in the envelope
 
 
@@ -36,10 +34,11 @@ def key_info(integrity: Integrity, rows: Sequence[Sequence[Any]], where: str) ->
     row, mac = tuple(rows[0][:7]), rows[0][7]
     if integrity.verify(*key_row_form(row), mac):
         name, algorithm, exportable, min_version, created_at, imported, allow_rotation = row
-        if algorithm in ALGORITHMS:
+        kind = parse(algorithm)
+        if kind is not None:
             return KeyInfo(
                 name=name,
-                algorithm=Algorithm(algorithm),
+                key_type=kind,
                 exportable=bool(exportable),
                 created_exportable=bool(exportable),
                 min_decryption_version=min_version,

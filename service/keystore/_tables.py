@@ -7,7 +7,6 @@ given, inside whatever transaction the caller holds (``_writes``, or a store's c
 from __future__ import annotations
 
 import itertools
-import os
 import time
 from typing import Any
 
@@ -16,6 +15,7 @@ from sealflow.engine import Algorithm
 from ._base import KeyInfo, TokenInfo
 from ._dialect import Connection, Sql
 from ._integrity import LEGACY_TOKEN_ROW, LIMITS_ROW, TOKEN_ROW, Integrity, key_row_form, refuse
+from ._key_types import KeyType, fresh_material, of
 from ._rows import PolicyRow, key_info, policy_mac, present, token_info, with_limits, with_policy
 from .errors import KeyNotFound, KeyStoreCorrupt, TokenNotFound
 
@@ -88,7 +88,7 @@ class Tables:
             return None
         try:
             return self._integrity.unwrap(
-                info.name, version, info.algorithm, info.created_exportable, row[0]
+                info.name, version, info.key_type, info.created_exportable, row[0]
             )
         except KeyStoreCorrupt:
             refuse(self._where, f"key {info.name!r} version {version}")
@@ -111,14 +111,14 @@ class Tables:
         db: Connection,
         name: str,
         version: int,
-        alg: Algorithm,
+        alg: KeyType | Algorithm,
         exportable: bool,
         material: bytes | None = None,
     ) -> None:
         """A version of ``material`` (an import), else of fresh random material, wrapped under
         ``exportable``: the flag the key was created with, for every version (``_integrity``)."""
         if material is None:
-            material = os.urandom(alg.spec.key_len)
+            material = fresh_material(alg if isinstance(alg, KeyType) else of(alg))
         wrapped = self._integrity.wrap(name, version, alg, exportable, material)
         db.execute(self.sql.insert_version, (name, version, wrapped, time.time()))
 

@@ -42,6 +42,7 @@ from typing import NamedTuple
 from ._base import KeyInfo, KeyStore, Slot
 from ._rows import BLOCK
 from .errors import (
+    MISSING_CONTEXT,
     SOFT_DELETED,
     KeyNotFound,
     KeySoftDeleted,
@@ -49,6 +50,7 @@ from .errors import (
     KeyStoreUnavailable,
     VersionUsedUp,
     WouldWait,
+    WrongKeyType,
 )
 
 log = logging.getLogger("sealflow.keystore")
@@ -126,7 +128,9 @@ class UsageMeter:
         if self.on_loop():
             raise WouldWait(f"{what} needs the keystore: asked again off the event loop")
 
-    def lease(self, name: str, version: int | None = None, n: int = 1) -> Lease:
+    def lease(
+        self, name: str, version: int | None = None, n: int = 1, derived: bool = False
+    ) -> Lease:
         """From 1 to ``n`` sealings under a version of the key, counted before they are made:
         the one rule for every sealing (see the module docstring).
 
@@ -136,7 +140,12 @@ class UsageMeter:
         version reached its limit with these: ask again for the rest (under the latest, that
         is the next version; under a version given, VersionUsedUp).
 
+        ``derived``: the caller seals under a per-context key it derives from the material
+        (Transit's derived keys); a derived key is refused to every other caller, and a key of
+        a type that does not encrypt to all (``sealable``).
+
         KeyNotFound for a key, or a version given, that does not exist; KeySoftDeleted;
+        WrongKeyType;
         KeyStoreUnavailable
         if a reservation is needed and the store does not answer (a sealing is never made
         uncounted).
@@ -146,6 +155,7 @@ class UsageMeter:
         key = self._store.get_key(name)
         if key.soft_deleted:
             raise KeySoftDeleted(SOFT_DELETED)
+        sealable(key, derived)
         latest = key.latest
         asked = latest if version is None else version
         if not 1 <= asked <= latest:
@@ -398,3 +408,12 @@ def next_rotation(key: KeyInfo) -> float | None:
     if key.auto_rotate_period <= 0 or not rotatable(key):
         return None
     return key.versions[-1].created_at + key.auto_rotate_period
+
+
+def sealable(key: KeyInfo, derived: bool = False) -> None:
+    """WrongKeyType, in Transit's words, unless the key seals: an AEAD or RSA key, derived
+    exactly when the caller derives (see ``UsageMeter.lease``)."""
+    if not key.key_type.encrypts:
+        raise WrongKeyType(f"message encryption not supported for key type {key.key_type.name}")
+    if key.key_type.derived != derived:
+        raise WrongKeyType(MISSING_CONTEXT if key.key_type.derived else "key is not derived")

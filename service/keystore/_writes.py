@@ -34,6 +34,8 @@ from ._base import (
 from ._cert_roles import CertRoles
 from ._dialect import Connection
 from ._imports import Imports, rotatable
+from ._key_types import KeyType, fresh_material
+from ._key_types import of as key_type_of
 from ._lifecycle import Lifecycle, in_use
 from ._public_keys import PublicKeys, held
 from ._rows import MAX_VERSION, digest, limits_row, policy_row, stored_policy, token_info
@@ -44,6 +46,7 @@ from .errors import (
     KeyExists,
     KeyNotFound,
     KeyStoreCorrupt,
+    KeyStoreError,
     TokenExpired,
     TokenNotFound,
 )
@@ -75,26 +78,34 @@ class Writes(Imports, Lifecycle, PublicKeys, AppRoles, CertRoles, ABC, Generic[D
     def _connection(self) -> AbstractContextManager[Db]:
         """A connection for one statement, a transaction of its own, errors mapped."""
 
+    @abstractmethod
+    def get_key(self, name: str) -> KeyInfo:
+        """The key as the store's reads see it (``KeyStore.get_key``)."""
+
     # -- keys
 
     def create_key(
         self,
         name: str,
-        algorithm: Algorithm,
+        algorithm: Algorithm | KeyType,
         exportable: bool = False,
         max_encryptions: int | None = None,
         auto_rotate_period: float | None = None,
     ) -> KeyInfo:
         if not valid_key_name(name):
             raise InvalidRequest(f"invalid key name {name!r}")
-        if not isinstance(algorithm, Algorithm):
+        if isinstance(algorithm, Algorithm):
+            algorithm = key_type_of(algorithm)
+        if not isinstance(algorithm, KeyType):
             raise InvalidRequest(f"unknown algorithm {algorithm!r}")
+        # Made before the transaction: an RSA key takes a while, and holds no lock meanwhile.
+        material = fresh_material(algorithm)
         # As SQLite hands them back (exportable as 0 or 1), so the MAC verifies on reading.
-        row = (name, algorithm.value, int(exportable), 1, time.time(), 0, 0)
+        row = (name, algorithm.column, int(exportable), 1, time.time(), 0, 0)
         with self._transaction() as db:
             if held(self._tables, db, name) or not self._tables.insert_key(db, row):
                 raise KeyExists(f"key {name!r} already exists")
-            self._tables.add_version(db, name, 1, algorithm, exportable)
+            self._tables.add_version(db, name, 1, algorithm, exportable, material)
             if max_encryptions is not None or auto_rotate_period is not None:
                 info = self._tables.locked_key(db, name)
                 self._tables.write_limits(db, limits_row(info, max_encryptions, auto_rotate_period))
@@ -102,7 +113,18 @@ class Writes(Imports, Lifecycle, PublicKeys, AppRoles, CertRoles, ABC, Generic[D
         self._changed("key_create", key=name, version=1)
         return info
 
+    def _made(self, name: str) -> tuple[KeyType, bytes] | None:
+        """A next version's material, made before the transaction that writes it (an RSA key
+        takes a while, and no lock is held meanwhile); None if the key cannot be read now (the
+        transaction then finds why)."""
+        try:
+            kind = self.get_key(name).key_type
+        except KeyStoreError:
+            return None
+        return kind, fresh_material(kind)
+
     def rotate_key(self, name: str) -> KeyInfo:
+        made = self._made(name)
         with self._transaction() as db:
             # Inside the transaction no other writer can take the same next version.
             info = self._tables.locked_key(db, name)
@@ -111,8 +133,9 @@ class Writes(Imports, Lifecycle, PublicKeys, AppRoles, CertRoles, ABC, Generic[D
                 raise InvalidRequest(f"key {name!r} has no version left")
             rotatable(info)
             # Wrapped under the creation flag, as every version before it (_integrity).
+            kind, material = _material(info, made)
             self._tables.add_version(
-                db, name, info.latest + 1, info.algorithm, info.created_exportable
+                db, name, info.latest + 1, kind, info.created_exportable, material
             )
             if info.imported:  # as Transit: once rotated here, a key like any other
                 self._tables.write_key_row(db, name, imported=False)
@@ -121,13 +144,15 @@ class Writes(Imports, Lifecycle, PublicKeys, AppRoles, CertRoles, ABC, Generic[D
         return info
 
     def rotate_if_latest(self, name: str, version: int) -> KeyInfo:
+        made = self._made(name)
         with self._transaction() as db:
             info = self._tables.locked_key(db, name)
             if info.latest != version or info.soft_deleted:  # a soft-deleted key rests
                 return info
             rotatable(info)
+            kind, material = _material(info, made)
             self._tables.add_version(
-                db, name, info.latest + 1, info.algorithm, info.created_exportable
+                db, name, info.latest + 1, kind, info.created_exportable, material
             )
             if info.imported:
                 self._tables.write_key_row(db, name, imported=False)
@@ -429,18 +454,18 @@ class Writes(Imports, Lifecycle, PublicKeys, AppRoles, CertRoles, ABC, Generic[D
             )
 
     def _grant_root_export(self) -> None:
-        """At open: ``export:*`` to the root token of a keystore made before that scope, once
+        """At open: the scopes added since a keystore was made to its root token, once each
         (``_root_scopes``). A read when done already, which is every open but one."""
         with self._connection() as db:
             if _root_scopes.granted(db, self._tables):
                 return
         with self._transaction() as db:
-            changed = _root_scopes.grant_export(db, self._tables)
-        for token_id in changed:
+            changed = _root_scopes.grant(db, self._tables)
+        for token_id, added in changed:
             log.warning(
-                "root token %s given export:* (admin no longer implies export; the root token"
-                " has every scope)",
+                "root token %s given %s (the root token has every scope)",
                 token_id,
+                added,
                 extra={"fields": {"token": token_id}},
             )
 
@@ -463,6 +488,14 @@ class Writes(Imports, Lifecycle, PublicKeys, AppRoles, CertRoles, ABC, Generic[D
     def usage(self, name: str) -> dict[int, VersionUsage]:
         with self._connection() as db:
             return _usage_rows.usage(db, self._tables.sql, name)
+
+
+def _material(info: KeyInfo, made: tuple[KeyType, bytes] | None) -> tuple[KeyType, bytes]:
+    """The material made for a rotation if the key is still of the type it was made for (a
+    key deleted and made again meanwhile may not be), else fresh material now."""
+    if made is not None and made[0] == info.key_type:
+        return made
+    return info.key_type, fresh_material(info.key_type)
 
 
 def _life(token: TokenInfo) -> dict[str, object]:

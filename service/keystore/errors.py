@@ -65,6 +65,19 @@ class KeySoftDeleted(KeyStoreError):
     it; its message is always ``SOFT_DELETED``."""
 
 
+# OpenBao's words for a derived key used without a context (keysutil's DeriveKey).
+MISSING_CONTEXT = (
+    "missing 'context' for key derivation; the key was created using a derived key, which means"
+    " additional, per-request information must be included in order to perform operations"
+    " with the key"
+)
+
+
+class WrongKeyType(KeyStoreError):
+    """An operation the key's type does not support (encrypting with an hmac or signing key,
+    signing with an AES key), or a derived key used without its context: a 400."""
+
+
 class DeletionNotAllowed(KeyStoreError):
     """Deletion of a key whose ``deletion_allowed`` was not set."""
 

@@ -20,7 +20,7 @@ from sealflow.service.keystore import KeyStore, TokenInfo
 
 from . import _metrics, errors
 
-Action = Literal["encrypt", "decrypt", "export", "hmac"]
+Action = Literal["encrypt", "decrypt", "export", "hmac", "sign", "verify"]
 
 
 def authenticate(store: KeyStore, authorization: str | None) -> TokenInfo:

@@ -36,6 +36,7 @@ from sealflow.service.keystore import (
     TokenNotFound,
     VersionRetired,
     VersionUsedUp,
+    WrongKeyType,
 )
 
 log = logging.getLogger("sealflow")
@@ -245,6 +246,9 @@ _STORE_ERRORS: dict[type[KeyStoreError], tuple[int, str]] = {
     VersionRetired: (403, "version_retired"),
     # Only a sealing under a version asked for by number (Transit, which words its own).
     VersionUsedUp: (400, "version_used_up"),
+    # A key of a type the operation has no use for (an hmac key to encrypt), or a derived key
+    # used without its context (Transit, which takes a context; the native API takes none).
+    WrongKeyType: (400, "wrong_key_type"),
 }
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}
 

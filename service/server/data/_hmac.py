@@ -22,7 +22,7 @@ from urllib.parse import parse_qsl
 
 from sealflow import engine
 from sealflow.engine import Digest
-from sealflow.service.keystore import KeyInfo
+from sealflow.service.keystore import KeyInfo, hmac_key
 
 from .. import errors
 from .._body import Body, Reply
@@ -91,24 +91,24 @@ def options(query: bytes) -> Options:
     return Options(digest, None if version is None else int(version), mode == "records")
 
 
-def hmac_key(key: KeyInfo, material: bytes) -> bytes:
-    """The HMAC key of a version whose material this is."""
-    return material
-
-
 def mac_key(
-    lookup: Callable[[int | None], tuple[KeyInfo, bytes]], digest: Digest, version: int | None
+    lookup: Callable[[int | None], tuple[KeyInfo, bytes]],
+    digest: Digest,
+    version: int | None,
+    verify: bool,
 ) -> MacKey:
-    """The HMAC key of a version (the latest by default) that may be used: 403 version_retired
-    below the key's ``min_decryption_version`` (nor verified, as in Transit), 400 below its
-    ``min_encryption_version``; 404 for a version it does not have."""
+    """The HMAC key of a version (the latest by default; ``hmac_key``: every key type has one)
+    that may be used as Transit lets it: a tag is made with the latest version or one from the
+    key's ``min_encryption_version`` up (400 below it), and verified with one from its
+    ``min_decryption_version`` up (403 version_retired below it); 404 for a version it does
+    not have."""
     key, material = lookup(version)
     used = key.latest if version is None else version
-    if used < key.min_decryption_version:
+    if verify and used < key.min_decryption_version:
         raise errors.version_retired()
-    if used < key.min_encryption_version:
+    if not verify and used != key.latest and used < key.min_encryption_version:
         raise errors.bad_request("the key version is below min_encryption_version")
-    return MacKey(key.name, used, digest, hmac_key(key, material))
+    return MacKey(key.name, used, digest, hmac_key(key.key_type, material))
 
 
 def presented_tag(head: Head) -> tuple[bytes, int | None]:

@@ -216,9 +216,9 @@ def _prepare_mac(
         tag, named = _hmac.presented_tag(head)
         if named is not None and asked.version not in (None, named):
             raise errors.bad_request("the tag and the query name different versions")
-        key = _hmac.mac_key(lookup, asked.digest, named or asked.version)
+        key = _hmac.mac_key(lookup, asked.digest, named or asked.version, verify=True)
         return _hmac.MacVerify(svc, log, key, tag)
-    key = _hmac.mac_key(lookup, asked.digest, asked.version)
+    key = _hmac.mac_key(lookup, asked.digest, asked.version, verify=False)
     if asked.records:
         return _hmac.MacRecords(svc, log, key, head.duplex)
     return _hmac.MacBody(svc, log, key)

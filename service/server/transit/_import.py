@@ -3,8 +3,9 @@
 
 Fields are checked in Transit's order and refused with its words, before anything is written;
 the ciphertext is unwrapped (``keystore._byok``) only once the request is otherwise valid, and
-its material goes straight into the keystore, which wraps it under the master key. What the
-keystore cannot hold (derived keys, Vault's other key types) is refused with a 400 naming it;
+its material goes straight into the keystore, which wraps it under the master key. The AEADs
+(``derived`` too) and hmac keys are imported; signing keys and convergent keys are refused
+with a 400 naming them;
 a ``public_key`` import (an RSA public key, a byok-export destination) goes to ``_public``.
 Keystore work (RSA, one transaction) runs on a thread.
 """
@@ -13,7 +14,16 @@ from __future__ import annotations
 
 import asyncio
 
-from sealflow.service.keystore import SOFT_DELETED, KeyNotFound, KeyStore
+from sealflow.service.keystore import (
+    HMAC_MAX_SIZE,
+    HMAC_MIN_SIZE,
+    SOFT_DELETED,
+    InvalidRequest,
+    KeyNotFound,
+    KeyStore,
+    KeyType,
+    make_key_type,
+)
 
 from . import _keys, _public, _wire
 from ._wire import Body
@@ -37,14 +47,13 @@ async def import_key(store: KeyStore, name: str, body: Body) -> None:
         raise _wire.user_error("allow_rotation must be set to true if auto-rotation is enabled")
     ciphertext = _ciphertext(body)
     kind = _wire.as_str(body, "type", "aes256-gcm96").lower()
-    algorithm = _keys.TYPES.get(kind)
-    if algorithm is None:
-        if kind in _keys.UNSUPPORTED:
-            raise _wire.user_error(f"key type {kind} is not supported by sealflow")
+    if kind in _keys.UNSUPPORTED:
+        raise _wire.user_error(f"key type {kind} is not supported by sealflow")
+    if kind not in _IMPORTABLE:
         raise _wire.user_error(f"unknown key type: {kind}")
     exportable = _wire.as_bool(body, "exportable")
     backup = _wire.as_bool(body, "allow_plaintext_backup")
-    _keys.refuse_flags(body, "derived")
+    derived = _wire.as_bool(body, "derived")
     if _wire.as_str(body, "context", ""):
         raise _wire.user_error("context is not supported by sealflow")
     if _exists(store, name):
@@ -53,11 +62,11 @@ async def import_key(store: KeyStore, name: str, body: Body) -> None:
             " an existing imported key"
         )
     material = await _unwrap(store, ciphertext, body)
-    _size(material, algorithm.spec.key_len, kind)
+    key_type = _type_of(kind, material, derived)
     await asyncio.to_thread(
         store.import_key,
         name,
-        algorithm,
+        key_type,
         material,
         exportable=exportable,
         allow_rotation=allow_rotation,
@@ -80,7 +89,8 @@ async def import_version(store: KeyStore, name: str, body: Body) -> None:
     if not key.imported:
         raise _wire.user_error("the import_version endpoint can only be used with an imported key")
     material = await _unwrap(store, ciphertext, body)
-    _size(material, key.algorithm.spec.key_len, _keys.type_name(key.algorithm))
+    if key.key_type.key_size:
+        _size(material, key.key_type.key_size, _type_label(key.key_type))
     if body.get("version") is not None:
         # As Transit: only asymmetric keys take a version to fill in; every type here is not.
         wanted = _wire.as_int(body, "version")
@@ -112,6 +122,29 @@ def _ciphertext(body: Body) -> str:
 async def _unwrap(store: KeyStore, ciphertext: str, body: Body) -> bytes:
     hash_function = _wire.as_str(body, "hash_function", "SHA256")
     return await asyncio.to_thread(store.unwrap_import, ciphertext, hash_function)
+
+
+# The types ``import`` takes: the AEADs and hmac (signing keys: not yet, docs/TRANSIT.md).
+_IMPORTABLE = frozenset([*_keys.TYPES, "hmac"])
+
+
+def _type_of(kind: str, material: bytes, derived: bool) -> KeyType:
+    """The imported key's type: an hmac key's size is its material's, as in Transit."""
+    if kind == "hmac":
+        if not HMAC_MIN_SIZE <= len(material) <= HMAC_MAX_SIZE:
+            _size(material, 0, kind)
+        size = len(material)
+    else:
+        size = 0
+        _size(material, _keys.TYPES[kind].spec.key_len, kind)
+    try:
+        return make_key_type(kind, size, derived)
+    except InvalidRequest as exc:
+        raise _wire.user_error(str(exc)) from None
+
+
+def _type_label(kind: KeyType) -> str:
+    return kind.name if kind.aead is None else _keys.type_name(kind.aead)
 
 
 def _size(material: bytes, wanted: int, kind: str) -> None:

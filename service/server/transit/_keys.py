@@ -2,8 +2,9 @@
 
 Keys are the native API's keys: a key made here encrypts on ``/v1/keys/{name}/encrypt`` and
 back, unless its name is one of Vault's that an envelope cannot carry (capitals, ``_``): such
-a key is used through Transit only. What the keystore cannot hold (derived or convergent keys)
-is refused with a 400 naming the field, rather than accepted and ignored (docs/TRANSIT.md).
+a key is used through Transit only, and so is a key of a type the native API has no use for
+(hmac, signing keys) or a derived key (it takes a ``context``). ``xchacha20-poly1305`` and
+``external-key`` are refused with a 400 naming the type (docs/TRANSIT.md).
 ``keys/:name/config`` checks every field in Transit's order, with Transit's messages, before it
 writes anything; ``exportable`` and ``allow_plaintext_backup`` go false -> true only (the
 keystore records them beside the key's wrapping, which keeps the creation flag). Keystore writes
@@ -14,22 +15,27 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import datetime
 from typing import Any
 
 from sealflow.engine import Algorithm
 from sealflow.service.keystore import (
     SOFT_DELETED,
     DeletionNotAllowed,
+    InvalidRequest,
     KeyExists,
     KeyInfo,
     KeyNotFound,
     KeyStore,
+    KeyType,
     NotExportable,
     VersionRetired,
     VersionUsage,
     export_material,
+    make_key_type,
     next_rotation,
     valid_key_name,
+    version_public_key,
 )
 
 from ..errors import ApiError
@@ -44,21 +50,20 @@ TYPES = {
 _TYPE_NAMES = {alg: name for name, alg in TYPES.items()}
 
 
-# Vault's names that sealflow has no algorithm for: refused as Transit refuses unknown types.
-UNSUPPORTED = frozenset(
-    [
-        "xchacha20-poly1305",
-        "ecdsa-p256",
-        "ecdsa-p384",
-        "ecdsa-p521",
-        "ed25519",
-        "rsa-2048",
-        "rsa-3072",
-        "rsa-4096",
-        "hmac",
-        "external-key",
-    ]
-)
+# Vault's names that sealflow has no key type for: refused as Transit refuses unknown types.
+UNSUPPORTED = frozenset(["xchacha20-poly1305", "external-key"])
+
+
+async def shown(
+    store: KeyStore, key: KeyInfo, usage: dict[int, VersionUsage] | None = None
+) -> dict[str, Any]:
+    """``policy`` with the key's versions (``versions``: on a thread for a signing key, whose
+    public keys need its material)."""
+    if key.key_type.signs:
+        keys = await asyncio.to_thread(versions, store, key)
+    else:
+        keys = versions(store, key)
+    return policy(key, usage) | keys
 
 
 def policy(key: KeyInfo, usage: dict[int, VersionUsage] | None = None) -> dict[str, Any]:
@@ -78,30 +83,77 @@ def policy(key: KeyInfo, usage: dict[int, VersionUsage] | None = None) -> dict[s
                 for v, u in sorted(usage.items())
             },
         }
-    return extra | {
-        "allow_plaintext_backup": key.allow_plaintext_backup,
-        "auto_rotate_period": int(key.auto_rotate_period),
-        "deletion_allowed": key.deletion_allowed,
-        "derived": False,
-        "exportable": key.exportable,
-        "imported_key": key.imported,
-        "keys": {
-            str(v.version): int(v.created_at)
-            for v in key.versions
-            if v.version >= key.min_decryption_version
-        },
-        "latest_version": key.latest,
-        "min_available_version": key.min_available_version,
-        "min_decryption_version": key.min_decryption_version,
-        "min_encryption_version": key.min_encryption_version,
-        "name": key.name,
-        "soft_deleted": key.soft_deleted,
-        "supports_decryption": True,
-        "supports_derivation": False,
-        "supports_encryption": True,
-        "supports_signing": False,
-        "type": _TYPE_NAMES[key.algorithm],
-    }
+    kind = key.key_type
+    return (
+        extra
+        | _kind_fields(kind)
+        | {
+            "allow_plaintext_backup": key.allow_plaintext_backup,
+            "auto_rotate_period": int(key.auto_rotate_period),
+            "deletion_allowed": key.deletion_allowed,
+            "derived": kind.derived,
+            "exportable": key.exportable,
+            "imported_key": key.imported,
+            "latest_version": key.latest,
+            "min_available_version": key.min_available_version,
+            "min_decryption_version": key.min_decryption_version,
+            "min_encryption_version": key.min_encryption_version,
+            "name": key.name,
+            "soft_deleted": key.soft_deleted,
+            "supports_decryption": kind.encrypts,
+            "supports_derivation": kind.aead is not None or kind.name == "ed25519",
+            "supports_encryption": kind.encrypts,
+            "supports_signing": kind.signs,
+            "type": kind.name,
+        }
+    )
+
+
+def _kind_fields(kind: KeyType) -> dict[str, Any]:
+    """What Transit shows of a key's type besides its name: its size (hmac keys), how a
+    derived key derives."""
+    fields: dict[str, Any] = {}
+    if kind.name == "hmac":
+        fields["key_size"] = kind.key_size
+    if kind.derived:
+        fields |= {"kdf": "hkdf_sha256", "convergent_encryption": kind.convergent}
+        if kind.convergent:
+            fields["convergent_encryption_version"] = -1  # per version, as OpenBao shows it
+    return fields
+
+
+def versions(store: KeyStore, key: KeyInfo) -> dict[str, Any]:
+    """Transit's ``keys`` of a key: each version's creation time (Unix seconds), or for a
+    signing key its public key, name and creation time; an hmac key shows none, as Transit.
+    Versions below min_decryption_version are left out, as Transit does. Reads material
+    (a signing key's public half): call it off the event loop."""
+    kind = key.key_type
+    shown = [v for v in key.versions if v.version >= key.min_decryption_version]
+    if kind.name == "hmac":
+        return {}
+    if not kind.signs:
+        return {"keys": {str(v.version): int(v.created_at) for v in shown}}
+    keys: dict[str, Any] = {}
+    for v in shown:
+        derived_ed25519 = kind.derived  # its public key depends on a context, not shown
+        material = b"" if derived_ed25519 else store.material(key.slot(v.version))
+        keys[str(v.version)] = {
+            "certificate_chain": "",
+            "creation_time": _rfc3339(v.created_at),
+            "name": _CURVE_NAMES.get(kind.name, kind.name),
+            "public_key": "" if derived_ed25519 else version_public_key(kind, material),
+        }
+    return {"keys": keys}
+
+
+_CURVE_NAMES = {"ecdsa-p256": "P-256", "ecdsa-p384": "P-384", "ecdsa-p521": "P-521"}
+
+
+def _rfc3339(when: float) -> str:
+    """Go's time.Time in JSON (RFC 3339 with nanoseconds, trailing zeros dropped), UTC."""
+    stamp = datetime.datetime.fromtimestamp(when, datetime.UTC)
+    text = stamp.strftime("%Y-%m-%dT%H:%M:%S.%f").rstrip("0").rstrip(".")
+    return text + "Z"
 
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -150,7 +202,7 @@ async def read(store: KeyStore, name: str) -> bytes:
             raise _wire.not_found() from None
         return _wire.envelope(_public.policy(public))
     # The usage is read from the keystore: on a thread, never on the event loop.
-    return _wire.envelope(policy(key, await asyncio.to_thread(store.usage, name)))
+    return _wire.envelope(await shown(store, key, await asyncio.to_thread(store.usage, name)))
 
 
 def all_names(store: KeyStore) -> list[str]:
@@ -160,29 +212,40 @@ def all_names(store: KeyStore) -> list[str]:
 
 async def create(store: KeyStore, name: str, body: Body) -> bytes:
     check_name(name)
-    kind = _wire.as_str(body, "type", "aes256-gcm96")
-    algorithm = TYPES.get(kind)
-    if algorithm is None:
-        if kind in UNSUPPORTED:
-            raise _wire.user_error(f"key type {kind} is not supported by sealflow")
-        raise _wire.user_error(f"unknown key type {kind}")
+    kind = key_type(body)
     exportable = _wire.as_bool(body, "exportable")
     backup = _wire.as_bool(body, "allow_plaintext_backup")
-    refuse_flags(body, "derived", "convergent_encryption")
     rotate_period = period(body)
     try:
         key = await asyncio.to_thread(
-            store.create_key, name, algorithm, exportable, None, rotate_period or None
+            store.create_key, name, kind, exportable, None, rotate_period or None
         )
     except KeyExists:  # as Transit: the key that exists, unchanged
         public = await asyncio.to_thread(store.public_key, name)
         if public is not None:
             return _wire.envelope(_public.policy(public))
-        return _wire.envelope(policy(store.get_key(name)))
+        return _wire.envelope(await shown(store, store.get_key(name)))
     if backup:
         # A second transaction: a failure between the two leaves the flag unset (closed).
         key = await asyncio.to_thread(store.configure, name, plaintext_backup=True)
-    return _wire.envelope(policy(key))
+    return _wire.envelope(await shown(store, key))
+
+
+def key_type(body: Body) -> KeyType:
+    """The key type ``keys/:name`` (and ``import``) asks for: ``type``, ``key_size``,
+    ``derived``, ``convergent_encryption``, checked in Transit's order and words."""
+    derived = _wire.as_bool(body, "derived")
+    convergent = _wire.as_bool(body, "convergent_encryption")
+    name = _wire.as_str(body, "type", "aes256-gcm96")
+    size = _wire.as_int(body, "key_size") if body.get("key_size") is not None else 0
+    if convergent and not derived:
+        raise _wire.user_error("convergent encryption requires derivation to be enabled")
+    if name in UNSUPPORTED:
+        raise _wire.user_error(f"key type {name} is not supported by sealflow")
+    try:
+        return make_key_type(name, size, derived, convergent)
+    except InvalidRequest as exc:
+        raise _wire.user_error(str(exc)) from None
 
 
 async def rotate(store: KeyStore, name: str) -> bytes:
@@ -191,7 +254,7 @@ async def rotate(store: KeyStore, name: str) -> bytes:
     except KeyNotFound:
         await asyncio.to_thread(_public.refuse, store, name, "rotate")
         raise _wire.user_error(f"no existing key named {name} could be found") from None
-    return _wire.envelope(policy(key))
+    return _wire.envelope(await shown(store, key))
 
 
 async def config(store: KeyStore, name: str, body: Body) -> bytes:
@@ -268,7 +331,7 @@ async def config(store: KeyStore, name: str, body: Body) -> bytes:
         )
     if rotate_period is not None and rotate_period != key.auto_rotate_period:
         key = await asyncio.to_thread(store.set_limits, name, None, rotate_period)
-    return _wire.envelope(policy(key), warnings)
+    return _wire.envelope(await shown(store, key), warnings)
 
 
 def asks_export(body: Body) -> bool:
@@ -327,6 +390,8 @@ def export(store: KeyStore, kind: str, name: str, version: str | None) -> bytes:
         raise _wire.not_found() from None
     except NotExportable:
         raise _wire.user_error("private key material is not exportable") from None
+    if key.key_type.aead is None:  # an RSA key's is its private key: export/signing-key
+        raise _wire.user_error("encryption not supported for the key")
     if version is None:
         keys = {}
         for v in key.versions:
@@ -344,7 +409,7 @@ def export(store: KeyStore, kind: str, name: str, version: str | None) -> bytes:
             ) from None
         except KeyNotFound:
             raise _wire.user_error("version does not exist or cannot be found") from None
-    return _wire.envelope({"keys": keys, "name": name, "type": _TYPE_NAMES[key.algorithm]})
+    return _wire.envelope({"keys": keys, "name": name, "type": key.key_type.name})
 
 
 def _b64(material: bytes) -> str:

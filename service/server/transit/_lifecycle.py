@@ -23,7 +23,7 @@ async def trim(store: KeyStore, name: str, body: Body) -> bytes:
         raise _wire.user_error("missing min_available_version")
     wanted = _wire.as_int(body, "min_available_version")
     key = await asyncio.to_thread(store.trim_key, name, wanted)
-    return _wire.envelope(_keys.policy(key))
+    return _wire.envelope(await _keys.shown(store, key))
 
 
 async def soft_delete(store: KeyStore, name: str) -> tuple[int, bytes]:
@@ -32,7 +32,7 @@ async def soft_delete(store: KeyStore, name: str) -> tuple[int, bytes]:
     except KeyNotFound:
         return 204, b""
     warnings = ["key was already marked as soft deleted"] if already else None
-    return 200, _wire.envelope(_keys.policy(key), warnings)
+    return 200, _wire.envelope(await _keys.shown(store, key), warnings)
 
 
 async def restore(store: KeyStore, name: str) -> tuple[int, bytes]:
@@ -41,4 +41,4 @@ async def restore(store: KeyStore, name: str) -> tuple[int, bytes]:
     except KeyNotFound:
         return 204, b""
     warnings = ["key was already restored"] if already else None
-    return 200, _wire.envelope(_keys.policy(key), warnings)
+    return 200, _wire.envelope(await _keys.shown(store, key), warnings)

@@ -49,8 +49,10 @@ from . import (
     _backup,
     _cert,
     _cert_login,
+    _checks,
     _data,
     _encrypt,
+    _hmac,
     _import,
     _keys,
     _lifecycle,
@@ -59,6 +61,7 @@ from . import (
     _sys,
     _token_routes,
     _utility,
+    _verify,
     _wire,
 )
 from ._wire import Reply
@@ -114,6 +117,8 @@ class Transit:
             "soft-delete": (f"{mount}/keys/{{name}}/soft-delete", frozenset(("DELETE",))),
             "soft-delete-restore": (f"{mount}/keys/{{name}}/soft-delete-restore", any_write),
             "wrapping_key": (f"{mount}/wrapping_key", get),
+            "hmac": (f"{mount}/hmac/{{name}}[/{{algorithm}}]", any_write),
+            "verify": (f"{mount}/verify/{{name}}[/{{algorithm}}]", any_write),
             "hash": (f"{mount}/hash[/{{algorithm}}]", any_write),
             "random": (f"{mount}/random[/{{source}}][/{{bytes}}]", any_write),
             "export": (f"{mount}/export/{{type}}/{{name}}[/{{version}}]", get),
@@ -289,6 +294,17 @@ class Transit:
                 raise _denied()
             body = await _read(receive, limit, hold, log)
             return await _data.datakey(svc, parts[1], name, _wire.parse(body, hold), log)
+        if kind in _KEYED:  # the scope is the path's, as a Vault policy is: from the head
+            _allow(kind, token, name)
+            body = await _read(receive, limit, hold, log)
+            fields = _wire.parse(body, hold)
+            url = parts[2] if len(parts) == 3 else None
+            answer = _verify.answer if kind == "verify" else _hmac.generate
+            call = functools.partial(answer, store, name, fields, url)
+            # Small and known: at once; a large batch, or a key to read first, off the loop.
+            if len(body) > WHOLE_MAX or not _checks.known(store, name):
+                return 200, await asyncio.to_thread(call)
+            return 200, call()
         operation = _DATA.get(kind)
         if operation is not None:
             _allow(kind, token, name)
@@ -356,6 +372,8 @@ _SCOPES: dict[str, tuple[_auth.Action, ...]] = {
     "decrypt": ("decrypt",),
     "rewrap": ("decrypt", "encrypt"),
     "export": ("export",),
+    "hmac": ("hmac",),
+    "verify": ("verify",),
 }
 
 
@@ -365,6 +383,8 @@ def _allow(kind: str, token: TokenInfo, name: str) -> None:
             raise _denied()
 
 
+# Routes of a key with an optional algorithm after its name (``hmac/:name[/:algorithm]``).
+_KEYED = frozenset(("hmac", "verify"))
 _KEY_ACTIONS = frozenset(
     ("rotate", "config", "import", "import_version", "trim", "soft-delete", "soft-delete-restore")
 )
@@ -395,6 +415,8 @@ def _kind(parts: list[str]) -> str:
         return "byok_export"
     if first == "datakey" and n == 3:
         return "datakey"
+    if first in _KEYED and n in (2, 3):
+        return first
     return "other"
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from sealflow.service.config import Settings
-from sealflow.service.keystore import KeyStoreCorrupt, open_store, prepare
+from sealflow.service.keystore import ROOT_SCOPES, KeyStoreCorrupt, open_store, prepare
 
 
 @pytest.fixture
@@ -51,7 +51,7 @@ def test_a_first_start_makes_a_whole_private_keystore(
         assert [k.name for k in store.list_keys()] == ["default"]
         root = store.find_token(token)
         assert root is not None
-        assert root.scopes == ("admin", "encrypt:*", "decrypt:*", "export:*")
+        assert root.scopes == tuple(ROOT_SCOPES)
     assert prepare(settings) is None  # later starts print nothing
 
 

@@ -1,5 +1,6 @@
-"""The root token of a keystore made before ``export:<glob>`` keeps every scope: the first open
-by this release gives it ``export:*``, once, and nothing else changes (SQLite and PostgreSQL).
+"""The root token of a keystore made before ``export:<glob>`` (or before ``hmac``, ``sign`` and
+``verify``) keeps every scope: the first open by this release gives it the scopes added since,
+once, and nothing else changes (SQLite and PostgreSQL).
 
 A keystore "made before" is one whose root token has the old root scopes and whose meta table
 lacks the note ``_root_scopes`` leaves: exactly what an earlier release's first start wrote.
@@ -17,12 +18,14 @@ import psycopg
 import pytest
 
 from sealflow.service.keystore import KeyStore, SQLiteKeyStore
-from sealflow.service.keystore._root_scopes import NOTE, OLD_ROOT_SCOPES
+from sealflow.service.keystore._root_scopes import GRANTS, ROOT_SCOPES
 
 from .files import build_v1
 
 OpenStore = Callable[[bytes], KeyStore]
-ROOT = ("admin", "encrypt:*", "decrypt:*", "export:*")
+ROOT = tuple(ROOT_SCOPES)
+OLD_ROOT_SCOPES = GRANTS[0][1]  # before export:<glob>
+EXPORT_ROOT_SCOPES = GRANTS[1][1]  # before hmac, sign and verify
 
 
 def run_sql(backend: str, where: Path | str, sql: str, *args: object) -> None:
@@ -44,8 +47,9 @@ def place(backend: str, store_url: str, db_path: Path) -> Path | str:
 
 
 def as_made_before(backend: str, place: Path | str) -> None:
-    """The keystore as an earlier release left it: no note that the grant ran."""
-    run_sql(backend, place, "DELETE FROM {meta} WHERE key = ?", NOTE)
+    """The keystore as an earlier release left it: no note that the grants ran."""
+    for note, _, _ in GRANTS:
+        run_sql(backend, place, "DELETE FROM {meta} WHERE key = ?", note)
 
 
 def test_an_old_root_token_gains_export_once(
@@ -71,8 +75,8 @@ def test_an_old_root_token_gains_export_once(
     assert found is not None
     assert found.scopes == ROOT
     assert [r.getMessage() for r in caplog.records] == [
-        f"root token {root.id} given export:* (admin no longer implies export; the root token"
-        " has every scope)"
+        f"root token {root.id} given export:* (the root token has every scope)",
+        f"root token {root.id} given hmac:* sign:* verify:* (the root token has every scope)",
     ]
     for secret, scopes in ((ops_secret, OLD_ROOT_SCOPES), (narrow_secret, ("admin",))):
         other = store.find_token(secret)
@@ -93,6 +97,37 @@ def test_an_old_root_token_gains_export_once(
     still = again.find_token(root_secret)
     assert still is not None
     assert still.scopes == ROOT
+
+
+def test_a_root_token_with_export_gains_hmac_sign_and_verify_once(
+    open_store: OpenStore,
+    master_key: bytes,
+    backend: str,
+    place: Path | str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A keystore made by the release before hmac/sign/verify: its export grant ran, this one
+    did not; only the second runs, for the root token only, once."""
+    first = open_store(master_key)
+    root, root_secret = first.create_token(list(EXPORT_ROOT_SCOPES), label="root")
+    _ops, ops_secret = first.create_token(list(EXPORT_ROOT_SCOPES), label="ops")
+    first.close()
+    run_sql(backend, place, "DELETE FROM {meta} WHERE key = ?", GRANTS[1][0])
+
+    with caplog.at_level(logging.WARNING, logger="sealflow.keystore"):
+        store = open_store(master_key)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"root token {root.id} given hmac:* sign:* verify:* (the root token has every scope)"
+    ]
+    found, ops = store.find_token(root_secret), store.find_token(ops_secret)
+    assert found is not None
+    assert ops is not None
+    assert (found.scopes, ops.scopes) == (ROOT, EXPORT_ROOT_SCOPES)
+    store.close()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="sealflow.keystore"):
+        open_store(master_key)
+    assert caplog.records == []
 
 
 def test_a_root_row_that_fails_its_check_is_not_re_signed(

@@ -14,6 +14,7 @@ import pytest
 
 from sealflow.engine import Algorithm
 from sealflow.service.keystore import (
+    ROOT_SCOPES,
     KeyNotFound,
     KeyStoreCorrupt,
     KeyStoreUnavailable,
@@ -137,7 +138,7 @@ def test_a_schema_1_keystore_is_upgraded_keeping_every_version(
     with caplog.at_level(logging.WARNING, logger="sealflow.keystore"):
         store = SQLiteKeyStore(db_path, master_key)
     with closing(store):
-        record, lifetimes, granted = caplog.records
+        record, lifetimes, granted, granted_hmac = caplog.records
         assert "upgraded from schema 1 to 2: 7 key versions rewrapped, 4 keys and 3 tokens" in (
             record.getMessage()
         )
@@ -145,6 +146,7 @@ def test_a_schema_1_keystore_is_upgraded_keeping_every_version(
         assert "3 token rows MAC'd again" in lifetimes.getMessage()
         # Then, as for any keystore made before export:<glob>, the root token gains it.
         assert "given export:*" in granted.getMessage()
+        assert "given hmac:* sign:* verify:*" in granted_hmac.getMessage()
         for (name, version), material in made.materials.items():
             assert store.key_material(name, version) == material
         for name, algorithm, exportable, versions, min_version in KEYS:
@@ -153,7 +155,7 @@ def test_a_schema_1_keystore_is_upgraded_keeping_every_version(
             assert (info.latest, info.min_decryption_version) == (versions, min_version)
         root = store.find_token(made.secrets["root"])
         assert root is not None
-        assert root.scopes == ("admin", "encrypt:*", "decrypt:*", "export:*")
+        assert root.scopes == tuple(ROOT_SCOPES)
         assert store.find_token(made.secrets["gone"]) is None
         assert [t.revoked for t in store.list_tokens()] == [False, False, True]
 
@@ -173,9 +175,9 @@ def test_a_schema_1_keystore_is_upgraded_keeping_every_version(
             "SELECT id, digest, scopes, label, created_at, revoked_at, mac FROM tokens ORDER BY id"
         ).fetchall()
     assert [row[:-1] for row in keys] == old_keys
+    added = " export:* hmac:* sign:* verify:*"
     widened = [
-        (*row[:2], row[2] + " export:*", *row[3:]) if row[3] == "root" else row
-        for row in old_tokens
+        (*row[:2], row[2] + added, *row[3:]) if row[3] == "root" else row for row in old_tokens
     ]
     assert [row[:-1] for row in tokens] == widened
     assert all(isinstance(row[-1], bytes) and len(row[-1]) == 32 for row in keys + tokens)

@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from sealflow.engine import Algorithm
 from sealflow.service.keystore import SQLiteKeyStore, create_master_key_file
-from sealflow.service.keystore._root_scopes import NOTE, OLD_ROOT_SCOPES
+from sealflow.service.keystore._root_scopes import GRANTS, ROOT_SCOPES
 from tests.service.conftest import Server, start_server
 from tests.service.oracle import split
 from tests.service.server.test_auth import new_token
@@ -129,7 +129,7 @@ def test_the_root_token_and_the_cli_keep_export(server: Server) -> None:
     grants ``export:<glob>``; the CLI, which holds the master key, needs no token."""
     tokens = json.loads(server.cli("tokens", "list").stdout)
     (root,) = [t for t in tokens if t["label"] == "root"]
-    assert root["scopes"] == ["admin", "encrypt:*", "decrypt:*", "export:*"]
+    assert root["scopes"] == ROOT_SCOPES
     with server.client() as c:
         lookup = c.get("/v1/auth/token/lookup-self").json()["data"]
         assert "export:*" in lookup["policies"]
@@ -157,10 +157,11 @@ def test_the_root_token_of_an_existing_data_dir_keeps_export(tmp_path: Path) -> 
     with closing(SQLiteKeyStore(data / "keystore.db", master)) as store:
         store.create_key("default", Algorithm.AES_256_GCM)
         store.create_key("kept", Algorithm.AES_256_GCM, exportable=True)
-        _, root = store.create_token(list(OLD_ROOT_SCOPES), label="root")
+        _, root = store.create_token(list(GRANTS[0][1]), label="root")
         _, admin = store.create_token(["admin"], label="ops")
     with closing(sqlite3.connect(data / "keystore.db")) as db, db:
-        db.execute("DELETE FROM meta WHERE key = ?", (NOTE,))  # as the old release left it
+        for note, _, _ in GRANTS:  # as the old release left it
+            db.execute("DELETE FROM meta WHERE key = ?", (note,))
 
     server = start_server(data)
     try:
@@ -173,7 +174,7 @@ def test_the_root_token_of_an_existing_data_dir_keeps_export(tmp_path: Path) -> 
         with server.client(admin) as c:  # an admin token of that release: no export now
             _refused(c.get("/v1/keys/kept/export"), "export:kept")
         listed = {t["label"]: t["scopes"] for t in json.loads(server.cli("tokens", "list").stdout)}
-        assert listed == {"root": ["admin", "encrypt:*", "decrypt:*", "export:*"], "ops": ["admin"]}
+        assert listed == {"root": ROOT_SCOPES, "ops": ["admin"]}
         assert "given export:*" in server.log.read_text()
     finally:
         server.stop()

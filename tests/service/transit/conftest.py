@@ -92,7 +92,7 @@ def bao(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bao]:
 
 @pytest.fixture
 def vault(server: Server) -> hvac.Client:
-    """hvac on sealflow, with the root token (admin, encrypt:*, decrypt:*, export:*)."""
+    """hvac on sealflow, with the root token (every scope)."""
     return hvac.Client(url=server.url, token=server.token, strict_http=True)
 
 

@@ -130,7 +130,10 @@ def test_bad_imports_are_400s_in_openbaos_words_and_write_nothing(
             "invalid key size 16 bytes for key type aes256-gcm96",
         ),
         ({"ciphertext": b64(raw), "type": "rsa-2048"}, "key type rsa-2048 is not supported"),
-        ({"ciphertext": b64(raw), "derived": True}, "derived is not supported by sealflow"),
+        (
+            {"ciphertext": wrap(pem, os.urandom(16)), "type": "hmac"},
+            "invalid key size 16 bytes for key type hmac",
+        ),
         (
             {"ciphertext": b64(raw), "auto_rotate_period": "24h"},
             "allow_rotation must be set to true if auto-rotation is enabled",

@@ -1,6 +1,7 @@
 """HMAC on the native API: ``POST /v1/keys/{name}/hmac`` (a body, or ``mode=records``) and
 ``/verify``, against a real server; every tag checked against Python's ``hmac`` under the
-key version's HMAC key, computed here from the exported material (docs/API.md, "HMAC")."""
+key version's HMAC key, computed here from the exported material (``hmac_key``), and against
+the Transit API's ``hmac/:name`` of the same key (docs/API.md, "HMAC")."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import jsonschema_rs
 import pytest
 
 from sealflow.service.audit import SCHEMA
+from sealflow.service.keystore import hmac_key, make_key_type
 from tests.service.conftest import Server, exported_key, start_server
 from tests.service.server.test_audit_trail import records, verify
 from tests.service.server.test_auth import code, new_token
@@ -62,7 +64,15 @@ def secret(server: Server) -> bytes:
     with server.client() as admin:
         version = admin.get(f"/v1/keys/{KEY}").json()["latest"]
         material = exported_key(admin, KEY, version)
-    return material
+    return hmac_key(make_key_type("aes256-gcm96"), material)
+
+
+def cli_export(server: Server, name: str, version: int) -> bytes:
+    """A version's material by ``sealflow keys export`` (the native route exports AEAD keys
+    only)."""
+    done = server.cli("keys", "export", name, "--version", str(version))
+    assert done.returncode == 0, done.stderr
+    return base64.b64decode(json.loads(done.stdout)["key"])
 
 
 def expected(secret: bytes, data: bytes, algorithm: str = "sha2-256") -> bytes:
@@ -191,10 +201,10 @@ def test_a_batch_that_ends_inside_a_record_is_400(mac_client: httpx.Client) -> N
 
 
 def test_without_the_hmac_scope_every_route_is_403(server: Server) -> None:
-    # The root token has admin and every encrypt, decrypt and export scope, not hmac.
-    with server.client() as root:
+    data = new_token(server, "encrypt:t-*", "decrypt:t-*", "verify:t-*", label="no-hmac")
+    with server.client(data) as c:
         for path in ("hmac", "hmac?mode=records", "verify"):
-            r = root.post(f"/v1/keys/{KEY}/{path}", content=b"", headers={"sealflow-hmac": "AA"})
+            r = c.post(f"/v1/keys/{KEY}/{path}", content=b"", headers={"sealflow-hmac": "AA"})
             assert r.status_code == 403, (path, r.text)
             assert code(r) == "forbidden"
     narrow = new_token(server, "hmac:orders", label="hmac-narrow")
@@ -257,8 +267,8 @@ def test_audit_records_name_the_operation_key_version_and_records(tmp_path: Path
             tag = base64.b64encode(one.content).decode()
             c.post("/v1/keys/default/verify", content=b"alice", headers={"sealflow-hmac": tag})
             c.post("/v1/keys/default/hmac?mode=records", content=framed([b"a", b"b", b"c"]))
-        with srv.client() as root:  # no hmac scope: refused, and on record
-            assert root.post("/v1/keys/default/hmac", content=b"x").status_code == 403
+        with srv.client(new_token(srv, "encrypt:default", label="no-hmac")) as other:
+            assert other.post("/v1/keys/default/hmac", content=b"x").status_code == 403
     finally:
         srv.stop()
     done = verify(audit, srv)
@@ -277,3 +287,60 @@ def test_audit_records_name_the_operation_key_version_and_records(tmp_path: Path
     assert all(r["key"] == "default" for r in found)
     assert [r.get("version") for r in found[:3]] == [1, 1, 1]
     assert "alice" not in audit.read_text()
+
+
+@pytest.mark.parametrize("kind", ["hmac", "aes128-gcm96", "chacha20-poly1305"])
+def test_the_native_tag_is_transits_for_every_key_type(server: Server, kind: str) -> None:
+    name = f"t-native-hmac-{kind.replace('-', '')}"
+    body: dict[str, object] = {"type": kind, "exportable": True}
+    if kind == "hmac":
+        body["key_size"] = 48
+    with server.client() as root:  # the root token holds hmac:* (and admin, export)
+        created = root.post(f"/v1/transit/keys/{name}", json=body)
+        assert created.status_code in (200, 204), created.text
+        root.post(f"/v1/transit/keys/{name}/rotate").raise_for_status()
+        for version in (1, 2):
+            value = os.urandom(64)
+            url = f"/v1/keys/{name}/hmac?algorithm=sha2-384&version={version}"
+            native = root.post(url, content=value)
+            assert native.status_code == 200, native.text
+            assert native.headers["sealflow-key-version"] == str(version)
+            transit = root.post(
+                f"/v1/transit/hmac/{name}/sha2-384",
+                json={"input": base64.b64encode(value).decode(), "key_version": version},
+            )
+            assert transit.status_code == 200, transit.text
+            text = transit.json()["data"]["hmac"]
+            assert text == f"vault:v{version}:" + base64.b64encode(native.content).decode()
+            material = cli_export(server, name, version)
+            secret = hmac_key(make_key_type(kind, 48 if kind == "hmac" else 0), material)
+            assert native.content == expected(secret, value, "sha2-384")
+            # Transit's text verifies natively, under the version it names.
+            check = root.post(
+                f"/v1/keys/{name}/verify?algorithm=sha2-384",
+                content=value,
+                headers={"sealflow-hmac": text},
+            )
+            assert check.json() == {"valid": True}
+
+
+def test_versions_follow_transits_rules(server: Server) -> None:
+    name = "t-native-hmac-versions"
+    with server.client() as root:
+        root.post("/v1/keys", json={"name": name, "algorithm": "aes-256-gcm"}).raise_for_status()
+        for _ in range(2):
+            root.post(f"/v1/keys/{name}/rotate").raise_for_status()
+        tag = root.post(f"/v1/keys/{name}/hmac?version=1", content=b"v")
+        assert tag.status_code == 200
+        config = {"min_decryption_version": 2, "min_encryption_version": 2}
+        root.post(f"/v1/transit/keys/{name}/config", json=config).raise_for_status()
+        # Made with a version below min_encryption_version: no; the latest always.
+        assert root.post(f"/v1/keys/{name}/hmac?version=1", content=b"v").status_code == 400
+        assert root.post(f"/v1/keys/{name}/hmac?version=3", content=b"v").status_code == 200
+        # Verified below min_decryption_version: no (and never another version).
+        header = {"sealflow-hmac": base64.b64encode(tag.content).decode()}
+        r = root.post(f"/v1/keys/{name}/verify?version=1", content=b"v", headers=header)
+        assert r.status_code == 403
+        assert code(r) == "version_retired"
+        r = root.post(f"/v1/keys/{name}/verify?version=2", content=b"v", headers=header)
+        assert r.json() == {"valid": False}

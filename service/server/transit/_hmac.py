@@ -1,0 +1,212 @@
+"""Transit's HMACs, as OpenBao makes and checks them: ``hmac/:name[/:algorithm]`` and the
+``hmac`` half of ``verify/:name[/:algorithm]`` (``verify`` picks the half, ``_verify``).
+
+Every version of every key has an HMAC key (``hmac_key``: an hmac key's material, any other
+key's HKDF of its version's material; docs/TRANSIT.md, Key types). An HMAC is written
+``vault:v<version>:<base64>``. The checks come in OpenBao's order and words (its
+``path_hmac.go``): the key, the version, the algorithm, then the items, each refused alone in a
+batch. A verification compares in constant time (``hmac.compare_digest``) and never tries
+another version than the one the HMAC names.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Callable
+from typing import Any
+
+from sealflow.service.keystore import KeyInfo, KeyStore, hmac_key
+
+from ._batch import b64
+from ._checks import key_of
+from ._ciphertext import CiphertextError, b64decode
+from ._wire import Body, as_int, as_str, envelope, user_error
+
+# OpenBao's names (keysutil's HashTypeMap) as hashlib's; ``none`` names no hash for an HMAC.
+HASHES = {
+    "sha1": "sha1",
+    "sha2-224": "sha224",
+    "sha2-256": "sha256",
+    "sha2-384": "sha384",
+    "sha2-512": "sha512",
+    "sha3-224": "sha3_224",
+    "sha3-256": "sha3_256",
+    "sha3-384": "sha3_384",
+    "sha3-512": "sha3_512",
+}
+PREFIX = "vault:v"
+# OpenBao prints the unknown algorithm's number (0) with %q: this is what it answers.
+_UNSUPPORTED = "unsupported algorithm '\\x00'"
+
+
+def algorithm(fields: Body, url: str | None, *names: str) -> str:
+    """The algorithm the path names, else the first of ``names`` the body gives, else
+    sha2-256 (an empty value counts as not given, as in OpenBao)."""
+    if url:
+        return url
+    for name in names:
+        value = as_str(fields, name)
+        if value:
+            return value
+    return "sha2-256"
+
+
+def _digest(name: str) -> Callable[[bytes, bytes], bytes]:
+    hash_name = HASHES[name]
+    return lambda key, data: hmac.digest(key, data, hash_name)
+
+
+def _batch(fields: Body) -> list[Any] | None:
+    raw = fields.get("batch_input")
+    if raw is None:
+        return None
+    if not isinstance(raw, list) or not all(isinstance(item, dict) for item in raw):
+        raise user_error("failed to parse batch input: batch_input must be a list of objects")
+    if not raw:
+        raise user_error("missing batch input to process")
+    for item in raw:
+        for name in ("input", "hmac", "reference"):
+            if item.get(name) is not None and not isinstance(item[name], str):
+                raise user_error(f"failed to parse batch input: '{name}' must be a string")
+    return raw
+
+
+def _key_material(store: KeyStore, key: KeyInfo, version: int) -> bytes:
+    return hmac_key(key.key_type, store.key_material(key.name, version))
+
+
+def generate(store: KeyStore, name: str, fields: Body, url: str | None) -> bytes:
+    """``hmac/:name[/:algorithm]``: ``hmac``, or ``batch_results`` of ``hmac``/``error`` and
+    ``reference``. The key must be known to the caller's cache or readable now: call it off
+    the event loop unless ``_checks.known``."""
+    version = as_int(fields, "key_version")
+    chosen = algorithm(fields, url, "algorithm")
+    key = key_of(store, name, "hmac")
+    if version == 0:
+        version = key.latest
+    elif (
+        version != key.latest
+        and key.min_encryption_version > 0
+        and version < (key.min_encryption_version)
+    ):
+        raise user_error("cannot generate HMAC: version is too old (disallowed by policy)")
+    if version < 0:
+        raise user_error("key version does not exist (cannot be negative)")
+    if version > key.latest:
+        raise user_error(f"key version does not exist; latest key version is {key.latest}")
+    secret = _key_material(store, key, version)
+    if chosen not in HASHES:
+        raise user_error(_UNSUPPORTED)
+    mac = _digest(chosen)
+    batch = _batch(fields)
+    if batch is None:
+        if "input" not in fields or fields["input"] is None:
+            raise user_error("missing input for HMAC")
+        try:
+            return envelope({"hmac": _one(mac, secret, version, as_str(fields, "input"))})
+        except CiphertextError as exc:
+            raise user_error(_bad_input(exc)) from None
+    results = []
+    for item in batch:
+        reference = item.get("reference") or ""
+        text = item.get("input")
+        if text is None:
+            results.append({"error": "missing input for HMAC", "reference": reference})
+            continue
+        try:
+            results.append({"hmac": _one(mac, secret, version, text), "reference": reference})
+        except CiphertextError as exc:
+            results.append({"error": _bad_input(exc), "reference": reference})
+    return envelope({"batch_results": results})
+
+
+def _bad_input(exc: CiphertextError) -> str:
+    return f"unable to decode input as base64: {exc}"
+
+
+def _one(mac: Callable[[bytes, bytes], bytes], secret: bytes, version: int, text: str) -> str:
+    """One HMAC, written as Transit writes it; CiphertextError for input that is not base64."""
+    return f"{PREFIX}{version}:{b64(mac(secret, b64decode(text)))}"
+
+
+def verify(store: KeyStore, name: str, fields: Body, url: str | None) -> bytes:
+    """The ``hmac`` half of ``verify/:name[/:algorithm]``: ``valid``, or ``batch_results``
+    of ``valid`` (left out when false, as OpenBao's JSON leaves it) or ``error``, and
+    ``reference``."""
+    chosen = algorithm(fields, url, "hash_algorithm", "algorithm")
+    key = key_of(store, name, "verify")
+    if chosen not in HASHES:
+        raise user_error(f'invalid hash algorithm "{chosen}"')
+    hash_name = HASHES[chosen]
+    batch = _batch(fields)
+    items = batch if batch is not None else [{"input": fields.get("input") or "", **_hmac(fields)}]
+    secrets: dict[int, bytes] = {}
+    results: list[dict[str, Any]] = []
+    for item in items:
+        reference = item.get("reference") or ""
+        try:
+            valid = _check(store, key, hash_name, item, secrets)
+        except _Refused as exc:
+            if batch is None:
+                raise user_error(str(exc)) from None
+            results.append({"error": str(exc), "reference": reference})
+            continue
+        results.append(
+            {"valid": True, "reference": reference} if valid else {"reference": reference}
+        )
+    if batch is None:
+        return envelope({"valid": bool(results[0].get("valid"))})
+    return envelope({"batch_results": results})
+
+
+def _hmac(fields: Body) -> dict[str, str]:
+    given = fields.get("hmac")
+    return {} if given is None else {"hmac": as_str(fields, "hmac")}
+
+
+class _Refused(Exception):
+    """An item OpenBao refuses; its message is OpenBao's."""
+
+
+def _check(
+    store: KeyStore, key: KeyInfo, hash_name: str, item: dict[str, Any], secrets: dict[int, bytes]
+) -> bool:
+    text = item.get("input")
+    if text is None:
+        raise _Refused("missing input")
+    try:
+        data = b64decode(text)
+    except CiphertextError as exc:
+        raise _Refused(_bad_input(exc)) from None
+    given = item.get("hmac")
+    if given is None:
+        raise _Refused("missing hmac")
+    if not given.startswith(PREFIX):
+        raise _Refused("invalid HMAC to verify: no prefix")
+    number, sep, encoded = given[len(PREFIX) :].partition(":")
+    if not sep:
+        raise _Refused("invalid HMAC: wrong number of fields")
+    version = _atoi(number)
+    if version is None:
+        raise _Refused("invalid HMAC: version number could not be decoded")
+    try:
+        tag = b64decode(encoded)
+    except CiphertextError as exc:
+        raise _Refused(f"unable to decode verification HMAC as base64: {exc}") from None
+    if version > key.latest:
+        raise _Refused("invalid HMAC: version is too new")
+    if key.min_decryption_version > 0 and version < key.min_decryption_version:
+        raise _Refused("cannot verify HMAC: version is too old (disallowed by policy)")
+    secret = secrets.get(version)
+    if secret is None:
+        secret = secrets[version] = _key_material(store, key, version)
+    return hmac.compare_digest(hmac.digest(secret, data, hash_name), tag)
+
+
+def _atoi(text: str) -> int | None:
+    """Go's strconv.Atoi: an optional sign and decimal digits, within an int64."""
+    body = text[1:] if text[:1] in ("+", "-") else text
+    if not body.isascii() or not body.isdigit():
+        return None
+    number = int(text)
+    return number if -(2**63) <= number < 2**63 else None
