@@ -110,3 +110,12 @@ def test_a_string_key_or_message_is_refused() -> None:
         engine.hmac("sha2-256", "key", b"m")  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         engine.hmac_many("sha2-256", b"k", "not records")  # type: ignore[arg-type]
+
+
+def test_the_self_test_checks_the_native_hmac(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sealflow.engine import _selftest
+
+    engine.self_test()
+    monkeypatch.setitem(_selftest._HMAC_SHA2, Digest.SHA2_384, bytes(48))
+    with pytest.raises(engine.SelfTestError, match="native HMAC sha2-384"):
+        engine.self_test()
