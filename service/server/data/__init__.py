@@ -1,4 +1,5 @@
-"""The data routes: encrypt and decrypt raw bodies, served as plain ASGI in front of FastAPI.
+"""The data routes: encrypt, decrypt and HMAC raw bodies, served as plain ASGI in front of
+FastAPI.
 
 ``_routes`` decides everything a request needs from its head (token, scope, key, AAD, mode)
 and ``_transfer`` then only moves bytes between the network and the codecs; a small

@@ -1,6 +1,7 @@
-"""The data path's routing: encrypt and decrypt raw bodies (SPEC section 4), as plain ASGI.
+"""The data path's routing: encrypt and decrypt raw bodies (SPEC section 4), and HMAC them
+(``_hmac``), as plain ASGI.
 
-These three routes carry nearly all of the traffic, and for small bodies the
+These routes carry nearly all of the traffic, and for small bodies the
 per-request cost is the whole cost: FastAPI's routing and dependency solving
 took ~6x the time of the cryptography and I/O together (docs/BENCHMARKS.md).
 So they are matched here, in front of FastAPI, with one pass over the headers;
