@@ -45,7 +45,8 @@ def _key_json(key: KeyInfo, store: KeyStore) -> dict[str, Any]:
     when = next_rotation(key)
     return {
         "name": key.name,
-        "algorithm": key.algorithm.value,
+        "algorithm": None if key.key_type.aead is None else key.key_type.aead.value,
+        "type": key.key_type.name,
         "exportable": key.exportable,
         "latest": key.latest,
         "min_decryption_version": key.min_decryption_version,

@@ -604,6 +604,7 @@ _TRANSIT_OPERATIONS = {
     "soft-delete": "key_soft_delete",
     "soft-delete-restore": "key_soft_delete_restore",
     "wrapping_key": "wrapping_key_read",
+    "config_keys": "config_keys",
     "create": "token_create",
     "create-orphan": "token_create",
     "lookup": "token_lookup",

@@ -30,6 +30,7 @@ from sealflow.service.keystore import (
     KeyInfo,
     KeyStore,
     VersionUsage,
+    WrongKeyType,
     export_material,
     next_rotation,
 )
@@ -143,7 +144,11 @@ class VersionOut(BaseModel):
 
 class KeyOut(BaseModel):
     name: str
-    algorithm: Algorithm
+    algorithm: Algorithm | None = Field(
+        description="the AEAD the key seals with; null for a Transit-only type (hmac, signing)"
+    )
+    type: str = Field(description="Transit's key type name (aes256-gcm96, hmac, ed25519, ...)")
+    derived: bool = Field(description="a Transit derived key: used through Transit only")
     exportable: bool
     latest: int
     min_decryption_version: int
@@ -169,7 +174,9 @@ class KeyOut(BaseModel):
         when = next_rotation(key)
         return cls(
             name=key.name,
-            algorithm=key.algorithm,
+            algorithm=key.key_type.aead,
+            type=key.key_type.name,
+            derived=key.key_type.derived,
             exportable=key.exportable,
             latest=key.latest,
             min_decryption_version=key.min_decryption_version,
@@ -289,9 +296,14 @@ def export_key(
     _auth.require(token, "export", name)
     key, version, material = export_material(svc.store, name, version)
     log.version = version
+    aead = key.key_type.aead
+    if aead is None:  # its material is not an AEAD key: Transit's export routes give it
+        raise WrongKeyType(
+            f"key {name!r} is of type {key.key_type.name}: export it through Transit"
+        )
     return KeyExport(
         name=name,
         version=version,
-        algorithm=key.algorithm,
+        algorithm=aead,
         key=base64.b64encode(material).decode(),
     )

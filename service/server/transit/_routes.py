@@ -117,6 +117,7 @@ class Transit:
             "soft-delete": (f"{mount}/keys/{{name}}/soft-delete", frozenset(("DELETE",))),
             "soft-delete-restore": (f"{mount}/keys/{{name}}/soft-delete-restore", any_write),
             "wrapping_key": (f"{mount}/wrapping_key", get),
+            "config_keys": (f"{mount}/config/keys", get | any_write),
             "hmac": (f"{mount}/hmac/{{name}}[/{{algorithm}}]", any_write),
             "verify": (f"{mount}/verify/{{name}}[/{{algorithm}}]", any_write),
             "hash": (f"{mount}/hash[/{{algorithm}}]", any_write),
@@ -265,6 +266,13 @@ class Transit:
             if method != LIST and not _utility.listing(query):
                 raise _unsupported_operation()
             return 200, await asyncio.to_thread(_utility.key_page, store, query)  # a read
+        if kind == "config_keys":
+            _admin(token)
+            if method == "GET":
+                return 200, _utility.config_keys(None)
+            return 200, _utility.config_keys(
+                _wire.parse(await _read(receive, limit, hold, log), hold)
+            )
         if kind == "wrapping_key":  # its public half: any token may read it
             return 200, await _import.wrapping_key(store)
         if kind in ("hash", "random"):  # no key: any token (docs/TRANSIT.md)
@@ -407,6 +415,8 @@ def _kind(parts: list[str]) -> str:
             return parts[2]
     if parts == ["wrapping_key"]:
         return "wrapping_key"
+    if parts == ["config", "keys"]:
+        return "config_keys"
     if first == "export" and n in (3, 4):
         return "export"
     if (first == "backup" and n == 2) or (first == "restore" and n in (1, 2)):

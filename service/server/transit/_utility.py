@@ -1,6 +1,7 @@
 """Transit's keyless utilities, as OpenBao answers them: ``hash[/:algorithm]``,
-``random[/:source][/:bytes]``, and the page of key names ``LIST keys`` gives with ``after`` and
-``limit``.
+``random[/:source][/:bytes]``, the page of key names ``LIST keys`` gives with ``after`` and
+``limit``, and ``config/keys``, whose one setting, ``disable_upsert``, is always true here:
+sealflow never creates a key on encrypt (docs/TRANSIT.md, What differs from Transit).
 
 The paths are read with OpenBao's own patterns (Python's ``re`` and Go's ``regexp`` both take
 the leftmost, greedy match here), so what each URL segment means is what it means there: the
@@ -22,7 +23,7 @@ from sealflow.service.keystore import KeyStore
 from ..errors import ApiError
 from . import _keys
 from ._ciphertext import CiphertextError, b64decode
-from ._wire import Body, atoi, envelope, go_type, not_found, user_error
+from ._wire import Body, as_bool, atoi, envelope, go_type, not_found, user_error
 
 # OpenBao's patterns (its framework's ``GenericNameRegex`` and ``OptionalParamRegex``), ASCII
 # ``\w`` as Go's, and ``.`` no newline, as Go's without its ``s`` flag.
@@ -276,3 +277,17 @@ def go_quote(text: str) -> str:
         else:
             out.append(f"\\U{code:08x}")
     return '"' + "".join(out) + '"'
+
+
+UPSERT_REFUSED = (
+    "sealflow never creates a key on encrypt (upsert): disable_upsert is always true;"
+    " create keys with keys/:name"
+)
+
+
+def config_keys(fields: Body | None) -> bytes:
+    """``config/keys``: read (``fields`` None) or written, OpenBao's shape; writing
+    ``disable_upsert`` false is refused (400), as what it asks for is not done."""
+    if fields is not None and "disable_upsert" in fields and not as_bool(fields, "disable_upsert"):
+        raise user_error(UPSERT_REFUSED)
+    return envelope({"disable_upsert": True})

@@ -196,3 +196,29 @@ def test_export_of_an_encryption_key_is_refused_for_keys_that_do_not_encrypt(
         body["key_size"] = 32
     both(server, bao, f"keys/{name}", body)
     same_refusal(server, bao, f"export/encryption-key/{name}", method="GET")
+
+
+def test_the_native_api_lists_every_type_and_exports_only_aead_material(
+    server: Server, bao: Bao
+) -> None:
+    """``GET /v1/keys/{name}`` shows a Transit-only key's type (its ``algorithm`` null); the
+    native export refuses its material (Transit's export routes are the way), 400."""
+    name = unique("nat")
+    both(server, bao, f"keys/{name}", {"type": "hmac", "key_size": 48, "exportable": True})
+    derived = unique("natd")
+    both(server, bao, f"keys/{derived}", {"derived": True})
+    headers = {"Authorization": f"Bearer {server.token}"}
+    shown = httpx.get(f"{server.url}/v1/keys/{name}", headers=headers).json()
+    assert (shown["algorithm"], shown["type"], shown["derived"]) == (None, "hmac", False)
+    shown = httpx.get(f"{server.url}/v1/keys/{derived}", headers=headers).json()
+    assert (shown["algorithm"], shown["type"], shown["derived"]) == (
+        "aes-256-gcm",
+        "aes256-gcm96",
+        True,
+    )
+    listed = httpx.get(f"{server.url}/v1/keys", headers=headers)
+    assert listed.status_code == 200
+    assert name in {k["name"] for k in listed.json()["keys"]}
+    refused = httpx.get(f"{server.url}/v1/keys/{name}/export", headers=headers)
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["error"]["code"] == "wrong_key_type"

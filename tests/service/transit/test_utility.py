@@ -312,3 +312,27 @@ def test_audited_by_operation_without_input_or_output(make_server: Any, tmp_path
     assert ("request", "key_list", 200, None) in seen
     for value in (encoded, secret.decode(), total, drawn, binascii.hexlify(secret).decode()):
         assert value not in text
+
+
+def test_config_keys_reads_as_openbao_and_upsert_stays_off(server: Server, bao: Bao) -> None:
+    """``config/keys``: the same shape; ``disable_upsert`` true is accepted as OpenBao accepts
+    it; false is refused (sealflow never creates a key on encrypt) and an encrypt to a missing
+    key stays a 400, with no key made."""
+    ours, theirs = both(server, bao, "config/keys", {"disable_upsert": True})
+    assert ours.json()["data"] == theirs.json()["data"] == {"disable_upsert": True}
+    ours, theirs = both(server, bao, "config/keys", method="GET")
+    assert ours.json()["data"] == theirs.json()["data"]
+    refused = _call(server.url, server.token, "POST", "transit/config/keys", {"disable_upsert": 0})
+    assert refused.status_code == 400
+    assert "never creates a key on encrypt" in refused.json()["errors"][0]
+    name = unique("upsert")
+    plaintext = {"plaintext": base64.b64encode(b"x").decode()}
+    missing = _call(server.url, server.token, "POST", f"transit/encrypt/{name}", plaintext)
+    assert missing.json()["errors"] == ["encryption key not found"]
+    gone = _call(server.url, server.token, "GET", f"transit/keys/{name}")
+    assert gone.status_code == 404
+    encrypt_only = new_token(server, "encrypt:*")
+    denied = _call(server.url, encrypt_only, "GET", "transit/config/keys")
+    assert denied.status_code == 403
+    reset = _call(bao.url, bao.token, "POST", "transit/config/keys", {"disable_upsert": False})
+    assert reset.status_code == 200  # OpenBao as it was, for the tests after this one
