@@ -292,7 +292,8 @@ def test_audit_records_name_the_operation_key_version_and_records(tmp_path: Path
 
 @pytest.mark.parametrize("kind", ["hmac", "aes128-gcm96", "chacha20-poly1305", "ed25519"])
 def test_the_native_tag_is_transits_for_every_key_type(make_server: MakeServer, kind: str) -> None:
-    # A server of its own: the session server's native key list is for AEAD keys.
+    # A server of its own: keys of every type stay out of the session server's key list,
+    # which other tests read whole.
     server = make_server()
     name = f"native-hmac-{kind.replace('-', '')}"
     body: dict[str, object] = {"type": kind, "exportable": True}
