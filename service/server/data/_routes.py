@@ -31,6 +31,7 @@ from sealflow.service.keystore import (
     KeyStore,
     KeyStoreError,
     Lease,
+    Slot,
     TokenInfo,
     WouldWait,
 )
@@ -208,8 +209,14 @@ def _prepare_mac(
         raise errors.bad_request("an HMAC binds no X-AAD: send the data in the body")
     asked = _hmac.options(head.query)
 
-    def lookup(version: int | None) -> tuple[KeyInfo, bytes]:
-        return key_version(svc.store, name, version)
+    def lookup(version: int | None) -> tuple[KeyInfo, Slot, bytes]:
+        # The material by the key's identity (its slot), never another key's of its name.
+        key = key_info(svc.store, name)
+        slot = key.slot(key.latest if version is None else version)
+        try:
+            return key, slot, svc.store.material(slot)
+        except KeyNotFound:
+            raise errors.key_not_found(name, slot.version) from None
 
     if route is VERIFY_ROUTE:
         if asked.records:

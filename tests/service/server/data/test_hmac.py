@@ -348,3 +348,24 @@ def test_versions_follow_transits_rules(server: Server) -> None:
         assert code(r) == "version_retired"
         r = root.post(f"/v1/keys/{name}/verify?version=2", content=b"v", headers=header)
         assert r.json() == {"valid": False}
+
+
+def test_a_key_made_again_under_a_deleted_keys_name_has_its_own_hmac_keys(
+    server: Server,
+) -> None:
+    name = "t-native-hmac-again"
+    with server.client() as root:
+        tags, secrets = [], []
+        for _ in range(2):
+            body = {"name": name, "algorithm": "aes-256-gcm", "exportable": True}
+            root.post("/v1/keys", json=body).raise_for_status()
+            r = root.post(f"/v1/keys/{name}/hmac", content=b"same value")
+            assert r.status_code == 200, r.text
+            tags.append(r.content)
+            material = exported_key(root, name, 1)
+            secrets.append(hmac_key(make_key_type("aes256-gcm96"), material))
+            allowed = root.patch(f"/v1/keys/{name}", json={"deletion_allowed": True})
+            assert allowed.status_code == 200, allowed.text
+            assert root.delete(f"/v1/keys/{name}").status_code == 204
+        assert tags[0] != tags[1]
+        assert tags == [expected(secret, b"same value") for secret in secrets]
