@@ -26,7 +26,14 @@ from ._base import (
     valid_secret,
 )
 from ._cert_api import CertRoleInfo
-from ._key_types import HMAC_MAX_SIZE, HMAC_MIN_SIZE, KeyType, hmac_key
+from ._key_types import (
+    HMAC_MAX_SIZE,
+    HMAC_MIN_SIZE,
+    KDF_COUNTER,
+    KDF_HKDF,
+    KeyType,
+    hmac_key,
+)
 from ._key_types import make as make_key_type
 from ._key_types import public_key as version_public_key
 from ._masterkey import KeyWrapper, create_master_key_file, load_master_key, read_secret
@@ -69,6 +76,8 @@ __all__ = [
     "AUDIT_TABLE",
     "HMAC_MAX_SIZE",
     "HMAC_MIN_SIZE",
+    "KDF_COUNTER",
+    "KDF_HKDF",
     "MISSING_CONTEXT",
     "ROOT_SCOPES",
     "RSA_TYPES",

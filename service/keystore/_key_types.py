@@ -9,8 +9,9 @@ The type is stored in the key row's ``algorithm`` column, which the row's MAC co
 every version's wrapping AAD binds (``_integrity``): a plain AEAD key keeps the engine's name
 there, exactly as every key before this module was stored, so nothing stored changes; any other
 key stores Transit's type name with its attributes after ``;`` (``hmac;size=64``,
-``aes256-gcm96;derived;convergent``). A release that does not know the form refuses the key
-(fails closed) rather than misreading it.
+``aes256-gcm96;derived;convergent``, ``aes256-gcm96;derived;kdf=hmac-sha256-counter``: a
+derived key's KDF when it is not the default, HKDF). A release that does not know the form
+refuses the key (fails closed) rather than misreading it.
 
 Material per version: raw key bytes for AEAD and ``hmac`` keys; the 32-byte raw private key for
 ``ed25519``; the PKCS #8 DER private key for ECDSA and RSA.
@@ -53,6 +54,9 @@ TYPE_NAMES = frozenset([*AEAD_NAMES, "hmac", *SIGNING_TYPES])
 # Transit's bounds on an hmac key's size, in bytes (HmacMinKeySize, HmacMaxKeySize).
 HMAC_MIN_SIZE, HMAC_MAX_SIZE = 32, 512
 HMAC_KEY_INFO = b"sealflow transit hmac key v1"
+# Transit's key derivation functions: HKDF for every key it makes, and the legacy NIST SP
+# 800-108 counter mode over HMAC-SHA256 that its import gives derived keys.
+KDF_HKDF, KDF_COUNTER = "hkdf_sha256", "hmac-sha256-counter"
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +67,7 @@ class KeyType:
     key_size: int = 0  # bytes of material: AEAD and hmac keys; 0 for signing keys
     derived: bool = False
     convergent: bool = False
+    kdf: str = KDF_HKDF  # a derived key's
 
     @property
     def aead(self) -> Algorithm | None:
@@ -94,6 +99,8 @@ class KeyType:
             parts.append("derived")
         if self.convergent:
             parts.append("convergent")
+        if self.kdf != KDF_HKDF:
+            parts.append(f"kdf={self.kdf}")
         return ";".join(parts)
 
 
@@ -102,9 +109,15 @@ def of(algorithm: Algorithm) -> KeyType:
     return KeyType(_AEAD_TYPE_NAMES[algorithm], algorithm.spec.key_len)
 
 
-def make(name: str, key_size: int = 0, derived: bool = False, convergent: bool = False) -> KeyType:
+def make(
+    name: str,
+    key_size: int = 0,
+    derived: bool = False,
+    convergent: bool = False,
+    kdf: str = KDF_HKDF,
+) -> KeyType:
     """A key type from Transit's creation fields, or InvalidRequest in Transit's words
-    (their order is Transit's: convergence, the type, then the size)."""
+    (their order is Transit's: convergence, the type, then the size; then the ``kdf``)."""
     if convergent and not derived:
         raise InvalidRequest("convergent encryption requires derivation to be enabled")
     if name not in TYPE_NAMES:
@@ -126,7 +139,22 @@ def make(name: str, key_size: int = 0, derived: bool = False, convergent: bool =
         )
     aead = AEAD_NAMES.get(name)
     size = aead.spec.key_len if aead is not None else key_size
-    return KeyType(name, size, derived, convergent)
+    if kdf != KDF_HKDF:
+        _check_counter_kdf(name, derived, convergent, kdf)
+    return KeyType(name, size, derived, convergent, kdf)
+
+
+def _check_counter_kdf(name: str, derived: bool, convergent: bool, kdf: str) -> None:
+    """The counter mode makes 32 bytes, all Transit reads of it: enough for an AES-256 or
+    ChaCha20 key, not for AES-128 (which Transit seals with but cannot open) nor for a
+    convergent key's 32 more (which Transit refuses)."""
+    if kdf != KDF_COUNTER:
+        raise InvalidRequest(f"unknown kdf {kdf}: {KDF_HKDF} or {KDF_COUNTER}")
+    if not derived or convergent or name not in ("aes256-gcm96", "chacha20-poly1305"):
+        raise InvalidRequest(
+            f"kdf {KDF_COUNTER} is only for derived aes256-gcm96 and chacha20-poly1305 keys"
+            " without convergent encryption"
+        )
 
 
 def parse(column: str) -> KeyType | None:
@@ -136,7 +164,7 @@ def parse(column: str) -> KeyType | None:
     except ValueError:
         pass
     name, *attributes = column.split(";")
-    size, derived, convergent = 0, False, False
+    size, derived, convergent, kdf = 0, False, False, KDF_HKDF
     for attribute in attributes:
         if attribute.startswith("size=") and attribute[5:].isdigit() and name == "hmac":
             size = int(attribute[5:])
@@ -144,10 +172,12 @@ def parse(column: str) -> KeyType | None:
             derived = True
         elif attribute == "convergent" and derived and not convergent:
             convergent = True
+        elif attribute == f"kdf={KDF_COUNTER}" and kdf == KDF_HKDF:
+            kdf = KDF_COUNTER
         else:
             return None
     try:
-        kind = make(name, size, derived, convergent)
+        kind = make(name, size, derived, convergent, kdf)
     except InvalidRequest:
         return None
     return kind if kind.column == column else None

@@ -5,12 +5,14 @@ fails one is failed in the request's ``Results`` and left out of every later ste
 
 from __future__ import annotations
 
+from sealflow.engine import Algorithm
 from sealflow.service.envelope import in_native_domain
 from sealflow.service.keystore import SOFT_DELETED, KeyInfo, KeyNotFound, KeyStore
 
-from . import _ciphertext, _public, _wire
+from . import _ciphertext, _derive, _public, _wire
 from ._batch import Results
 from ._ciphertext import CiphertextError
+from ._crypto import Derivation
 from ._items import Item
 
 KEY_NOT_FOUND = "encryption key not found"
@@ -89,8 +91,13 @@ def wanted_versions(key: KeyInfo, work: list[Item], results: Results) -> dict[in
 def parse_all(
     key: KeyInfo, work: list[Item], results: Results
 ) -> tuple[dict[int, int], dict[int, bytes]]:
+    """Each ciphertext's version and bytes; an item failed already (its context) is left as
+    it is."""
     versions, payloads = {}, {}
+    errors = results.errors
     for i, item in enumerate(work):
+        if errors[i] is not None:
+            continue
         if not item.text:
             results.fail(i, "missing ciphertext to decrypt")
             continue
@@ -157,3 +164,44 @@ def asks_version(raw: bytes) -> bool:
     event loop. Never wrong that way: JSON can spell the name ``key_version`` other than as
     these bytes only with a ``\\u`` escape, and a body with any escape is taken to ask."""
     return b'"key_version"' in raw or b"\\u" in raw
+
+
+def contexts(work: list[Item], results: Results, texts: bool = False) -> dict[int, bytes]:
+    """Each pending item's ``context``, decoded (Transit checks it on every key, derived or
+    not); an item whose context is not base64 is failed in Go's words, as Transit does.
+    ``texts``: only the items that have a text (a ciphertext's absence is said first)."""
+    if not any(item.context for item in work):
+        return {}
+    decoded = {}
+    for i in results.pending():
+        item = work[i]
+        if not item.context or (texts and not item.text):
+            continue
+        try:
+            decoded[i] = _ciphertext.b64decode(item.context)
+        except CiphertextError as exc:
+            results.fail(i, str(exc))
+    return decoded
+
+
+def cipher(key: KeyInfo) -> Algorithm:
+    """The AEAD Transit seals and opens a key's items with: a derived key's too, whose items
+    are then sealed under their context's key (``derivation``, ``_crypto``); for any other key
+    ``KeyInfo.algorithm``, which refuses the types that do not encrypt."""
+    aead = key.key_type.aead
+    if aead is not None and key.key_type.derived:
+        return aead
+    return key.algorithm
+
+
+def derivation(key: KeyInfo, decoded: dict[int, bytes], results: Results) -> Derivation | None:
+    """How a derived key's pending items are sealed or opened (``_derive``): each under its
+    context, each pending item without one failed in Transit's words; None for a key that is
+    not derived (its items' contexts are ignored, as Transit ignores them)."""
+    kind = key.key_type
+    if not kind.derived:
+        return None
+    for i in results.pending():
+        if not decoded.get(i):  # absent, or empty once decoded (``"\\n"``): Transit's refusal
+            results.fail(i, _derive.MISSING_CONTEXT)
+    return Derivation(decoded, kind.convergent, kind.kdf)

@@ -59,6 +59,7 @@ _AAD = {str, _NONE}
 _GET_AAD = methodcaller("get", "associated_data")
 _GET_VERSION = methodcaller("get", "key_version")
 _GET_REFERENCE = methodcaller("get", "reference")
+_GET_CONTEXT = methodcaller("get", "context")
 _JSON_SPACE = b" \t\r\n"
 _TRAILING = 8
 
@@ -151,7 +152,8 @@ def column(body: Body) -> Column | None:
 
 
 def _shared(batch: list[dict[str, Any]], joined: bytes) -> Column | None:
-    """Items with a reference each, or one key_version and associated_data for all."""
+    """Items with a reference each, or one key_version and associated_data for all (and no
+    context)."""
     # C loops, cheapest refusal first: a batch of several associated_data values (the general
     # path's usual reason) leaves after one pass. Exact types: True is not a version.
     aads = list(map(_GET_AAD, batch))
@@ -162,6 +164,8 @@ def _shared(batch: list[dict[str, Any]], joined: bytes) -> Column | None:
         return None
     references = list(map(_GET_REFERENCE, batch))
     if not {*map(type, references)} <= _AAD:
+        return None
+    if any(map(_GET_CONTEXT, batch)):  # each context checked, and a derived key's used: items
         return None
     return Column(
         joined,

@@ -28,6 +28,9 @@ from ._batch import Answer, Part, Results, b64, decrypted, encrypted, part, sing
 from ._checks import (
     aads,
     asks_version,
+    cipher,
+    contexts,
+    derivation,
     key_of,
     known,
     materials,
@@ -35,7 +38,7 @@ from ._checks import (
     wanted_versions,
 )
 from ._ciphertext import CiphertextError
-from ._crypto import open_, seal
+from ._crypto import Derivation, open_, seal
 from ._items import Item, Reading, Request, items
 from ._leases import lease_items
 from ._wire import Body
@@ -122,16 +125,18 @@ class _Opening:
         svc, results = self.svc, Results(len(work))
         # Looked up once the first group's items are read: a batch of one group says what is
         # wrong with its items before whether its key exists, as Transit does.
+        decoded = contexts(work, results, texts=True)  # before the key, as Transit
         key = self._key = self._key or key_of(svc.store, self.name, "decrypt")
         versions, payloads = parse_all(key, work, results)
+        derived = derivation(key, decoded, results)
         aad = aads(work, results, offset)
         opening = materials(svc.store, key, versions, results)
         log = self._log
         log.used_all(opening)  # the versions opened (a ciphertext whose tag fails too)
         opened: dict[int, bytes | None] = {}
         size = sum(map(len, payloads.values()))
-        alg = key.algorithm
-        yield size, functools.partial(_open, opened, alg, opening, versions, aad, payloads)
+        alg = cipher(key)
+        yield size, functools.partial(_open, opened, alg, opening, versions, aad, payloads, derived)
         plaintexts: dict[int, bytes] = {}
         for i, plain in opened.items():
             if plain is None:
@@ -146,7 +151,7 @@ class _Opening:
         wanted = wanted_versions(key, work, results)
         new, sealing = lease_items(svc, key, wanted, plaintexts, results)
         log.used_all(sealing)  # and the versions sealed under
-        yield size, functools.partial(_reseal, alg, sealing, new, aad, plaintexts, results)
+        yield size, functools.partial(_reseal, alg, sealing, new, aad, plaintexts, results, derived)
         yield 0, functools.partial(self._answer, work, results, encrypted)
 
     def _answer(
@@ -164,8 +169,9 @@ def _open(
     versions: dict[int, int],
     aad: dict[int, bytes],
     payloads: dict[int, bytes],
+    derived: Derivation | None,
 ) -> None:
-    into.update(open_(alg, opening, versions, aad, payloads))
+    into.update(open_(alg, opening, versions, aad, payloads, derived))
 
 
 def _reseal(
@@ -175,8 +181,9 @@ def _reseal(
     aad: dict[int, bytes],
     plaintexts: dict[int, bytes],
     results: Results,
+    derived: Derivation | None,
 ) -> None:
-    for i, blob in seal(alg, sealing, versions, aad, plaintexts).items():
+    for i, blob in seal(alg, sealing, versions, aad, plaintexts, derived).items():
         results.values[i] = (versions[i], _ciphertext.encode(versions[i], blob))
 
 
@@ -190,18 +197,18 @@ async def datakey(svc: Services, kind: str, name: str, body: Body, log: AccessRe
     As in Transit, what is sealed is the data key itself (so ``decrypt`` answers it in
     base64, as it answers every plaintext); ``plaintext`` also returns it, ``wrapped`` only
     the ciphertext. Checks in Transit's order: the path, ``context`` as base64, the key,
-    ``bits`` (128, 256 or 512; default 256), then ``key_version`` as in encrypt. ``context`` is
-    otherwise ignored (no sealflow key is derived), and so is a ``nonce`` (OpenBao 2.7 has no
-    such field here): the nonce is always a fresh random one, never the client's.
+    ``bits`` (128, 256 or 512; default 256), then ``key_version`` as in encrypt, then, for a
+    derived key, the context (sealed under its key: ``_derive``; a key that is not derived
+    ignores it). A ``nonce`` is ignored (OpenBao 2.7 has no such field here): the nonce is a
+    fresh random one, never the client's (a convergent key's, its own).
     """
     if kind not in DATAKEY_KINDS:
         raise _wire.user_error("Invalid path, must be 'plaintext' or 'wrapped'")
     context = _wire.as_str(body, "context")
-    if context:
-        try:
-            _ciphertext.b64decode(context)
-        except CiphertextError:
-            raise _wire.user_error("failed to base64-decode context") from None
+    try:
+        decoded = {0: _ciphertext.b64decode(context)} if context else {}
+    except CiphertextError:
+        raise _wire.user_error("failed to base64-decode context") from None
     if known(svc.store, name):
         key = key_of(svc.store, name)
     else:  # its refusal reads the keystore: off the event loop
@@ -212,6 +219,9 @@ async def datakey(svc: Services, kind: str, name: str, body: Body, log: AccessRe
     work = [Item("", _wire.as_int(body, "key_version"), "", "")]
     results = Results(1)
     wanted = wanted_versions(key, work, results)
+    derived = derivation(key, decoded, results)
+    if results.errors[0] is not None:
+        raise _wire.user_error(results.errors[0])
     data_key = os.urandom(size)
     lease = functools.partial(lease_items, svc, key, wanted, {0: data_key}, results)
     try:
@@ -221,7 +231,7 @@ async def datakey(svc: Services, kind: str, name: str, body: Body, log: AccessRe
     if results.errors[0] is not None:
         raise _wire.user_error(results.errors[0])
     version = versions[0]
-    sealed = seal(key.algorithm, sealing, versions, {0: b""}, {0: data_key})[0]
+    sealed = seal(cipher(key), sealing, versions, {0: b""}, {0: data_key}, derived)[0]
     found: dict[str, Any] = {
         "ciphertext": _ciphertext.encode(version, sealed),
         "key_version": version,

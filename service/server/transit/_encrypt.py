@@ -42,7 +42,10 @@ from ._batch import Answer, Part, Results, encrypted
 from ._checks import (
     aads,
     asks_version,
+    cipher,
+    contexts,
     decode_all,
+    derivation,
     key_of,
     known,
     reserved_aad,
@@ -211,6 +214,8 @@ def _by_column(
         aad = _ciphertext.b64decode(column.aad) if column.aad else b""
     except (ValueError, KeyNotFound):  # CiphertextError is a ValueError
         return None
+    if key.key_type.derived:  # each item's key is its context's: item by item (``_Items``)
+        return None
     if reserved_aad(aad):  # every item fails: the item path says so, item by item
         return None
     if version_error(key, column.version) is not None:
@@ -257,17 +262,21 @@ class _Items:
         self.work, self.batch = items(body, "plaintext", _MISSING, offset)
         self.results = results = Results(len(self.work))
         self.plaintexts = decode_all(self.work, results)
+        decoded = contexts(self.work, results)
         key = key_of(svc.store, name)
         wanted = wanted_versions(key, self.work, results)
+        self.derivation = derivation(key, decoded, results)
         self.aads = aads(self.work, results, offset)
         self.versions, self.materials = lease_items(
             svc, key, wanted, self.plaintexts, results, taken
         )
-        self.algorithm = key.algorithm
+        self.algorithm = cipher(key)
 
     def __call__(self) -> Part:
         versions, results = self.versions, self.results
-        sealed = _crypto.seal(self.algorithm, self.materials, versions, self.aads, self.plaintexts)
+        sealed = _crypto.seal(
+            self.algorithm, self.materials, versions, self.aads, self.plaintexts, self.derivation
+        )
         for i, blob in sealed.items():
             results.values[i] = (versions[i], _ciphertext.encode(versions[i], blob))
         if not self.batch:

@@ -15,6 +15,7 @@ the request's memory budget.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from operator import methodcaller
@@ -28,9 +29,12 @@ from . import _groups, _wire
 from ._wire import Body
 
 MISSING_BATCH = "missing batch input to process"
+# Transit's refusal of a batch whose items do not all carry a context, or all lack one
+# (any key: derived or not), before the key is looked up.
+CONTEXT_ALL_OR_NONE = "context should be set either in all the request blocks or in none"
 _STRING = (str, type(None))
 GROUP_ITEMS = 8192  # the items of a group when the body was parsed whole
-_FIELDS = ("plaintext", "ciphertext", "associated_data", "reference", "key_version")
+_FIELDS = ("plaintext", "ciphertext", "associated_data", "reference", "key_version", "context")
 Groups = Callable[[], Iterator[tuple[int, list[Any]]]]  # (index of the first item, items)
 T = TypeVar("T")
 Reading = Generator[None, None, T]  # work in steps, each yield a pause; returns what it read
@@ -42,6 +46,7 @@ class Item:
     version: int  # key_version; 0 is the latest
     aad: str  # base64 associated_data
     reference: str
+    context: str = ""  # base64 context (a derived key's, else ignored once checked)
 
 
 @dataclass(slots=True)
@@ -114,10 +119,17 @@ class _Check:
         self.count = 0
         self.problems: list[str] = []
         self.error: ApiError | None = None
+        self.contexts: set[bool] = set()  # whether items carry a context: one value, or 400
 
     def group(self, offset: int, entries: list[Any]) -> None:
         self.count += len(entries)
-        if not self.deep or self.error is not None or self.count > self.limit:
+        # An item that is not an object: ``done`` says so first.
+        with contextlib.suppress(AttributeError):
+            self.contexts |= {*map(bool, map(_GET["context"], entries))}
+        # A batch of one group has its items checked later (``items``), unless its contexts
+        # mix: then now, since what is wrong with its items is said before that.
+        mixed = len(self.contexts) > 1
+        if (not self.deep and not mixed) or self.error is not None or self.count > self.limit:
             return
         if not _usual(entries, self.field):
             try:
@@ -132,6 +144,8 @@ class _Check:
             raise self.error
         if self.problems:
             raise _parse_error(self.problems)
+        if len(self.contexts) > 1:
+            raise _wire.user_error(CONTEXT_ALL_OR_NONE)
         if not self.count:
             raise _wire.user_error(MISSING_BATCH)
 
@@ -154,6 +168,7 @@ def _usual(entries: list[Any], field: str) -> bool:
         return False
     strings = {*map(type, map(_GET["associated_data"], entries))}
     strings |= {*map(type, map(_GET["reference"], entries))}
+    strings |= {*map(type, map(_GET["context"], entries))}
     return strings <= _STRINGS and {*map(type, map(_GET["key_version"], entries))} <= _VERSIONS
 
 
@@ -243,7 +258,8 @@ def items(body: Body, field: str, missing: str, offset: int = 0) -> tuple[list[I
     if field not in body or body[field] is None or (field == "ciphertext" and not text):
         raise _wire.user_error(missing)
     version = _wire.as_int(body, "key_version")
-    return [Item(text, version, _wire.as_str(body, "associated_data"), "")], False
+    aad, context = _wire.as_str(body, "associated_data"), _wire.as_str(body, "context")
+    return [Item(text, version, aad, "", context)], False
 
 
 def _batch(
@@ -262,10 +278,16 @@ def _batch(
         text = entry.get(field)
         aad = entry.get("associated_data")
         reference = entry.get("reference")
-        if type(text) is not str or type(aad) not in _STRING or type(reference) not in _STRING:
-            text, aad, reference = (
+        context = entry.get("context")
+        if (
+            type(text) is not str
+            or type(aad) not in _STRING
+            or type(reference) not in _STRING
+            or type(context) not in _STRING
+        ):
+            context, text, aad, reference = (
                 _string(entry, name, i, problems)
-                for name in (field, "associated_data", "reference")
+                for name in ("context", field, "associated_data", "reference")
             )
             if field not in entry and field == "plaintext":
                 problems.append(f"'[{i}].plaintext' missing plaintext to encrypt")
@@ -279,7 +301,7 @@ def _batch(
                     f"'{_wire.go_type(version)}'"
                 )
                 version = 0
-        found.append(Item(text or "", version or 0, aad or "", reference or ""))
+        found.append(Item(text or "", version or 0, aad or "", reference or "", context or ""))
     if own and problems:
         raise _parse_error(problems)
     return found

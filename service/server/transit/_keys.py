@@ -20,6 +20,7 @@ from typing import Any
 
 from sealflow.engine import Algorithm
 from sealflow.service.keystore import (
+    KDF_COUNTER,
     SOFT_DELETED,
     DeletionNotAllowed,
     InvalidRequest,
@@ -116,7 +117,9 @@ def _kind_fields(kind: KeyType) -> dict[str, Any]:
     if kind.name == "hmac":
         fields["key_size"] = kind.key_size
     if kind.derived:
-        fields |= {"kdf": "hkdf_sha256", "convergent_encryption": kind.convergent}
+        fields |= {"kdf": kind.kdf, "convergent_encryption": kind.convergent}
+        if kind.kdf == KDF_COUNTER:  # OpenBao names the legacy mode twice
+            fields["kdf_mode"] = kind.kdf
         if kind.convergent:
             fields["convergent_encryption_version"] = -1  # per version, as OpenBao shows it
     return fields

@@ -68,7 +68,8 @@ def _lease(svc: Services, key: KeyInfo, asked: int, n: int) -> Lease | None:
     """Up to n sealings under the version asked for (0: the latest), or None if it is used
     up; Transit's 'not found' for a key deleted since the checks."""
     try:
-        return svc.usage.lease(key.name, asked or None, n)
+        # Every caller seals a derived key's items under their context's key (``_crypto``).
+        return svc.usage.lease(key.name, asked or None, n, derived=key.key_type.derived)
     except VersionUsedUp:
         return None
     except KeyNotFound:

@@ -112,7 +112,12 @@ def _write(summary: str, body: dict[str, Any], params: list[dict[str, Any]]) -> 
     return {"post": operation, "put": operation}
 
 
-_ITEM = {"reference": {"type": "string"}, "associated_data": _B64, "key_version": _LENIENT_INT}
+_ITEM = {
+    "reference": {"type": "string"},
+    "associated_data": _B64,
+    "key_version": _LENIENT_INT,
+    "context": _B64,  # a derived key's (docs/TRANSIT.md, Derived keys and convergent encryption)
+}
 _BATCH = {"partial_failure_response_code": _LENIENT_INT}
 
 

@@ -121,7 +121,9 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
                  "context": ctx2},
                 {"plaintext": plain[3], "key_version": 2, "associated_data": aad3,
                  "context": ctx2},
-                {"plaintext": plain[4], "key_version": 2, "associated_data": aad2},
+                # Every item or none carries a context, as Transit requires.
+                {"plaintext": plain[4], "key_version": 2, "associated_data": aad2,
+                 "context": ctx2},
             ]  # fmt: skip
             sealed = transit("/encrypt/t", "t-enc-batch", {"batch_input": batch})
             assert [r["key_version"] for r in sealed["batch_results"]] == [1, 2, 2]

@@ -17,8 +17,10 @@ class Tally:
         self.meter = meter
         self.seen: Counter[tuple[str, int, str]] = Counter()
 
-    def lease(self, name: str, version: int | None = None, n: int = 1) -> Lease:
-        lease = self.meter.lease(name, version, n)
+    def lease(
+        self, name: str, version: int | None = None, n: int = 1, derived: bool = False
+    ) -> Lease:
+        lease = self.meter.lease(name, version, n, derived)
         self.seen[name, lease.version, "sealings"] += lease.sealings
         return lease
 

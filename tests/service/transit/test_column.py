@@ -228,12 +228,14 @@ def test_shared_fields_and_references(svc: Services, name: str) -> None:
                 "reference": f'r"{i}\\é\n',
                 "key_version": 3 if name in ("k", "m") else 1,
                 "associated_data": aad,
-                "context": "x",
             }
             for i in range(50)
         ]
     }
     assert _column.column(body) is not None
+    # A context is each item's to check (and a derived key's to use): item by item.
+    with_context = {"batch_input": [{**item, "context": b64(3)} for item in body["batch_input"]]}
+    assert _column.column(with_context) is None
     status, answered = check_same(svc, name, body)
     assert status == 200
     assert [r["reference"] for r in answered["data"]["batch_results"]] == [

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from sealflow.engine import Algorithm
 from sealflow.service.config import Settings
-from sealflow.service.keystore import prepare
+from sealflow.service.keystore import make_key_type, prepare
 from sealflow.service.server._logging import AccessRecord
 from sealflow.service.server._startup import start_services
 from sealflow.service.server._state import Services
@@ -43,6 +43,7 @@ def svc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
     services = start_services(config)
     services.store.create_key("k", Algorithm.AES_256_GCM, False, None, None)
     services.store.rotate_key("k")  # versions 1 and 2
+    services.store.create_key("kc", make_key_type("aes256-gcm96", 0, True, True))  # convergent
     try:
         yield services
     finally:
@@ -52,7 +53,12 @@ def svc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
 
 
 def call(
-    svc: Services, kind: str, raw: bytes, grouped: bool, log: AccessRecord | None = None
+    svc: Services,
+    kind: str,
+    raw: bytes,
+    grouped: bool,
+    log: AccessRecord | None = None,
+    name: str = "k",
 ) -> tuple[Any, Counter[Any]]:
     """The route's operation on a body, in groups of ``TINY`` bytes or in one group: its
     status and parsed answer (or its refusal), and what it counted; what it noted for the
@@ -64,7 +70,7 @@ def call(
     _groups.GROUP_BYTES, _groups.COLUMN_BYTES, _items.GROUP_ITEMS = sizes
     try:
         with svc.budget.hold() as hold:
-            answered = operation[kind](counted, "k", raw, hold, log or AccessRecord())
+            answered = operation[kind](counted, name, raw, hold, log or AccessRecord())
             status, reply = asyncio.run(answered)
     except ApiError as exc:
         return ("error", exc.status, exc.message), tally.seen
@@ -283,3 +289,30 @@ def test_a_batch_is_answered_group_by_group_in_pieces(svc: Services) -> None:
     assert len(reply) > 10  # head, tail, and a piece (and a comma) per group of a few items
     results = orjson.loads(b"".join(reply))["data"]["batch_results"]
     assert [r["reference"] for r in results] == [f"r{i}" for i in range(50)]
+
+
+def test_a_convergent_batch_in_groups_seals_and_opens_as_in_one(svc: Services) -> None:
+    """Each item under its own context's key, whatever the groups: a convergent key's answer is
+    the same bytes in many groups and in one, and opens item by item; a context missing from
+    an item of a later group refuses the whole batch before anything is counted."""
+    contexts = [base64.b64encode(b"tenant-%d" % (i % 3)).decode() for i in range(40)]
+    items = [{"plaintext": b64(i % 5), "context": c} for i, c in enumerate(contexts)]
+    raw = json.dumps({"batch_input": items}).encode()
+    (status, many), _ = call(svc, "encrypt", raw, grouped=True, name="kc")
+    (_, one), counted = call(svc, "encrypt", raw, grouped=False, name="kc")
+    assert status == 200
+    sealed = [r["ciphertext"] for r in many["data"]["batch_results"]]
+    assert sealed == [r["ciphertext"] for r in one["data"]["batch_results"]]
+    assert counted[("kc", 1, "sealings")] == 40
+    back = [{"ciphertext": c, "context": x} for c, x in zip(sealed, contexts, strict=True)]
+    raw = json.dumps({"batch_input": back}).encode()
+    (status, opened), _ = call(svc, "decrypt", raw, grouped=True, name="kc")
+    assert [r["plaintext"] for r in opened["data"]["batch_results"]] == [
+        item["plaintext"] for item in items
+    ]
+    raw = json.dumps({"batch_input": [*items, {"plaintext": b64(1)}]}).encode()
+    for grouped in (True, False):
+        refused, counted = call(svc, "encrypt", raw, grouped, name="kc")
+        words = "context should be set either in all the request blocks or in none"
+        assert refused == ("error", 400, words)
+        assert not counted
