@@ -204,7 +204,8 @@ def _prepare_mac(
     """An HMAC or verify request (``_hmac``): scope, query, tag and key, from the head."""
     path = head.path
     name = path[len(_KEYS) : path.rindex("/")]
-    _auth.require(token, "hmac", name)
+    # The path's scope, as Transit's: ``hmac`` makes HMACs, ``verify`` checks them.
+    _auth.require(token, "verify" if route is VERIFY_ROUTE else "hmac", name)
     if head.x_aad is not None:
         raise errors.bad_request("an HMAC binds no X-AAD: send the data in the body")
     asked = _hmac.options(head.query)

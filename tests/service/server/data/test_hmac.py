@@ -54,8 +54,8 @@ def unframe(body: bytes) -> list[bytes]:
 
 @pytest.fixture(scope="module")
 def mac_client(server: Server) -> Iterator[httpx.Client]:
-    """A token with ``hmac`` on the test keys, and nothing else."""
-    with server.client(new_token(server, "hmac:t-*", label="hmac-tests")) as c:
+    """A token with ``hmac`` and ``verify`` on the test keys, and nothing else."""
+    with server.client(new_token(server, "hmac:t-*", "verify:t-*", label="hmac-tests")) as c:
         yield c
 
 
@@ -202,9 +202,14 @@ def test_a_batch_that_ends_inside_a_record_is_400(mac_client: httpx.Client) -> N
 
 
 def test_without_the_hmac_scope_every_route_is_403(server: Server) -> None:
-    data = new_token(server, "encrypt:t-*", "decrypt:t-*", "verify:t-*", label="no-hmac")
-    with server.client(data) as c:
-        for path in ("hmac", "hmac?mode=records", "verify"):
+    """``hmac`` makes HMACs, ``verify`` checks them (the path's scope, as on Transit)."""
+    data = new_token(server, "encrypt:t-*", "decrypt:t-*", label="no-hmac")
+    hmac_only = new_token(server, "hmac:t-*", label="hmac-only")
+    verify_only = new_token(server, "verify:t-*", label="verify-only")
+    refusals = [(data, p) for p in ("hmac", "hmac?mode=records", "verify")]
+    refusals += [(hmac_only, "verify"), (verify_only, "hmac"), (verify_only, "hmac?mode=records")]
+    for token, path in refusals:
+        with server.client(token) as c:
             r = c.post(f"/v1/keys/{KEY}/{path}", content=b"", headers={"sealflow-hmac": "AA"})
             assert r.status_code == 403, (path, r.text)
             assert code(r) == "forbidden"
@@ -262,7 +267,7 @@ def test_audit_records_name_the_operation_key_version_and_records(tmp_path: Path
     audit = tmp_path / "audit.jsonl"
     srv = start_server(tmp_path / "data", audit_file=audit)
     try:
-        token = new_token(srv, "hmac:default", label="blind-index")
+        token = new_token(srv, "hmac:default", "verify:default", label="blind-index")
         with srv.client(token) as c:
             one = c.post("/v1/keys/default/hmac", content=b"alice")
             tag = base64.b64encode(one.content).decode()
