@@ -2,7 +2,7 @@
 
     python -m benchmarks.http            (needs wrk and curl: apt-get install -y wrk curl)
     python -m benchmarks.http huge       (only the named parts: small, records, megabyte, huge,
-                                          audit, ttl;
+                                          audit, ttl, hmac;
                                           huge, the 256 MiB round trips, needs curl, not wrk)
 
 Only the standard library and the service's own dependencies: it runs after the
@@ -422,6 +422,12 @@ def audit(report: Report, peer: Server, ours: Server, work: Path, script: Path) 
     audit_part(report, ours, work, script)
 
 
+def hmac(report: Report, peer: Server, ours: Server, work: Path, script: Path) -> None:
+    from .hmac_records import hmac_part  # it imports this module
+
+    hmac_part(report, ours, work, script)
+
+
 def ttl(report: Report, peer: Server, ours: Server, work: Path, script: Path) -> None:
     from .token_ttl import ttl_part  # it imports this module
 
@@ -435,6 +441,7 @@ PARTS: dict[str, Part] = {
     "huge": lambda report, peer, ours, work, _script: huge(report, peer, ours, work),
     "audit": audit,
     "ttl": ttl,
+    "hmac": hmac,
 }
 
 

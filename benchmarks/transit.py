@@ -8,7 +8,9 @@ pinned to core 1. Rows: encrypt of a 1 KiB plaintext (req/s), ``batch_input`` of
 of 100 bytes (items/s; OpenBao: 400, see OPENBAO_BATCH), one 16 MiB plaintext (seconds,
 best of ``ROUNDS``) and one 48 MiB plaintext (seconds, or how it was refused); then HMACs
 (issue 28): ``hmac/:name`` of a 1 KiB input (req/s) and a ``batch_input`` of 1,000 inputs of
-100 bytes (items/s; OpenBao: OPENBAO_BATCH), under the same AES key.
+100 bytes (items/s; OpenBao: OPENBAO_BATCH), under the same AES key; and sealflow's native
+records HMAC of 100-byte values (``benchmarks.hmac_records``: values/s on the server core, which
+has no OpenBao counterpart).
 
     python -m benchmarks.transit sign-ed25519
 
@@ -34,6 +36,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ._harness import Report, machine
+from .hmac_records import hmac_part
 from .http import (
     LOAD_CORE,
     SECONDS,
@@ -48,6 +51,7 @@ from .http import (
     wait_ready,
     wrk,
 )
+from .http import LUA as HTTP_LUA
 
 ROUNDS = 2
 # OpenBao's default JSON limits refuse a batch of 1,000 such items ("refused JSON input due to
@@ -204,6 +208,9 @@ def _encrypt_case(report: Report) -> None:
             results["OpenBao"] = measure(bao, work, script, OPENBAO_BATCH)
         with sealflow_server(work) as ours:
             results["sealflow"] = measure(ours, work, script, 1000)
+            raw = work / "post.lua"  # the native API's raw-body script
+            raw.write_text(HTTP_LUA)
+            hmac_part(report, ours, work, raw)
         with echo_server() as echo:  # the same 1 KiB request, answered with its own body
             one = work / "OpenBao-1k.json"
             floor = best([wrk(echo.url + "/", one, "", 16, script) for _ in range(ROUNDS)])

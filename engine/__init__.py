@@ -8,6 +8,7 @@ from ._aead import AEAD, open, open_into, seal, seal_into
 from ._buffers import AEADBuffer, BufferPool
 from ._chunked import ChunkedDecryptor, ChunkedEncryptor, opened_size, sealed_size
 from ._errors import DecryptionError, NativeError, SelfTestError
+from ._hmac import Digest, HmacStream, hmac, hmac_many
 from ._many import open_many, seal_many, seal_many_text
 from ._pool import CryptoPool, parallelism
 from ._provider import Provider
@@ -49,6 +50,8 @@ __all__ = [
     "ContextStrategy",
     "CryptoPool",
     "DecryptionError",
+    "Digest",
+    "HmacStream",
     "Measurement",
     "NativeError",
     "OpenedRecords",
@@ -63,6 +66,8 @@ __all__ = [
     "calibration",
     "context_stats",
     "get_context_strategy",
+    "hmac",
+    "hmac_many",
     "open",
     "open_into",
     "open_many",

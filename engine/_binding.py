@@ -71,6 +71,7 @@ _chunks_seal, _chunks_open = lib.sf_chunks_seal, lib.sf_chunks_open
 _seal_small, _open_small, _unpack = lib.sf_seal_small, lib.sf_open_small, ffi.unpack
 _seal_many, _open_many = lib.sf_seal_many, lib.sf_open_many
 _base64_column, _seal_many_text = lib.sf_base64_column, lib.sf_seal_many_text
+_hmac_many = lib.sf_hmac_many
 NULL = ffi.NULL
 # Largest message the small variants take (the C scratch buffer).
 SCRATCH_LIMIT = lib.SF_SCRATCH_LEN - TAG_LEN
@@ -303,6 +304,30 @@ def seal_many_text(
     )  # fmt: skip
     if rc:
         _raise(rc)
+
+
+def hmac_many(
+    digest: int,
+    key: BytesLike,
+    data: BytesLike,
+    lengths: array[int],
+    is_framed: bool,
+    framed: bool,
+    out: bytearray,
+) -> None:
+    """The HMAC of each record (``sf_hmac_many``) into out, one tag after another, each behind
+    its ``u32`` big-endian length when framed; out holds exactly that."""
+    rc = _hmac_many(
+        digest, _in(key), len(key), _in(data), len(data), _from_buffer("uint32_t[]", lengths),
+        len(lengths), is_framed, framed, _from_buffer(out), len(out),
+    )  # fmt: skip
+    if rc:
+        _raise(rc)
+
+
+def digest_sizes() -> tuple[int, ...]:
+    """The tag size of each HMAC digest, by its index in the C table (``SF_DIGESTS``)."""
+    return tuple(int(lib.sf_digest_size(i)) for i in range(lib.SF_DIGESTS))
 
 
 def base64_column(

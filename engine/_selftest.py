@@ -5,7 +5,8 @@ single-shot AES from Wycheproof ``aes_gcm_test.json`` (tcId 2 and 100),
 ChaCha20-Poly1305 from RFC 8439 section 2.8.2; chunked AES from Wycheproof's
 C2SP vectors (tcId 9, compared by SHA-512 as the vectors give it); chunked
 ChaCha20-Poly1305 computed with an independent construction (``cryptography``'s
-HKDFExpand and ChaCha20Poly1305) since C2SP publishes no vectors for it.
+HKDFExpand and ChaCha20Poly1305) since C2SP publishes no vectors for it; the native HMAC
+(``hmac_many``) from RFC 4231 for SHA-2 and against ``hashlib`` for SHA-3.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import hmac
 from ._cobble import CobbleOpener, CobbleSealer, covers
 from ._errors import DecryptionError, SelfTestError
 from ._framing import derive
+from ._hmac import Digest, hmac_many
 from ._provider import Provider
 from ._selection import PROVIDERS
 from ._types import HEADER_LEN, SALT_LEN, TAG_LEN, Algorithm
@@ -92,6 +94,32 @@ _CHUNKED = {
 }
 
 
+# RFC 4231 test case 1 (key 0x0b * 20, "Hi There") for the SHA-2 HMACs; SHA-3 against
+# hashlib's (an implementation of its own) on the same input.
+_HMAC_KEY, _HMAC_MESSAGE = b"\x0b" * 20, b"Hi There"
+_HMAC_SHA2 = {
+    Digest.SHA2_224: _H("896fb1128abbdf196832107cd49df33f47b4b1169912ba4f53684b22"),
+    Digest.SHA2_256: _H("b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7"),
+    Digest.SHA2_384: _H(
+        "afd03944d84895626b0825f4ab46907f15f9dadbe4101ec682aa034c7cebc59c"
+        "faea9ea9076ede7f4af152e8b2fa9cb6"
+    ),
+    Digest.SHA2_512: _H(
+        "87aa7cdea5ef619d4ff0b4241a1d6cb02379f4e2ce4ec2787ad0b30545e17cde"
+        "daa833b7d6b8a702038b274eaea3f4e4be9d914eeb61f1702e696c203a126854"
+    ),
+}
+
+
+def _hmac(digest: Digest) -> None:
+    """Two records in one batch (the second from the copied pad states) give the known tag."""
+    expected = _HMAC_SHA2.get(digest) or hmac.digest(
+        _HMAC_KEY, _HMAC_MESSAGE, digest.value.replace("-", "_")
+    )
+    if hmac_many(digest, _HMAC_KEY, [_HMAC_MESSAGE] * 2) != expected * 2:
+        raise SelfTestError(f"self-test failed: native HMAC {digest.value}")
+
+
 def _fail(provider: Provider, alg: Algorithm, what: str) -> SelfTestError:
     return SelfTestError(f"self-test failed: {provider.name} {alg.value} {what}")
 
@@ -166,3 +194,5 @@ def self_test() -> None:
     for alg in Algorithm:
         if covers(alg):
             _cobblestone(alg)
+    for digest in Digest:
+        _hmac(digest)

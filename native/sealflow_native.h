@@ -30,6 +30,12 @@
 #define SF_ERR_ARG -3
 #define SF_ERR_LIMIT -4
 
+/* HMAC digests, by index: SHA2-224, -256, -384, -512, SHA3-224, -256, -384, -512. */
+#define SF_DIGESTS 8
+/* Longest digest (SHA-512, SHA3-512) and widest block (SHA3-224's rate) among them. */
+#define SF_MAX_MD 64
+#define SF_MAX_BLOCK 144
+
 /* Context strategies (Amazon Corretto Crypto Provider's names). */
 #define SF_LAZY 0
 #define SF_HYBRID 1
@@ -97,6 +103,11 @@ int sf_seal_many_text(int alg, const char *key, const char *aad, size_t aadlen, 
                       const uint32_t *after_lens, const char *sep, size_t seplen,
                       const char *head, size_t headlen, const char *tail, size_t taillen,
                       char *out, size_t outlen);
+/* HMAC of every record, each written as [u32 big-endian length] || tag (sf_hmac_many). */
+int sf_digest_size(int digest);
+int sf_hmac_many(int digest, const char *key, size_t keylen, const char *in, size_t inlen,
+                 const uint32_t *lens, size_t count, int in_framed, int out_framed, char *out,
+                 size_t outlen);
 void sf_cleanse(char *buf, size_t len);
 void sf_advise_huge(char *buf, size_t len);
 

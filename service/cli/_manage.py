@@ -283,8 +283,8 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
         "--scope",
         action="append",
         required=True,
-        help="admin, encrypt:<glob>, decrypt:<glob> or export:<glob> over key names (admin"
-        " implies neither data access nor export); repeatable",
+        help="admin, or ACTION:<glob> over key names, ACTION one of encrypt, decrypt, export,"
+        " hmac, sign, verify (admin implies neither data access nor export); repeatable",
     )
     tcreate.add_argument("--label", default="")
     tcreate.add_argument(

@@ -51,7 +51,7 @@ _DUPLEX = (b"sealflow-duplex", b"1")
 class Reply:
     """The response: started with the first bytes, so an error before them is still an error."""
 
-    __slots__ = ("_log", "_send", "_watch", "duplex", "length", "sent", "started")
+    __slots__ = ("_log", "_send", "_watch", "duplex", "headers", "length", "sent", "started")
 
     def __init__(self, send: Send, log: AccessRecord, watch: Watch) -> None:
         self._send = send
@@ -59,6 +59,8 @@ class Reply:
         self._watch = watch
         self.length: int | None = None
         self.duplex = False  # answered while the body arrives: say so (Sealflow-Duplex: 1)
+        # Sent with the answer: its content type (octets unless changed), then any others.
+        self.headers: list[tuple[bytes, bytes]] = [_OCTETS]
         self.started = False
         self.sent = 0
 
@@ -66,7 +68,7 @@ class Reply:
         if not data and more:
             return  # nothing authenticated to send yet: keep a clean error possible
         if not self.started:
-            headers = [_OCTETS]
+            headers = list(self.headers)
             if self.length is not None:
                 headers.append((b"content-length", b"%d" % self.length))
             if self.duplex:
@@ -85,7 +87,7 @@ class Reply:
         """The whole response at once, its length known: what a small request sends."""
         self.started = True
         self._log.status = 200
-        headers = [_OCTETS, (b"content-length", b"%d" % len(data))]
+        headers = [*self.headers, (b"content-length", b"%d" % len(data))]
         await self._send({"type": "http.response.start", "status": 200, "headers": headers})
         await self._send({"type": "http.response.body", "body": data, "more_body": False})
         self.sent = len(data)

@@ -209,12 +209,15 @@ class Front:
 
     def _whole(self, svc: Services, route: data.Route, head: Head) -> int:
         """The largest body of a data request the protocol may answer itself: a single-shot
-        encrypt or a decrypt, answered once its body has come, in the default transport."""
+        encrypt, a decrypt or an HMAC, answered once its body has come, in the default
+        transport."""
         if head.method != "POST" or head.duplex or head.chunked or DRAINING.is_set():
             return 0
         whole = min(data.WHOLE_MAX, svc.crypto.inline_below - 1)
         if route is data.ENCRYPT_ROUTE:
             return min(whole, svc.settings.max_single_bytes) if head.query == _SINGLE else 0
+        if route is data.HMAC_ROUTE or route is data.VERIFY_ROUTE:
+            return whole  # one tag, or one per record: no more bytes out than in, plus tags
         return whole + _ENVELOPE_MAX if not head.query else 0
 
     # -- the protocol's side (http.Planner) --------------------------------------------------
@@ -619,7 +622,7 @@ _TRANSIT_OPERATIONS = {
 def _operation(plan: Plan, route: object) -> str:
     method = plan.head.method
     if plan.route is not None:
-        return "encrypt" if plan.route is data.ENCRYPT_ROUTE else "decrypt"
+        return plan.route.operation
     if plan.vault is not None:
         kind = plan.vault.kind
         if kind == "key":

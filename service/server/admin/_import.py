@@ -16,7 +16,7 @@ from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt
 
 from sealflow.engine import Algorithm
-from sealflow.service.keystore import InvalidRequest, KeyNotFound, export_material
+from sealflow.service.keystore import InvalidRequest, KeyNotFound, WrongKeyType, export_material
 
 from .. import _auth
 from ._deps import AdminDep, LogDep, ServicesDep, TokenDep
@@ -165,9 +165,12 @@ def byok_export(
     if target is None:
         raise KeyNotFound(f"no public-key-only key {destination!r}")
     key = export_material(svc.store, name, version)[0]
+    algorithm = key.key_type.aead
+    if algorithm is None:  # Transit's byok-export takes what the native shape cannot name
+        raise WrongKeyType(f"key {name!r} is of type {key.key_type.name}: use Transit")
     wanted = [v.version for v in key.versions if v.version >= key.min_decryption_version]
     keys = {}
     for number in wanted if version is None else [version]:
         keys[str(number)] = target.wrap(export_material(svc.store, name, number)[2], hash_function)
         log.used(number)
-    return ByokExport(name=name, algorithm=key.algorithm, keys=keys)
+    return ByokExport(name=name, algorithm=algorithm, keys=keys)

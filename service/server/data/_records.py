@@ -107,7 +107,7 @@ class FrameWatch:
             self._skip = length
 
 
-class _Framed:
+class Framed:
     """What both directions share: the records complete so far (counted in ``log``), the rest
     kept for later."""
 
@@ -139,7 +139,7 @@ class _Framed:
         return batch
 
 
-class RecordSealer(_Framed):
+class RecordSealer(Framed):
     """Encrypt: each record becomes ``u32 length || single-shot envelope``.
 
     A batch's sealings are leased before they are made (``lease``: ``UsageMeter.lease`` of the
@@ -191,7 +191,7 @@ def _split(batch: engine.Records, n: int) -> tuple[engine.Records, engine.Record
     return engine.Records.from_framed(view[:cut]), engine.Records.from_framed(view[cut:])
 
 
-class RecordOpener(_Framed):
+class RecordOpener(Framed):
     """Decrypt: each record becomes ``u8 status || u32 length || plaintext`` (empty unless OK).
 
     One engine call opens every record of the batch whose envelope prefix is the first

@@ -1,6 +1,7 @@
-"""The data path's routing: encrypt and decrypt raw bodies (SPEC section 4), as plain ASGI.
+"""The data path's routing: encrypt and decrypt raw bodies (SPEC section 4), and HMAC them
+(``_hmac``), as plain ASGI.
 
-These three routes carry nearly all of the traffic, and for small bodies the
+These routes carry nearly all of the traffic, and for small bodies the
 per-request cost is the whole cost: FastAPI's routing and dependency solving
 took ~6x the time of the cryptography and I/O together (docs/BENCHMARKS.md).
 So they are matched here, in front of FastAPI, with one pass over the headers;
@@ -22,7 +23,7 @@ from typing import Any
 
 from starlette.types import Receive, Scope, Send
 
-from sealflow.engine import Algorithm
+from sealflow.engine import Algorithm, Digest
 from sealflow.service.envelope import Mode, Prefix, valid_name
 from sealflow.service.keystore import (
     KeyInfo,
@@ -30,6 +31,7 @@ from sealflow.service.keystore import (
     KeyStore,
     KeyStoreError,
     Lease,
+    Slot,
     TokenInfo,
     WouldWait,
 )
@@ -40,12 +42,13 @@ from .._logging import AccessRecord
 from .._state import Services
 from ..errors import ApiError
 from ..http import Head
+from . import _hmac
 from ._records import DecryptRecords, EncryptRecords
 from ._transfer import Decrypt, Encrypt, Resolve, Transfer
 
 MAX_AAD = 8192
 _KEYS = "/v1/keys/"
-_ENCRYPT, _DECRYPT = "/encrypt", "/decrypt"
+_ENCRYPT, _DECRYPT, _HMAC, _VERIFY = "/encrypt", "/decrypt", "/hmac", "/verify"
 # The query string: the mode and its name in the access log.
 _MODES = {
     b"": (Mode.STREAM, "stream"),
@@ -56,17 +59,21 @@ _RECORDS = b"mode=records"  # batches of small records (_records), both directio
 
 
 class Route:
-    """What the access log and metrics call a data route (scope["route"])."""
+    """What the access log and metrics call a data route (scope["route"]), and what the audit
+    record calls its requests."""
 
-    __slots__ = ("path",)
+    __slots__ = ("operation", "path")
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, operation: str) -> None:
         self.path = path
+        self.operation = operation
 
 
-ENCRYPT_ROUTE = Route("/v1/keys/{name}/encrypt")
-DECRYPT_ROUTE = Route("/v1/keys/{name}/decrypt")
-DECRYPT_ANY_ROUTE = Route("/v1/decrypt")
+ENCRYPT_ROUTE = Route("/v1/keys/{name}/encrypt", "encrypt")
+DECRYPT_ROUTE = Route("/v1/keys/{name}/decrypt", "decrypt")
+DECRYPT_ANY_ROUTE = Route("/v1/decrypt", "decrypt")
+HMAC_ROUTE = Route("/v1/keys/{name}/hmac", "hmac")
+VERIFY_ROUTE = Route("/v1/keys/{name}/verify", "verify")
 
 
 def match(path: str) -> Route | None:
@@ -78,6 +85,10 @@ def match(path: str) -> Route | None:
             return ENCRYPT_ROUTE
         if path.endswith(_DECRYPT):
             return DECRYPT_ROUTE
+        if path.endswith(_HMAC):
+            return HMAC_ROUTE
+        if path.endswith(_VERIFY):
+            return VERIFY_ROUTE
     return None
 
 
@@ -145,6 +156,8 @@ def _refused(error: ApiError, head: Head, log: AccessRecord) -> errors.Whole:
 def _prepare(
     svc: Services, route: Route, token: TokenInfo, head: Head, log: AccessRecord
 ) -> Transfer:
+    if route is HMAC_ROUTE or route is VERIFY_ROUTE:
+        return _prepare_mac(svc, route, token, head, log)
     aad = b"" if head.x_aad is None else _aad(head.x_aad)
     length, duplex = head.length, head.duplex
     records = head.query == _RECORDS
@@ -183,6 +196,41 @@ def _prepare(
     log.key, log.version, log.mode = name, lease.version, mode_name
     prefix = lease_prefix(mode, lease)
     return Encrypt(svc, log, aad, length, duplex, lease, prefix, mode)
+
+
+def _prepare_mac(
+    svc: Services, route: Route, token: TokenInfo, head: Head, log: AccessRecord
+) -> Transfer:
+    """An HMAC or verify request (``_hmac``): scope, query, tag and key, from the head."""
+    path = head.path
+    name = path[len(_KEYS) : path.rindex("/")]
+    # The path's scope, as Transit's: ``hmac`` makes HMACs, ``verify`` checks them.
+    _auth.require(token, "verify" if route is VERIFY_ROUTE else "hmac", name)
+    if head.x_aad is not None:
+        raise errors.bad_request("an HMAC binds no X-AAD: send the data in the body")
+    asked = _hmac.options(head.query)
+
+    def lookup(version: int | None) -> tuple[KeyInfo, Slot, bytes]:
+        # The material by the key's identity (its slot), never another key's of its name.
+        key = key_info(svc.store, name)
+        slot = key.slot(key.latest if version is None else version)
+        try:
+            return key, slot, svc.store.material(slot)
+        except KeyNotFound:
+            raise errors.key_not_found(name, slot.version) from None
+
+    if route is VERIFY_ROUTE:
+        if asked.records:
+            raise errors.bad_request("verify takes one body and one tag (no mode=records)")
+        tag, named = _hmac.presented_tag(head)
+        if named is not None and asked.version not in (None, named):
+            raise errors.bad_request("the tag and the query name different versions")
+        key = _hmac.mac_key(lookup, asked.digest, named or asked.version, verify=True)
+        return _hmac.MacVerify(svc, log, key, tag)
+    key = _hmac.mac_key(lookup, asked.digest, asked.version, verify=False)
+    if asked.records:
+        return _hmac.MacRecords(svc, log, key, head.duplex)
+    return _hmac.MacBody(svc, log, key)
 
 
 def lease_prefix(mode: Mode, lease: Lease) -> bytes:
@@ -320,14 +368,49 @@ _MODE = {
 }
 
 
-def _operation(summary: str, parameters: list[dict[str, Any]]) -> dict[str, Any]:
+_ALGORITHM = {
+    "name": "algorithm",
+    "in": "query",
+    "required": False,
+    "schema": {"type": "string", "enum": [d.value for d in Digest], "default": "sha2-256"},
+}
+_VERSION = {
+    "name": "version",
+    "in": "query",
+    "required": False,
+    "description": "the key version (default: the latest)",
+    "schema": {"type": "integer", "minimum": 1},
+}
+_HMAC_MODE = {
+    "name": "mode",
+    "in": "query",
+    "required": False,
+    "description": "records: one tag per u32-length-framed record, framed the same way",
+    "schema": {"type": "string", "enum": ["records"]},
+}
+_TAG = {
+    "name": "Sealflow-HMAC",
+    "in": "header",
+    "required": True,
+    "description": "the tag, base64, or Transit's vault:v<N>:<base64>",
+    "schema": {"type": "string"},
+}
+_VERDICT = {
+    "content": {"application/json": {"example": {"valid": True}}},
+    "description": "whether the tag is the body's HMAC under that key version",
+}
+
+
+def _operation(
+    summary: str, parameters: list[dict[str, Any]], ok: dict[str, Any] | None = None
+) -> dict[str, Any]:
     return {
         "post": {
             "tags": ["data"],
             "summary": summary,
             "parameters": parameters,
             "requestBody": {"required": True, "content": _RAW},
-            "responses": _RESPONSES,
+            "responses": _RESPONSES if ok is None else {**_RESPONSES, "200": ok},
             "security": [{"HTTPBearer": []}],
         }
     }
@@ -343,5 +426,13 @@ OPENAPI_PATHS = {
     ),
     DECRYPT_ANY_ROUTE.path: _operation(
         "Open an envelope under the key its prefix names", [_AAD, _DUPLEX]
+    ),
+    HMAC_ROUTE.path: _operation(
+        "HMAC of the body (or of each record) under a key version",
+        [_NAME, _ALGORITHM, _VERSION, _HMAC_MODE, _DUPLEX],
+        {"content": _RAW, "description": "the tag (or framed tags); Sealflow-Key-Version"},
+    ),
+    VERIFY_ROUTE.path: _operation(
+        "Check a tag against the body", [_NAME, _ALGORITHM, _VERSION, _TAG], _VERDICT
     ),
 }

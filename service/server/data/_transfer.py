@@ -162,9 +162,13 @@ class Transfer:
         else:
             sent = len(out)
             self.log.status = 200
-            return errors.Whole(200, _OCTETS % sent, (out,))
+            return errors.Whole(200, self.header_lines(sent), (out,))
         finally:
             self._account(len(body), sent)
+
+    def header_lines(self, length: int) -> bytes:
+        """The header lines of a fast answer of length bytes (an ASGI answer's: ``Reply``)."""
+        return _OCTETS % length
 
     def _refused(self, error: ApiError) -> errors.Whole:
         self._note(error)

@@ -45,10 +45,16 @@ def backup(store: KeyStore, name: str) -> bytes:
         raise _wire.user_error("exporting is disallowed on the policy")
     if not key.allow_plaintext_backup:
         raise _wire.user_error("plaintext backup is disallowed on the policy")
+    aead = key.key_type.aead
+    if aead is None or key.key_type.derived:  # the payload holds a plain AEAD key only
+        raise _wire.user_error(
+            f"backup/:name of a {key.key_type.column.replace(';', ' ')} key is not supported by"
+            " sealflow: back up the keystore instead (sealflow keystore backup)"
+        )
     record = {
         "format": FORMAT,
         "name": key.name,
-        "type": _keys.type_name(key.algorithm),
+        "type": _keys.type_name(aead),
         "exportable": True,
         "allow_plaintext_backup": True,
         "deletion_allowed": key.deletion_allowed,

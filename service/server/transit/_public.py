@@ -150,7 +150,7 @@ def byok_export(
     target = store.public_key(destination)
     if target is None:
         try:
-            kind = _keys.type_name(store.get_key(destination).algorithm)
+            kind = store.get_key(destination).key_type.name
         except KeyNotFound:
             raise _wire.user_error("no such destination key to export to") from None
         raise _wire.user_error(
@@ -164,6 +164,10 @@ def byok_export(
         raise _wire.user_error("no such source key for export") from None
     except NotExportable:
         raise _wire.user_error("key is not exportable") from None
+    if key.key_type.signs:  # an AEAD (derived too) or hmac key's material is its key
+        raise _wire.user_error(
+            f"byok-export of a {key.key_type.name} key is not supported by sealflow"
+        )
     if version is None:
         numbers = [v.version for v in key.versions if v.version >= key.min_decryption_version]
     else:
@@ -182,4 +186,4 @@ def byok_export(
             continue
         wrapped[str(number)] = target.wrap(material, hash_name)
         log.used(number)
-    return _wire.envelope({"keys": wrapped, "name": source, "type": _keys.type_name(key.algorithm)})
+    return _wire.envelope({"keys": wrapped, "name": source, "type": key.key_type.name})

@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
 
 from tests.service.conftest import Server
 from tests.service.transit.conftest import Bao, unique
@@ -222,3 +223,40 @@ def test_the_native_api_lists_every_type_and_exports_only_aead_material(
     refused = httpx.get(f"{server.url}/v1/keys/{name}/export", headers=headers)
     assert refused.status_code == 400, refused.text
     assert refused.json()["error"]["code"] == "wrong_key_type"
+
+
+def test_a_transit_backup_of_a_key_it_cannot_hold_is_refused_and_byok_export_names_the_type(
+    server: Server,
+) -> None:
+    """``backup/:name`` holds a plain AEAD key only: a derived or hmac key is refused with a
+    400 naming it (the keystore backup carries every key); ``byok-export`` of a signing key is
+    refused, of a derived key it works (its base material, as OpenBao exports it)."""
+    headers = {"X-Vault-Token": server.token}
+
+    def call(method: str, path: str, body: Any = None) -> httpx.Response:
+        url = f"{server.url}/v1/transit/{path}"
+        return httpx.request(method, url, json=body, headers=headers, timeout=60)
+
+    flags = {"exportable": True, "allow_plaintext_backup": True}
+    derived, signing = unique("bkd"), unique("bks")
+    assert call("POST", f"keys/{derived}", {"derived": True, **flags}).status_code == 200
+    assert call("POST", f"keys/{signing}", {"type": "ed25519", **flags}).status_code == 200
+    for name in (derived, signing):
+        refused = call("GET", f"backup/{name}")
+        assert refused.status_code == 400, refused.text
+        assert "is not supported by sealflow" in refused.json()["errors"][0]
+    pem = (
+        rsa.generate_private_key(65537, 2048)
+        .public_key()
+        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        .decode()
+    )
+    destination = unique("dest")
+    made = call("POST", f"keys/{destination}/import", {"type": "rsa-2048", "public_key": pem})
+    assert made.status_code == 204, made.text
+    exported = call("GET", f"byok-export/{destination}/{derived}")
+    assert exported.status_code == 200, exported.text
+    assert exported.json()["data"]["type"] == "aes256-gcm96"
+    refused = call("GET", f"byok-export/{destination}/{signing}")
+    assert refused.status_code == 400
+    assert refused.json()["errors"] == ["byok-export of a ed25519 key is not supported by sealflow"]
