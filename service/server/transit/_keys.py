@@ -33,6 +33,7 @@ from sealflow.service.keystore import (
     VersionRetired,
     VersionUsage,
     export_material,
+    hmac_key,
     make_key_type,
     next_rotation,
     valid_key_name,
@@ -380,11 +381,11 @@ async def _delete_public(store: KeyStore, name: str) -> None:
 
 
 def export(store: KeyStore, kind: str, name: str, version: str | None) -> bytes:
-    """``export/encryption-key/:name[/:version]`` under the keystore's export rules, the
-    native export's (``export_material``: exportable keys only, no version below
+    """``export/encryption-key|hmac-key/:name[/:version]`` under the keystore's export rules,
+    the native export's (``export_material``: exportable keys only, no version below
     min_decryption_version), in Transit's order and words; every version that may leave when
-    none is named."""
-    if kind != "encryption-key":
+    none is named. An hmac-key is the version's HMAC key (``hmac_key``), of any key type."""
+    if kind not in ("encryption-key", "hmac-key"):
         raise _wire.user_error(f"invalid export type: {kind}")
     try:
         key = export_material(store, name)[0]
@@ -393,19 +394,24 @@ def export(store: KeyStore, kind: str, name: str, version: str | None) -> bytes:
         raise _wire.not_found() from None
     except NotExportable:
         raise _wire.user_error("private key material is not exportable") from None
-    if key.key_type.aead is None:  # an RSA key's is its private key: export/signing-key
+    if kind == "encryption-key" and key.key_type.aead is None:
         raise _wire.user_error("encryption not supported for the key")
+
+    def shown(number: int) -> str:
+        material = export_material(store, name, number)[2]
+        return _b64(material if kind == "encryption-key" else hmac_key(key.key_type, material))
+
     if version is None:
         keys = {}
         for v in key.versions:
             try:
-                keys[str(v.version)] = _b64(export_material(store, name, v.version)[2])
+                keys[str(v.version)] = shown(v.version)
             except VersionRetired:
                 continue
     else:
         number = key.latest if version == "latest" else parse_version(version.removeprefix("v"))
         try:
-            keys = {str(number): _b64(export_material(store, name, number)[2])}
+            keys = {str(number): shown(number)}
         except VersionRetired:
             raise _wire.user_error(
                 "version for export is below minimum decryption version"

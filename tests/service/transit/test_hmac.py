@@ -192,3 +192,28 @@ def test_the_scopes_are_the_paths_and_checked_before_the_body(server: Server) ->
         while chunk := sock.recv(65536):  # closed after the answer
             reply += chunk
     assert reply.startswith(b"HTTP/1.1 403 ")
+
+
+def test_the_hmac_key_exports_as_openbao_exports_it(
+    openbao: hvac.Client, vault: hvac.Client, server: Server, bao: Bao
+) -> None:
+    """``export/hmac-key``: an hmac key's material on both (imported the same, exportable);
+    an AES key's HMAC key here is the one its HMACs are made with; the refusals match."""
+    name, material = unique("hx"), os.urandom(48)
+    for client in (openbao, vault):
+        pem = client.read("transit/wrapping_key")["data"]["public_key"]
+        body = {"ciphertext": wrap(pem, material), "type": "hmac", "exportable": True}
+        client.write_data(f"transit/keys/{name}/import", data=body)
+    ours, theirs = both(server, bao, f"export/hmac-key/{name}", method="GET")
+    assert ours.json()["data"] == theirs.json()["data"]
+    assert ours.json()["data"]["keys"] == {"1": b64(material)}
+    aes = unique("hxa")
+    vault.secrets.transit.create_key(aes, exportable=True)
+    exported = vault.secrets.transit.export_key(aes, key_type="hmac-key", version="latest")
+    secret = base64.b64decode(exported["data"]["keys"]["1"])
+    made = vault.secrets.transit.generate_hmac(aes, b64(b"row 7"))["data"]["hmac"]
+    assert made == "vault:v1:" + b64(hmac.digest(secret, b"row 7", "sha256"))
+    closed = unique("hxc")
+    both(server, bao, f"keys/{closed}", {"type": "hmac", "key_size": 32})
+    same_refusal(server, bao, f"export/hmac-key/{closed}", method="GET")
+    same_refusal(server, bao, f"export/hmac-key/{name}/7", method="GET")
