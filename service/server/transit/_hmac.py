@@ -11,13 +11,16 @@ another version than the one the HMAC names.
 
 from __future__ import annotations
 
+import binascii
 import hmac
-from collections.abc import Callable
 from typing import Any
 
+from pybase64 import b64decode as _fast_b64decode
+from pybase64 import b64encode_as_string
+
+from sealflow import engine
 from sealflow.service.keystore import KeyInfo, KeyStore, hmac_key
 
-from ._batch import b64
 from ._checks import key_of
 from ._ciphertext import CiphertextError, b64decode
 from ._wire import Body, as_int, as_str, envelope, user_error
@@ -49,11 +52,6 @@ def algorithm(fields: Body, url: str | None, *names: str) -> str:
         if value:
             return value
     return "sha2-256"
-
-
-def _digest(name: str) -> Callable[[bytes, bytes], bytes]:
-    hash_name = HASHES[name]
-    return lambda key, data: hmac.digest(key, data, hash_name)
 
 
 def _batch(fields: Body) -> list[Any] | None:
@@ -97,36 +95,98 @@ def generate(store: KeyStore, name: str, fields: Body, url: str | None) -> bytes
     secret = _key_material(store, key, version)
     if chosen not in HASHES:
         raise user_error(_UNSUPPORTED)
-    mac = _digest(chosen)
-    batch = _batch(fields)
-    if batch is None:
+    raw = fields.get("batch_input")
+    prefix = f"{PREFIX}{version}:"
+    if raw is None:
         if "input" not in fields or fields["input"] is None:
             raise user_error("missing input for HMAC")
         try:
-            return envelope({"hmac": _one(mac, secret, version, as_str(fields, "input"))})
+            data = b64decode(as_str(fields, "input"))
         except CiphertextError as exc:
             raise user_error(_bad_input(exc)) from None
-    results = []
-    for item in batch:
-        reference = item.get("reference") or ""
-        text = item.get("input")
+        return envelope({"hmac": prefix + b64encode_as_string(_tags(chosen, secret, [data])[0])})
+    if not isinstance(raw, list):
+        raise user_error("failed to parse batch input: batch_input must be a list of objects")
+    if not raw:
+        raise user_error("missing batch input to process")
+    fast = _every_item_good(raw)
+    if fast is not None:  # the usual batch, in comprehensions: about half the time per item
+        decoded, references = fast
+        tags = map(b64encode_as_string, _tags(chosen, secret, decoded))
+        rows = [{"hmac": prefix + t, "reference": r} for t, r in zip(tags, references, strict=True)]
+        return envelope({"batch_results": rows})
+    results: list[dict[str, Any]] = []
+    made: list[dict[str, Any]] = []  # the rows an HMAC goes into, in the order of ``values``
+    values: list[bytes] = []
+    for item in raw:
+        text = item.get("input") if isinstance(item, dict) else 0
+        reference = item.get("reference") if isinstance(item, dict) else 0
+        if not (isinstance(text, str) or text is None) or not (
+            isinstance(reference, str) or reference is None
+        ):
+            raise user_error("failed to parse batch input: items must be objects of strings")
+        reference = reference or ""
         if text is None:
             results.append({"error": "missing input for HMAC", "reference": reference})
             continue
         try:
-            results.append({"hmac": _one(mac, secret, version, text), "reference": reference})
-        except CiphertextError as exc:
-            results.append({"error": _bad_input(exc), "reference": reference})
+            values.append(_fast_b64decode(text, validate=True))
+        except (binascii.Error, ValueError):  # not canonical: Go's rules, Go's words
+            try:
+                values.append(b64decode(text))
+            except CiphertextError as exc:
+                results.append({"error": _bad_input(exc), "reference": reference})
+                continue
+        row = {"hmac": "", "reference": reference}
+        results.append(row)
+        made.append(row)
+    encoded = map(b64encode_as_string, _tags(chosen, secret, values))
+    for row, tag in zip(made, encoded, strict=True):
+        row["hmac"] = prefix + tag
     return envelope({"batch_results": results})
+
+
+def _every_item_good(raw: list[Any]) -> tuple[list[bytes], list[str]] | None:
+    """Every item's decoded input and reference, if every item is an object whose input is
+    canonical base64 and whose reference a string or absent; else None (the loop after it
+    words each item's problem)."""
+    try:
+        texts = [item["input"] for item in raw]
+        references = [item.get("reference") or "" for item in raw]
+    except (KeyError, TypeError, AttributeError):
+        return None
+    if not all(type(text) is str for text in texts):
+        return None
+    if not all(type(reference) is str for reference in references):
+        return None
+    try:
+        return [_fast_b64decode(text, validate=True) for text in texts], references
+    except (binascii.Error, ValueError):
+        return None
 
 
 def _bad_input(exc: CiphertextError) -> str:
     return f"unable to decode input as base64: {exc}"
 
 
-def _one(mac: Callable[[bytes, bytes], bytes], secret: bytes, version: int, text: str) -> str:
-    """One HMAC, written as Transit writes it; CiphertextError for input that is not base64."""
-    return f"{PREFIX}{version}:{b64(mac(secret, b64decode(text)))}"
+def _strings(item: dict[str, Any]) -> bool:
+    """Whether the item's fields an HMAC reads are strings or absent (OpenBao decodes the
+    items into strings: anything else fails the whole request)."""
+    for name in ("input", "reference", "hmac"):
+        value = item.get(name)
+        if value is not None and not isinstance(value, str):
+            return False
+    return True
+
+
+def _tags(chosen: str, secret: bytes, values: list[bytes]) -> list[memoryview] | list[bytes]:
+    """The HMAC of each value under ``secret``: the SHA-2 and SHA-3 ones in one native call
+    (the key's pads hashed once: ``engine.hmac_many``), sha1 through Python's ``hmac``."""
+    if chosen == "sha1":
+        return [hmac.digest(secret, value, "sha1") for value in values]
+    size = engine.Digest(chosen).size
+    out = memoryview(engine.hmac_many(chosen, secret, values))
+    return [out[i : i + size] for i in range(0, len(out), size)]
 
 
 def verify(store: KeyStore, name: str, fields: Body, url: str | None) -> bytes:

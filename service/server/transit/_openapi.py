@@ -144,10 +144,10 @@ def paths(mount: str) -> dict[str, Any]:
         "parameters": [name],
         "requestBody": _body(
             {
-                "type": {
-                    "type": "string",
-                    "enum": ["aes128-gcm96", "aes256-gcm96", "chacha20-poly1305"],
-                },
+                "type": {"type": "string", "enum": _KEY_TYPES},
+                "key_size": {**_LENIENT_INT, "description": "hmac keys: 32 to 512 bytes"},
+                "derived": _LENIENT_BOOL,
+                "convergent_encryption": _LENIENT_BOOL,
                 "exportable": _LENIENT_BOOL,
             }
         ),
@@ -234,6 +234,7 @@ def paths(mount: str) -> dict[str, Any]:
             }
         },
         **_utilities(mount),
+        **_macs(mount),
         f"{mount}/keys/{{name}}/trim": {
             "post": {
                 "tags": _TAG,
@@ -428,6 +429,64 @@ _IMPORT = {
 
 _HASHES = [f"sha{family}-{bits}" for family in (2, 3) for bits in (224, 256, 384, 512)]
 _FORMAT = {"type": "string", "enum": ["hex", "base64"]}
+
+
+_KEY_TYPES = [
+    "aes128-gcm96",
+    "aes256-gcm96",
+    "chacha20-poly1305",
+    "hmac",
+    "ed25519",
+    "ecdsa-p256",
+    "ecdsa-p384",
+    "ecdsa-p521",
+    "rsa-2048",
+    "rsa-3072",
+    "rsa-4096",
+]
+_MAC_HASHES = ["sha1", *_HASHES]
+
+
+def _macs(mount: str) -> dict[str, Any]:
+    """``hmac/:name[/:algorithm]``, ``verify/:name[/:algorithm]`` (scopes ``hmac``,
+    ``verify``) and ``config/keys`` (admin)."""
+    name = _param("name")
+    algorithm = _param("algorithm", schema={"type": "string", "enum": _MAC_HASHES})
+    item = {"input": _B64, "reference": {"type": "string"}}
+    hmac_body = {
+        **item,
+        "algorithm": {"type": "string", "enum": _MAC_HASHES},
+        "key_version": _LENIENT_INT,
+        "batch_input": {"type": "array", "items": {"type": "object", "properties": item}},
+    }
+    check = {**item, "hmac": {"type": "string"}, "signature": {"type": "string"}}
+    verify_body = {
+        **check,
+        "hash_algorithm": {"type": "string"},
+        "batch_input": {"type": "array", "items": {"type": "object", "properties": check}},
+    }
+    hmac_summary = "The HMAC (vault:vN:) of base64 input under the key's version (hmac scope)"
+    verify_summary = "Whether an HMAC or signature matches base64 input (verify scope)"
+    config = {
+        "tags": _TAG,
+        "summary": "disable_upsert: always true (sealflow never creates a key on encrypt)",
+        "responses": _answers(200, 403),
+        "security": _SECURITY,
+    }
+    config_write = {
+        **config,
+        "requestBody": _body({"disable_upsert": _LENIENT_BOOL}),
+        "responses": _answers(200, 400, 403),
+    }
+    return {
+        f"{mount}/hmac/{{name}}": _write(hmac_summary, hmac_body, [name]),
+        f"{mount}/hmac/{{name}}/{{algorithm}}": _write(hmac_summary, hmac_body, [name, algorithm]),
+        f"{mount}/verify/{{name}}": _write(verify_summary, verify_body, [name]),
+        f"{mount}/verify/{{name}}/{{algorithm}}": _write(
+            verify_summary, verify_body, [name, algorithm]
+        ),
+        f"{mount}/config/keys": {"get": config, "post": config_write, "put": config_write},
+    }
 
 
 def _utilities(mount: str) -> dict[str, Any]:

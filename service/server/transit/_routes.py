@@ -76,7 +76,9 @@ WHOLE_MAX = 64 * 1024
 HEALTH_PATH = "/v1/sys/health"
 VAULT_AUTH = "/v1/auth/token/"  # Vault's token routes (``TOKEN_ROUTES``) are under it
 _WRITE = frozenset(("POST", "PUT"))
-_WHOLE = frozenset(("encrypt", "sign"))  # the routes the protocol answers itself (``answer``)
+_WHOLE = frozenset(
+    ("encrypt", "sign", "hmac", "verify")
+)  # the routes the protocol answers itself (``answer``)
 
 
 class Route:
@@ -219,14 +221,17 @@ class Transit:
         None if it must wait for the keystore, or the work is not small (then the ASGI path
         serves it)."""
         kind, _, tail = head.path[len(self._under) :].partition("/")
-        name, _, algorithm = tail.partition("/") if kind == "sign" else (tail, "", "")
+        name, _, algorithm = tail.partition("/") if kind != "encrypt" else (tail, "", "")
         log.key = name
         try:
             _allow(kind, token, name)
             if kind == "encrypt" and _oaep.is_rsa(svc.store, name):
                 return None  # RSA-OAEP: in a thread, on the ASGI path
             log.bytes_in = len(body)  # as the ASGI path reads it: once allowed
-            if kind == "sign":
+            answer: Reply
+            if kind in _KEYED:
+                status, answer = _mac_now(svc, kind, name, algorithm, body)
+            elif kind == "sign":
                 status, answer = _sign.sign_now(svc, name, algorithm, body)
             else:
                 status, answer = _encrypt.encrypt_now(svc, name, body, log)
@@ -420,6 +425,18 @@ _SCOPES: dict[str, tuple[_auth.Action, ...]] = {
     "hmac": ("hmac",),
     "verify": ("verify",),
 }
+
+
+def _mac_now(svc: Services, kind: str, name: str, algorithm: str, body: bytes) -> tuple[int, Reply]:
+    """A small ``hmac`` or HMAC ``verify`` answered on the spot (the protocol's fast answer),
+    as the route answers it; WouldWait for a key the cache does not hold, or a signature to
+    verify (the ASGI path serves those)."""
+    if not _checks.known(svc.store, name) or (kind == "verify" and b"signature" in body):
+        raise WouldWait("not a small HMAC")
+    with svc.budget.hold() as hold:
+        fields = _wire.parse(body, hold)
+        answer = _verify.answer if kind == "verify" else _hmac.generate
+        return 200, answer(svc.store, name, fields, algorithm or None)
 
 
 def _allow(kind: str, token: TokenInfo, name: str) -> None:

@@ -337,3 +337,38 @@ def test_held_answers_leave_before_a_keep_alive_timeout_closes_the_connection(
     many = 300  # about 15 us each: several milliseconds in one turn
     reply = raw(srv, [(head(srv, 100) + body) * many])
     assert reply.count(b"HTTP/1.1 200 ") == many
+
+
+def hmac_exchange(srv: Server) -> list[tuple[int, Any]]:
+    """Transit HMAC and verify requests, small and single or batched: statuses and answers
+    (an HMAC is a function of the key: each server's key differs, so only shapes compare)."""
+    seen: list[tuple[int, Any]] = []
+    vault = {"X-Vault-Token": srv.token}
+    with httpx.Client(base_url=srv.url + "/v1/transit", headers=vault) as c:
+        assert c.post("/keys/lane-hmac", json={"type": "hmac", "key_size": 32}).status_code == 200
+        made = c.post("/hmac/lane-hmac", json={"input": "aGk="})
+        tag = made.json()["data"]["hmac"]
+        replies = [
+            made,
+            c.post("/hmac/lane-hmac/sha3-256", json={"input": "aGk="}),
+            c.post("/hmac/lane-hmac", json={"batch_input": [{"input": "aGk="}, {"input": "!"}]}),
+            c.post("/hmac/lane-hmac", json={"input": "!!"}),
+            c.post("/hmac/lane-hmac", json={}),
+            c.post("/verify/lane-hmac", json={"input": "aGk=", "hmac": tag}),
+            c.post("/verify/lane-hmac", json={"input": "aGk=", "hmac": tag[:-4] + "AAA="}),
+            c.post("/verify/lane-hmac", json={"input": "aGk="}),
+        ]
+        for reply in replies:
+            answer = reply.json()
+            data = answer.get("data") or {}
+            shape = {k: (v if k == "valid" else type(v).__name__) for k, v in data.items()}
+            seen.append((reply.status_code, (shape, answer.get("errors"))))
+    return seen
+
+
+def test_transit_hmacs_are_answered_fast_and_the_same(pair: tuple[Server, Server]) -> None:
+    lane, usual = pair
+    before = lane_count(lane)
+    assert hmac_exchange(lane) == hmac_exchange(usual)
+    assert lane_count(lane) - before == 8  # every hmac and verify above: the key is known
+    assert lane_count(usual) == 0
