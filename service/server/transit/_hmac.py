@@ -23,6 +23,7 @@ from sealflow.service.keystore import KeyInfo, KeyStore, hmac_key
 
 from ._checks import key_of
 from ._ciphertext import CiphertextError, b64decode
+from ._items import too_many_items
 from ._wire import Body, as_int, as_str, envelope, user_error
 
 # OpenBao's names (keysutil's HashTypeMap) as hashlib's; ``none`` names no hash for an HMAC.
@@ -163,6 +164,14 @@ def _every_item_good(raw: list[Any]) -> tuple[list[bytes], list[str]] | None:
         return [_fast_b64decode(text, validate=True) for text in texts], references
     except (binascii.Error, ValueError):
         return None
+
+
+def bounded(fields: Body, limit: int) -> None:
+    """400 for a ``batch_input`` of more than ``limit`` items (``max_batch_items``), as every
+    Transit batch here, before any item is read."""
+    batch = fields.get("batch_input")
+    if isinstance(batch, list) and len(batch) > limit:
+        raise too_many_items(limit)
 
 
 def _bad_input(exc: CiphertextError) -> str:

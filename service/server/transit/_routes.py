@@ -328,6 +328,8 @@ class Transit:
             _allow(kind, token, name)
             body = await _read(receive, limit, hold, log)
             fields = _wire.parse(body, hold)
+            _hmac.bounded(fields, svc.settings.max_batch_items)
+            hold.take(len(body))  # the decoded inputs and the answer, smaller than the body
             url = parts[2] if len(parts) == 3 else None
             answer = _verify.answer if kind == "verify" else _hmac.generate
             call = functools.partial(answer, store, name, fields, url)
@@ -435,6 +437,7 @@ def _mac_now(svc: Services, kind: str, name: str, algorithm: str, body: bytes) -
         raise WouldWait("not a small HMAC")
     with svc.budget.hold() as hold:
         fields = _wire.parse(body, hold)
+        _hmac.bounded(fields, svc.settings.max_batch_items)
         answer = _verify.answer if kind == "verify" else _hmac.generate
         return 200, answer(svc.store, name, fields, algorithm or None)
 

@@ -157,3 +157,25 @@ def test_more_items_than_max_batch_items_are_refused_in_vaults_shape(
                 "failed to parse batch input: more than 1000 items in one request"
             ]
             assert client.post(f"/v1/transit/{route}/k", json={"batch_input": back}).is_success
+
+
+def test_hmac_and_verify_batches_are_bounded_by_max_batch_items(make_server: MakeServer) -> None:
+    """``hmac`` and ``verify`` batches: at most ``max_batch_items`` items, as every Transit
+    batch; one more is refused whole in Vault's shape, on the fast answer and the route alike
+    (a small body and a body above what the protocol answers itself)."""
+    srv = make_server(max_batch_items=1000)
+    with transit(srv) as client:
+        client.post("/v1/transit/keys/h", json={"type": "hmac", "key_size": 32}).raise_for_status()
+        words = ["failed to parse batch input: more than 1000 items in one request"]
+        for pad in ("", "A" * 100):
+            item = {"input": "YWJj", "reference": pad}
+            r = client.post("/v1/transit/hmac/h", json={"batch_input": [item] * 1001})
+            assert (r.status_code, r.json().get("errors")) == (400, words)
+            made = client.post("/v1/transit/hmac/h", json={"batch_input": [item] * 1000})
+            assert made.status_code == 200
+            tag = made.json()["data"]["batch_results"][0]["hmac"]
+            check = {"input": "YWJj", "hmac": tag, "reference": pad}
+            r = client.post("/v1/transit/verify/h", json={"batch_input": [check] * 1001})
+            assert (r.status_code, r.json().get("errors")) == (400, words)
+            ok = client.post("/v1/transit/verify/h", json={"batch_input": [check] * 1000})
+            assert all(row["valid"] for row in ok.json()["data"]["batch_results"])
