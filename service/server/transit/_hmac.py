@@ -24,20 +24,11 @@ from sealflow.service.keystore import KeyInfo, KeyStore, hmac_key
 from ._checks import key_of
 from ._ciphertext import CiphertextError, b64decode
 from ._items import too_many_items
-from ._wire import Body, as_int, as_str, envelope, user_error
+from ._utility import HASHES as UTILITY_HASHES
+from ._wire import Body, as_int, as_str, atoi, envelope, user_error
 
 # OpenBao's names (keysutil's HashTypeMap) as hashlib's; ``none`` names no hash for an HMAC.
-HASHES = {
-    "sha1": "sha1",
-    "sha2-224": "sha224",
-    "sha2-256": "sha256",
-    "sha2-384": "sha384",
-    "sha2-512": "sha512",
-    "sha3-224": "sha3_224",
-    "sha3-256": "sha3_256",
-    "sha3-384": "sha3_384",
-    "sha3-512": "sha3_512",
-}
+HASHES = {"sha1": "sha1", **UTILITY_HASHES}
 PREFIX = "vault:v"
 # OpenBao prints the unknown algorithm's number (0) with %q: this is what it answers.
 _UNSUPPORTED = "unsupported algorithm '\\x00'"
@@ -255,7 +246,7 @@ def _check(
     number, sep, encoded = given[len(PREFIX) :].partition(":")
     if not sep:
         raise _Refused("invalid HMAC: wrong number of fields")
-    version = _atoi(number)
+    version = atoi(number)
     if version is None:
         raise _Refused("invalid HMAC: version number could not be decoded")
     try:
@@ -270,12 +261,3 @@ def _check(
     if secret is None:
         secret = secrets[version] = _key_material(store, key, version)
     return hmac.compare_digest(hmac.digest(secret, data, hash_name), tag)
-
-
-def _atoi(text: str) -> int | None:
-    """Go's strconv.Atoi: an optional sign and decimal digits, within an int64."""
-    body = text[1:] if text[:1] in ("+", "-") else text
-    if not body.isascii() or not body.isdigit():
-        return None
-    number = int(text)
-    return number if -(2**63) <= number < 2**63 else None
