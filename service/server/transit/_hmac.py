@@ -197,7 +197,6 @@ def verify(store: KeyStore, name: str, fields: Body, url: str | None) -> bytes:
     key = key_of(store, name, "verify")
     if chosen not in HASHES:
         raise user_error(f'invalid hash algorithm "{chosen}"')
-    hash_name = HASHES[chosen]
     batch = _batch(fields)
     items = batch if batch is not None else [{"input": fields.get("input") or "", **_hmac(fields)}]
     secrets: dict[int, bytes] = {}
@@ -205,7 +204,7 @@ def verify(store: KeyStore, name: str, fields: Body, url: str | None) -> bytes:
     for item in items:
         reference = item.get("reference") or ""
         try:
-            valid = _check(store, key, hash_name, item, secrets)
+            valid = _check(store, key, chosen, item, secrets)
         except _Refused as exc:
             if batch is None:
                 raise user_error(str(exc)) from None
@@ -229,7 +228,7 @@ class _Refused(Exception):
 
 
 def _check(
-    store: KeyStore, key: KeyInfo, hash_name: str, item: dict[str, Any], secrets: dict[int, bytes]
+    store: KeyStore, key: KeyInfo, chosen: str, item: dict[str, Any], secrets: dict[int, bytes]
 ) -> bool:
     text = item.get("input")
     if text is None:
@@ -260,4 +259,4 @@ def _check(
     secret = secrets.get(version)
     if secret is None:
         secret = secrets[version] = _key_material(store, key, version)
-    return hmac.compare_digest(hmac.digest(secret, data, hash_name), tag)
+    return hmac.compare_digest(_tags(chosen, secret, [data])[0], tag)

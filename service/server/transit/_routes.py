@@ -328,11 +328,8 @@ class Transit:
             _allow(kind, token, name)
             body = await _read(receive, limit, hold, log)
             fields = _wire.parse(body, hold)
-            _hmac.bounded(fields, svc.settings.max_batch_items)
+            call = _mac_work(svc, kind, name, fields, parts[2] if len(parts) == 3 else None)
             hold.take(len(body))  # the decoded inputs and the answer, smaller than the body
-            url = parts[2] if len(parts) == 3 else None
-            answer = _verify.answer if kind == "verify" else _hmac.generate
-            call = functools.partial(answer, store, name, fields, url)
             # Small and known: at once; a large batch, or a key to read first, off the loop.
             # A signature's verification: only the light ones (``_sign.light``).
             heavy = kind == "verify" and not _sign.light(store, name, fields)
@@ -436,10 +433,17 @@ def _mac_now(svc: Services, kind: str, name: str, algorithm: str, body: bytes) -
     if not _checks.known(svc.store, name) or (kind == "verify" and b"signature" in body):
         raise WouldWait("not a small HMAC")
     with svc.budget.hold() as hold:
-        fields = _wire.parse(body, hold)
-        _hmac.bounded(fields, svc.settings.max_batch_items)
-        answer = _verify.answer if kind == "verify" else _hmac.generate
-        return 200, answer(svc.store, name, fields, algorithm or None)
+        return 200, _mac_work(svc, kind, name, _wire.parse(body, hold), algorithm or None)()
+
+
+def _mac_work(
+    svc: Services, kind: str, name: str, fields: _wire.Body, url: str | None
+) -> Callable[[], bytes]:
+    """The answer of ``hmac`` or ``verify`` to parsed fields, to run on the loop or a thread;
+    a batch of more than ``max_batch_items`` is refused here, before any item is read."""
+    _hmac.bounded(fields, svc.settings.max_batch_items)
+    answer = _verify.answer if kind == "verify" else _hmac.generate
+    return functools.partial(answer, svc.store, name, fields, url)
 
 
 def _allow(kind: str, token: TokenInfo, name: str) -> None:

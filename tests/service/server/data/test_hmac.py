@@ -9,7 +9,6 @@ import base64
 import hmac
 import json
 import os
-import struct
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import pytest
 from sealflow.service.audit import SCHEMA
 from sealflow.service.keystore import hmac_key, make_key_type
 from tests.service.conftest import Server, exported_key, start_server
+from tests.service.server.data.test_records import framed, unframe
 from tests.service.server.test_audit_trail import records, verify
 from tests.service.server.test_auth import code, new_token
 from tests.service.server.test_client_address import access
@@ -36,20 +36,6 @@ HASHLIB = {
     "sha3-384": "sha3_384",
     "sha3-512": "sha3_512",
 }
-
-
-def framed(records: list[bytes]) -> bytes:
-    return b"".join(struct.pack(">I", len(r)) + r for r in records)
-
-
-def unframe(body: bytes) -> list[bytes]:
-    out, pos = [], 0
-    while pos < len(body):
-        (n,) = struct.unpack_from(">I", body, pos)
-        out.append(body[pos + 4 : pos + 4 + n])
-        pos += 4 + n
-    assert pos == len(body)
-    return out
 
 
 @pytest.fixture(scope="module")
