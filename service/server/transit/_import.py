@@ -26,6 +26,7 @@ from sealflow.service.keystore import (
     make_key_type,
 )
 
+from ..errors import ApiError
 from . import _keys, _pkcs8, _public, _wire
 from ._wire import Body
 
@@ -146,7 +147,7 @@ def _type_of(kind: str, material: bytes, derived: bool, convergent: bool, kdf: s
     """The imported key's type: an hmac key's size is its material's, as in Transit."""
     if kind == "hmac":
         if not HMAC_MIN_SIZE <= len(material) <= HMAC_MAX_SIZE:
-            _size(material, 0, kind)
+            raise _bad_size(material, kind)
         size = len(material)
     else:
         size = 0
@@ -164,6 +165,10 @@ def _type_label(kind: KeyType) -> str:
 
 def _size(material: bytes, wanted: int, kind: str) -> None:
     if len(material) != wanted:
-        raise _wire.user_error(
-            f"error importing key: invalid key size {len(material)} bytes for key type {kind}"
-        )
+        raise _bad_size(material, kind)
+
+
+def _bad_size(material: bytes, kind: str) -> ApiError:
+    return _wire.user_error(
+        f"error importing key: invalid key size {len(material)} bytes for key type {kind}"
+    )
