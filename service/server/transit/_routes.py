@@ -52,6 +52,7 @@ from . import (
     _checks,
     _data,
     _encrypt,
+    _groups,
     _hmac,
     _hmac_column,
     _import,
@@ -331,12 +332,14 @@ class Transit:
             body = await _read(receive, limit, hold, log)
             url = parts[2] if len(parts) == 3 else None
             call, fields = _mac_work(svc, kind, name, body, hold, url)
-            # Small and known: at once; a large batch, or a key to read first, off the loop.
-            # A signature's verification: only the light ones (``_sign.light``).
+            # A key to read first, a heavy signature verification (``_sign.light``), or a batch
+            # larger than a column group of encrypt (``_groups.COLUMN_BYTES``: milliseconds of
+            # work), in a thread; the rest is CPU work for the crypto pool, which runs it on the
+            # event loop when small, or when the process has one core (a hop only costs there).
             heavy = kind == "verify" and not _sign.light(store, name, fields)
-            if len(body) > WHOLE_MAX or not _checks.known(store, name) or heavy:
+            if len(body) > _groups.COLUMN_BYTES or not _checks.known(store, name) or heavy:
                 return 200, await asyncio.to_thread(call)
-            return 200, call()
+            return 200, await svc.crypto.run(len(body), call)
         if kind == "export" and parts[1] == "public-key":
             # Public: any token that may verify with the key, or admin (docs/TRANSIT.md).
             if not (_auth.is_admin(token) or _auth.allows(token, "verify", name)):
