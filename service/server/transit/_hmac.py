@@ -1,12 +1,13 @@
 """Transit's HMACs, as OpenBao makes and checks them: ``hmac/:name[/:algorithm]`` and the
 ``hmac`` half of ``verify/:name[/:algorithm]`` (``verify`` picks the half, ``_verify``).
 
-Every version of every key has an HMAC key (``version_hmac_key``: an hmac key's material, any other
-key's HKDF of its version's material; docs/TRANSIT.md, Key types). An HMAC is written
+Every version of every key has an HMAC key (``version_hmac_key``: an hmac key's material, any
+other key's HKDF of its version's material; docs/TRANSIT.md, Key types). An HMAC is written
 ``vault:v<version>:<base64>``. The checks come in OpenBao's order and words (its
 ``path_hmac.go``): the key, the version, the algorithm, then the items, each refused alone in a
 batch. A verification compares in constant time (``hmac.compare_digest``) and never tries
-another version than the one the HMAC names.
+another version than the one the HMAC names. An ``hmac`` batch in the common shape is made as
+one column (``_hmac_column``), any other item by item: the same answer.
 """
 
 from __future__ import annotations
