@@ -69,6 +69,9 @@ class TransitSeal:
                 f"SEALFLOW_MASTER_KEY_TRANSIT_ADDR must be an http:// or https:// address,"
                 f" not {addr!r}"
             )
+        if parts.username is not None or parts.password is not None:
+            # It would show in every message; the token is the only credential.
+            raise KeyStoreUnavailable("SEALFLOW_MASTER_KEY_TRANSIT_ADDR must not hold a user")
         try:
             port = parts.port
         except ValueError:
@@ -143,7 +146,9 @@ class TransitSeal:
             headers["X-Vault-Namespace"] = self._namespace
         path = f"{self._base}/{operation}/{quote(self._key, safe='')}"
         status, raw = self._post(path, json.dumps(body).encode(), headers)
-        if status == 200 and not probe:
+        if status == 200 and probe:
+            raise self._error("decrypt opened a placeholder: not a Transit engine")
+        if status == 200:
             try:
                 answer = json.loads(raw)
                 data: dict[str, Any] = answer["data"]
@@ -165,8 +170,10 @@ class TransitSeal:
             )
         try:
             connection.request("POST", path, body=body, headers=headers)
-            answer = connection.getresponse()
-            return answer.status, answer.read(_MAX_ANSWER)
+            # Closed here: an answer without a length (Go's plain 400 to an HTTP request on its
+            # TLS port) would keep the socket open after a bounded read.
+            with connection.getresponse() as answer:
+                return answer.status, answer.read(_MAX_ANSWER)
         except ssl.SSLCertVerificationError as exc:
             raise self._error(f"TLS: {exc.verify_message or exc.reason}") from None
         except ssl.SSLError as exc:
@@ -236,6 +243,7 @@ def _words(raw: bytes) -> str:
         errors = json.loads(raw)["errors"]
         text = "; ".join(str(e) for e in errors)
     except (ValueError, KeyError, TypeError):
+        # Not Transit's shape: a proxy's page, or plain text as Go's "HTTP to HTTPS" answer.
         text = raw.decode("utf-8", "replace")
     # Multierror's wrapper ("1 error occurred:\n\t* permission denied\n\n") to its words.
     text = re.sub(r"\d+ errors? occurred:\s*\*?", "", text)
