@@ -116,49 +116,65 @@ class TransitSeal:
     def wrap(self, kek: bytes, aad: bytes) -> bytes:
         """``kek`` sealed by the Transit key, bound to ``aad``: Transit's ``vault:vN:`` text."""
         context = _aad(aad)
-        # Transit's encrypt creates a key it does not have when the token may (upsert): a
-        # mistyped name would seal the KEK under a new key. A decrypt first refuses a missing or
-        # non-AEAD key, and a token that could not unwrap what it wraps.
-        self._call("decrypt", {"ciphertext": _PROBE, "associated_data": context}, probe=True)
+        self._probe(context)
         data = self._call(
             "encrypt",
             {"plaintext": base64.b64encode(kek).decode(), "associated_data": context},
         )
-        blob = str(data.get("ciphertext", "")).encode("ascii", "replace")
-        if not _BLOB.fullmatch(blob):
+        blob = data.get("ciphertext")
+        if not isinstance(blob, str) or not _BLOB.fullmatch(blob.encode("ascii", "replace")):
             raise self._error("encrypt answered without a Transit ciphertext")
-        return blob
+        return blob.encode("ascii")
 
     def unwrap(self, blob: bytes, aad: bytes) -> bytes:
         """The KEK sealed in ``blob`` by ``wrap`` with the same ``aad`` (any key version)."""
         if not _BLOB.fullmatch(blob):
             raise self._error("the wrapped KEK is not a Transit ciphertext (vault:v<N>:...)")
         data = self._call("decrypt", {"ciphertext": blob.decode(), "associated_data": _aad(aad)})
+        plaintext = data.get("plaintext")
         try:
-            return base64.b64decode(str(data["plaintext"]), validate=True)
-        except (KeyError, ValueError):
-            raise self._error("decrypt answered without a plaintext") from None
+            if isinstance(plaintext, str):
+                return base64.b64decode(plaintext, validate=True)
+        except ValueError:
+            pass
+        raise self._error("decrypt answered without a plaintext")
 
-    def _call(self, operation: str, body: dict[str, str], *, probe: bool = False) -> Any:
+    def _probe(self, context: str) -> None:
+        """Transit's encrypt creates a key it does not have when the token may (upsert): a
+        mistyped name would seal the KEK under a new key. A decrypt of a placeholder first
+        refuses a missing or non-AEAD key, and a token that could not unwrap what it wraps."""
+        body = {"ciphertext": _PROBE, "associated_data": context}
+        status, words = self._send("decrypt", body)
+        if status == 200:
+            raise self._error("decrypt opened a placeholder: not a Transit engine")
+        if status == 400 and "encryption key not found" not in words and "non-AEAD" not in words:
+            return  # the placeholder did not open: the key is there, AEAD, and may decrypt
+        raise self._error(_reason("decrypt", status, words, self._mount, self._key))
+
+    def _call(self, operation: str, body: dict[str, str]) -> dict[str, Any]:
+        """Transit's ``data`` of a 200 answer; any other answer refused with its words."""
+        status, text = self._send(operation, body)
+        if status != 200:
+            raise self._error(_reason(operation, status, text, self._mount, self._key))
+        try:
+            data = json.loads(text)["data"]
+        except (ValueError, KeyError, TypeError):
+            data = None
+        if not isinstance(data, dict):
+            raise self._error(f"{operation} answered 200 without JSON data")
+        return data
+
+    def _send(self, operation: str, body: dict[str, str]) -> tuple[int, str]:
+        """The status and, for a 200, the body; else Transit's words, never the token."""
         token = self._token()
         headers = {"X-Vault-Token": token, "Content-Type": "application/json"}
         if self._namespace:
             headers["X-Vault-Namespace"] = self._namespace
         path = f"{self._base}/{operation}/{quote(self._key, safe='')}"
         status, raw = self._post(path, json.dumps(body).encode(), headers)
-        if status == 200 and probe:
-            raise self._error("decrypt opened a placeholder: not a Transit engine")
         if status == 200:
-            try:
-                answer = json.loads(raw)
-                data: dict[str, Any] = answer["data"]
-                return data
-            except (ValueError, KeyError, TypeError):
-                raise self._error(f"{operation} answered 200 without JSON data") from None
-        words = _words(raw).replace(token, "[token]")
-        if status == 400 and probe and "not found" not in words and "non-AEAD" not in words:
-            return None  # the key is there, is AEAD, and the token may decrypt
-        raise self._error(_reason(operation, status, words, self._mount, self._key))
+            return status, raw.decode("utf-8", "replace")
+        return status, _words(raw).replace(token, "[token]")
 
     def _post(self, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
         connection: http.client.HTTPConnection

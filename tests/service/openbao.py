@@ -143,6 +143,18 @@ class SealKey:
     token: str
     token_file: Path
 
+    def settings(self, url: str, ca_file: Path | None = None) -> dict[str, object]:
+        """The transit provider's settings, as ``make_server(**...)`` takes them."""
+        given: dict[str, object] = {
+            "master_key_transit_addr": url,
+            "master_key_transit_mount": self.mount,
+            "master_key_transit_key": self.key,
+            "master_key_transit_token_file": self.token_file,
+        }
+        if ca_file is not None:
+            given["master_key_transit_ca_file"] = ca_file
+        return given
+
 
 def seal_key(
     url: str,

@@ -292,9 +292,7 @@ def tls_bao(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpenBao]:
 def test_tls_with_the_ca_file(tls_bao: OpenBao, tmp_path: Path) -> None:
     assert tls_bao.ca_file is not None
     sealing = seal_key(tls_bao.url, tls_bao.token, tmp_path, ca_file=tls_bao.ca_file)
-    seal = TransitSeal(
-        tls_bao.url, "transit", sealing.key, sealing.token_file, ca_file=tls_bao.ca_file
-    )
+    seal = TransitSeal.from_settings(_settings(**sealing.settings(tls_bao.url, tls_bao.ca_file)))
     kek = os.urandom(32)
     assert seal.unwrap(seal.wrap(kek, AAD), AAD) == kek
 
