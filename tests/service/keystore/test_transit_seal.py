@@ -45,7 +45,9 @@ def refusal(call: Callable[[], object], *secrets: str | bytes) -> str:
         else:
             for form in (secret.hex(), base64.b64encode(secret).decode()):
                 assert form not in message
-    assert caught.value.__cause__ is None  # nothing chained that a traceback could show
+    # Nothing chained that a traceback could show (an HTTP error's body, a request's headers).
+    assert caught.value.__cause__ is None
+    assert caught.value.__suppress_context__ or caught.value.__context__ is None
     return message
 
 
