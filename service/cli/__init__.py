@@ -102,6 +102,7 @@ def _client_main(argv: list[str]) -> int:
 def _main(argv: list[str] | None) -> int:
     import pydantic
 
+    from sealflow.service.config_file import ConfigFileError
     from sealflow.service.keystore import KeyStoreError
 
     from . import _approle, _audit, _cert, _manage, _migrate, _serve, _transfer
@@ -141,6 +142,9 @@ def _main(argv: list[str] | None) -> int:
         return _run(args.func, args)
     except pydantic.ValidationError as exc:
         print(f"sealflow: invalid setting {settings_error(exc)}", file=sys.stderr)
+        return 2
+    except ConfigFileError as exc:
+        print(f"sealflow: --config {exc}", file=sys.stderr)
         return 2
     except KeyStoreError as exc:
         print(f"sealflow: {exc}", file=sys.stderr)
