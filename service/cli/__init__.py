@@ -1,5 +1,5 @@
 """The `sealflow` console script: serve, keys, tokens, approle, audit, encrypt, decrypt,
-migrate, selftest.
+migrate, selftest, healthcheck.
 
 ``encrypt`` and ``decrypt`` are parsed on their own and load the client library only (not
 pydantic, the engine or the keystore): start-up is part of every transfer's time, a tenth of
@@ -105,7 +105,7 @@ def _main(argv: list[str] | None) -> int:
     from sealflow.service.config_file import ConfigFileError
     from sealflow.service.keystore import KeyStoreError
 
-    from . import _approle, _audit, _cert, _manage, _migrate, _serve, _transfer
+    from . import _approle, _audit, _cert, _healthcheck, _manage, _migrate, _serve, _transfer
     from ._flags import PREFIX, add_settings, settings_error
 
     parser = argparse.ArgumentParser(
@@ -136,6 +136,7 @@ def _main(argv: list[str] | None) -> int:
         "thread and the crypto pool's threads together)",
     )
     selftest.set_defaults(func=_selftest)
+    _healthcheck.add_command(commands)
     args = parser.parse_args(argv)
     args.settings = {k[len(PREFIX) :]: v for k, v in vars(args).items() if k.startswith(PREFIX)}
     try:
