@@ -33,7 +33,13 @@ def add_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     check.add_argument(
         "--config", type=Path, metavar="FILE", help="the settings file `sealflow serve` was given"
     )
-    check.add_argument("--timeout", type=float, default=2.0, metavar="SECONDS", help="(default 2)")
+    check.add_argument(
+        "--timeout",
+        type=float,
+        default=2.0,
+        metavar="SECONDS",
+        help="how long to wait for the connection and the answer (default 2)",
+    )
     add_settings(check, ["host", "port", "tls_cert", "tls_key"])
     check.set_defaults(func=_healthcheck)
 
