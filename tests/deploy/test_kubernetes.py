@@ -21,7 +21,7 @@ VERSIONS = ("1.37.0", "1.32.0")
 
 def kustomize(directory: Path = MANIFESTS) -> subprocess.CompletedProcess[str]:
     kubectl = shutil.which("kubectl")
-    assert kubectl, "kubectl is missing (.ci/run installs it from pkgs.k8s.io)"
+    assert kubectl, "kubectl is missing (.ci/run installs Debian's kubernetes-client)"
     return subprocess.run(  # noqa: S603 (kubectl on PATH)
         [kubectl, "kustomize", str(directory)], capture_output=True, text=True, check=False
     )
