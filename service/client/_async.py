@@ -9,8 +9,10 @@ makes the retries that ``Plan.retry`` allows.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Sequence
-from typing import TypeVar, overload
+import contextlib
+from collections import deque
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Iterable, Sequence
+from typing import Any, Literal, TypeVar, overload
 
 from . import _calls as calls
 from ._connection import Pool
@@ -19,6 +21,17 @@ from ._errors import SealflowError, TransportError
 from ._keys import ExportedKey, Key
 from ._origin import Endpoint, Verify
 from ._plan import Mode, Plan
+from ._records import (
+    BATCH_BYTES,
+    BATCH_RECORDS,
+    DEPTH,
+    Batch,
+    Errors,
+    Records,
+    Value,
+    abatches,
+    checked_limits,
+)
 from ._sink import Channel, Collect, Sink, ToFile, Writable
 from ._source import Input, Source, source_for
 
@@ -201,6 +214,63 @@ class AsyncClient:
         plan = calls.decrypt(key, source.length, aad, self._duplex)
         return self._stream(plan, source, on_progress)
 
+    def encrypt_many(
+        self,
+        key: str,
+        values: Iterable[Value] | AsyncIterable[Value],
+        aad: bytes | str | None = None,
+        *,
+        batch_bytes: int = BATCH_BYTES,
+        batch_records: int = BATCH_RECORDS,
+    ) -> AsyncIterator[bytes]:
+        """Seal each value alone under the latest version of ``key``: one single-shot
+        envelope per value, in order, as an async iterator. ``values`` (bytes-like, from an
+        iterable or async iterable of any length) are read a batch at a time, at most
+        ``batch_records`` values and ``batch_bytes`` of body per request (``mode=records``),
+        two requests in flight; ``aad`` applies to every value."""
+        limits = checked_limits(batch_bytes, batch_records)
+        return self._many(calls.encrypt_many(key, aad), values, limits)
+
+    @overload
+    def decrypt_many(
+        self,
+        envelopes: Iterable[Value] | AsyncIterable[Value],
+        *,
+        key: str | None = ...,
+        aad: bytes | str | None = ...,
+        errors: Literal["raise"] = ...,
+        batch_bytes: int = ...,
+        batch_records: int = ...,
+    ) -> AsyncIterator[bytes]: ...
+    @overload
+    def decrypt_many(
+        self,
+        envelopes: Iterable[Value] | AsyncIterable[Value],
+        *,
+        key: str | None = ...,
+        aad: bytes | str | None = ...,
+        errors: Literal["return"],
+        batch_bytes: int = ...,
+        batch_records: int = ...,
+    ) -> AsyncIterator[bytes | SealflowError]: ...
+    def decrypt_many(
+        self,
+        envelopes: Iterable[Value] | AsyncIterable[Value],
+        *,
+        key: str | None = None,
+        aad: bytes | str | None = None,
+        errors: Errors = "raise",
+        batch_bytes: int = BATCH_BYTES,
+        batch_records: int = BATCH_RECORDS,
+    ) -> AsyncIterator[bytes | SealflowError]:
+        """Open each single-shot envelope (of any keys; with ``key``, each must name it): the
+        plaintexts in order, batched as ``encrypt_many``. A record that fails raises its
+        exception (``DecryptionFailed``, ``MalformedEnvelope``, ``VersionRetired``,
+        ``KeyNotFound``) with its position as ``.index`` after the records before it were
+        given out; with ``errors="return"`` the exception takes the record's place."""
+        call = calls.decrypt_many(key, aad, errors)
+        return self._many(call, envelopes, checked_limits(batch_bytes, batch_records))
+
     # Key management (scope admin)
 
     async def create_key(
@@ -316,6 +386,60 @@ class AsyncClient:
             if not task.done():  # the consumer stopped early
                 task.cancel()
                 await asyncio.wait([task])
+
+    async def _many(
+        self,
+        call: Records,
+        values: Iterable[Value] | AsyncIterable[Value],
+        limits: tuple[int, int],
+    ) -> AsyncGenerator[Any, None]:
+        """One result per value, in order."""
+        async with contextlib.aclosing(self._answers(call, values, limits)) as answers:
+            async for batch, answer in answers:
+                results, error = call.results(answer, batch)
+                for result in results:
+                    yield result
+                if error is not None:
+                    raise error
+
+    async def _answers(
+        self,
+        call: Records,
+        values: Iterable[Value] | AsyncIterable[Value],
+        limits: tuple[int, int],
+    ) -> AsyncGenerator[tuple[Batch, bytes], None]:
+        """Each batch's answer, in order: batch k+1 is sent before batch k's answer is given
+        (as ``_pipeline`` does for ``Client``)."""
+        prefix, prelude = self._endpoint.origin.prefix, self._endpoint.prelude
+        inflight: deque[tuple[Batch, asyncio.Task[bytes]]] = deque()
+        first = 0
+        try:
+            async for group in abatches(values, *limits):
+                batch = call.batch(prefix, prelude, group, first)
+                first += batch.count
+                inflight.append((batch, asyncio.create_task(self._batch(call, batch))))
+                if len(inflight) >= DEPTH:
+                    yield await self._oldest(inflight)
+            while inflight:
+                yield await self._oldest(inflight)
+        finally:
+            for _, task in inflight:  # stopped early, or failed
+                task.cancel()
+            if inflight:
+                await asyncio.wait([task for _, task in inflight])
+
+    @staticmethod
+    async def _oldest(inflight: deque[tuple[Batch, asyncio.Task[bytes]]]) -> tuple[Batch, bytes]:
+        batch, task = inflight[0]
+        answer = await task  # still in flight if this is cancelled: cancelled with the rest
+        inflight.popleft()
+        return batch, answer
+
+    async def _batch(self, call: Records, batch: Batch) -> bytes:
+        body = memoryview(batch.body)[batch.start :]
+        sink = Collect()
+        await self._transfer(call.plan(len(body)), source_for(body), sink, None)
+        return sink.result()
 
     async def _admin(self, call: calls.Admin[T]) -> T:
         sink = Collect()

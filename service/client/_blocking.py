@@ -116,8 +116,12 @@ class Exchange:
         self.reusable = False
         self._response = Response()
         self._pending: list[memoryview] = []
+        self._request_sent = False
 
-    def start(self) -> int:
+    def send(self) -> None:
+        """Write the request (``start`` does, unless this was called first: a caller with
+        several exchanges in flight sends the next before reading the last's answer)."""
+        self._request_sent = True
         try:
             self.conn.sock.sendall(self._request)
         except TimeoutError as e:
@@ -128,6 +132,10 @@ class Exchange:
             self.sent, self.upload_done = self._length, True
             if self._progress is not None:
                 self._progress(self.sent, self.received)
+
+    def start(self) -> int:
+        if not self._request_sent:
+            self.send()
         response = self._response
         while response.head is None:
             data = self._receive("before a response")

@@ -15,6 +15,7 @@ from urllib.parse import quote
 
 from ._keys import ExportedKey, Key
 from ._plan import Mode, Plan, decrypt_plan, encrypt_plan, plan
+from ._records import Errors, Records
 
 T = TypeVar("T")
 
@@ -43,6 +44,17 @@ def encrypt(
 def decrypt(key: str | None, length: int | None, aad: bytes | str | None, duplex: bool) -> Plan:
     path = "/v1/decrypt" if key is None else f"{_key(key)}/decrypt"
     return decrypt_plan(path, length, _headers(aad), duplex)
+
+
+def encrypt_many(key: str, aad: bytes | str | None) -> Records:
+    return Records(f"{_key(key)}/encrypt?mode=records", _headers(aad), key)
+
+
+def decrypt_many(key: str | None, aad: bytes | str | None, errors: Errors) -> Records:
+    if errors not in ("raise", "return"):
+        raise ValueError(f"errors must be 'raise' or 'return', not {errors!r}")
+    path = "/v1/decrypt" if key is None else f"{_key(key)}/decrypt"
+    return Records(path + "?mode=records", _headers(aad), None, errors)
 
 
 @dataclass(frozen=True)

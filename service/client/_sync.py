@@ -19,16 +19,18 @@ from __future__ import annotations
 import asyncio
 import threading
 import weakref
-from collections.abc import Coroutine, Generator, Sequence
-from typing import Any, TypeVar, overload
+from collections.abc import Coroutine, Generator, Iterable, Iterator, Sequence
+from typing import Any, Literal, TypeVar, overload
 
-from . import _blocking
+from . import _blocking, _pipeline
 from . import _calls as calls
 from ._async import AsyncClient
 from ._duplex import Progress
+from ._errors import SealflowError
 from ._keys import ExportedKey, Key
 from ._origin import Verify
 from ._plan import Mode, Plan
+from ._records import BATCH_BYTES, BATCH_RECORDS, Errors, Records, Value, checked_limits
 from ._sink import Collect, ToFile, Writable
 from ._source import Input, Source, source_for
 
@@ -291,6 +293,62 @@ class Client:
         finally:
             if self._closer.alive:
                 self._run(_aclose(chunks))
+
+    def encrypt_many(
+        self,
+        key: str,
+        values: Iterable[Value],
+        aad: bytes | str | None = None,
+        *,
+        batch_bytes: int = BATCH_BYTES,
+        batch_records: int = BATCH_RECORDS,
+    ) -> Iterator[bytes]:
+        """Seal each value alone (see ``AsyncClient.encrypt_many``): a generator."""
+        return self._many(calls.encrypt_many(key, aad), values, batch_bytes, batch_records)
+
+    @overload
+    def decrypt_many(
+        self,
+        envelopes: Iterable[Value],
+        *,
+        key: str | None = ...,
+        aad: bytes | str | None = ...,
+        errors: Literal["raise"] = ...,
+        batch_bytes: int = ...,
+        batch_records: int = ...,
+    ) -> Iterator[bytes]: ...
+    @overload
+    def decrypt_many(
+        self,
+        envelopes: Iterable[Value],
+        *,
+        key: str | None = ...,
+        aad: bytes | str | None = ...,
+        errors: Literal["return"],
+        batch_bytes: int = ...,
+        batch_records: int = ...,
+    ) -> Iterator[bytes | SealflowError]: ...
+    def decrypt_many(
+        self,
+        envelopes: Iterable[Value],
+        *,
+        key: str | None = None,
+        aad: bytes | str | None = None,
+        errors: Errors = "raise",
+        batch_bytes: int = BATCH_BYTES,
+        batch_records: int = BATCH_RECORDS,
+    ) -> Iterator[bytes | SealflowError]:
+        """Open each single-shot envelope (see ``AsyncClient.decrypt_many``): a generator."""
+        call = calls.decrypt_many(key, aad, errors)
+        return self._many(call, envelopes, batch_bytes, batch_records)
+
+    def _many(
+        self, call: Records, values: Iterable[Value], batch_bytes: int, batch_records: int
+    ) -> Iterator[Any]:
+        if not self._closer.alive:
+            raise RuntimeError("the client is closed")
+        limits = checked_limits(batch_bytes, batch_records)
+        return _pipeline.results(self._small, self._endpoint, call, values, limits)
 
     # Key management (scope admin)
 
