@@ -15,7 +15,7 @@ from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Iterab
 from typing import Any, Literal, TypeVar, overload
 
 from . import _calls as calls
-from ._connection import Pool
+from ._connection import MAX_CONNECTIONS, Pool
 from ._duplex import Exchange, Progress
 from ._errors import SealflowError, TransportError
 from ._keys import ExportedKey, Key
@@ -34,6 +34,7 @@ from ._records import (
 )
 from ._sink import Channel, Collect, Sink, ToFile, Writable
 from ._source import Input, Source, source_for
+from ._tokens import Token
 
 T = TypeVar("T")
 
@@ -42,7 +43,8 @@ class AsyncClient:
     """A client of one sealflow service, for asyncio code.
 
     ``url`` defaults to ``$SEALFLOW_URL`` or http://127.0.0.1:8080 (a path prefix is kept);
-    ``token`` to ``$SEALFLOW_TOKEN``; ``verify`` is True (system CAs), a CA bundle path, an
+    ``token`` to ``$SEALFLOW_TOKEN``; ``verify`` is True (system CAs), a CA bundle file, a
+    directory of CA certificates under their hashed names (``openssl rehash``), an
     ``ssl.SSLContext``, or False (no verification); ``timeout`` is the seconds a call may go
     without any progress (connecting, sending or receiving) before it fails with
     ``TransportError``; None waits for ever.
@@ -68,8 +70,10 @@ class AsyncClient:
     inputs), and a single-shot encrypt the client chose that the service finds too large
     (its limit set below 64 KiB) once in stream mode.
 
-    Tokens: the HTTP API has no token routes (tokens are managed with ``sealflow tokens`` on
-    the keystore), so neither has this client. One ``AsyncClient`` belongs to the event loop
+    ``max_connections`` (100 by default, as httpx's; None: no limit) bounds the connections in
+    use at once: a call beyond it waits until one is free (up to 64 idle ones are kept).
+
+    One ``AsyncClient`` belongs to the event loop
     that first uses it; calls from many tasks at once each take a connection of the pool.
     The token never appears in messages or reprs.
     """
@@ -82,10 +86,15 @@ class AsyncClient:
         verify: Verify = True,
         timeout: float | None = 60.0,
         duplex: bool = True,
+        max_connections: int | None = MAX_CONNECTIONS,
+        trust_env: bool = True,
     ) -> None:
-        self._endpoint = Endpoint.make(url, token, verify, timeout)
+        self._endpoint = Endpoint.make(url, token, verify, timeout, trust_env)
         self._duplex = duplex
-        self._pool = Pool(self._endpoint.origin, self._endpoint.tls, timeout)
+        if max_connections is not None and max_connections < 1:
+            raise ValueError("max_connections must be at least 1, or None")
+        endpoint = self._endpoint
+        self._pool = Pool(endpoint.origin, endpoint.tls, timeout, max_connections, endpoint.proxy)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.url!r})"
@@ -357,6 +366,49 @@ class AsyncClient:
         }
         return await self._admin(calls.import_key(name, versions, fields))
 
+    # Tokens (docs/API.md, "Token management")
+
+    async def create_token(
+        self,
+        scopes: Sequence[str],
+        *,
+        label: str = "",
+        ttl: int | str | None = None,
+        explicit_max_ttl: int | str = 0,
+        renewable: bool = True,
+        num_uses: int = 0,
+        orphan: bool = False,
+    ) -> Token:
+        """A new token with ``scopes`` the caller holds (scope ``admin``); its secret is
+        ``.secret``, shown this once. Durations: seconds or Vault's text (``"1h30m"``)."""
+        fields = {
+            "scopes": list(scopes),
+            "label": label,
+            "ttl": ttl,
+            "explicit_max_ttl": explicit_max_ttl,
+            "renewable": renewable,
+            "num_uses": num_uses,
+            "orphan": orphan,
+        }
+        return await self._admin(calls.create_token(fields))
+
+    async def list_tokens(self) -> list[Token]:
+        """Every token's description, never a secret (scope ``admin``)."""
+        return await self._admin(calls.list_tokens())
+
+    async def lookup_token(self) -> Token:
+        """The caller's own token's description (any token)."""
+        return await self._admin(calls.lookup_token())
+
+    async def renew_token(self, increment: int | str | None = None) -> Token:
+        """Renew the caller's own token: ``increment`` more (None: its TTL again)."""
+        return await self._admin(calls.renew_token(increment))
+
+    async def revoke_token(self, accessor: str | None = None) -> None:
+        """Revoke the token ``accessor`` names (scope ``admin``), or with None the caller's
+        own; its children go with it."""
+        await self._admin(calls.revoke_token(accessor))
+
     async def transit_decrypt(
         self, name: str, ciphertext: str, *, context: bytes | None = None, mount: str = "transit"
     ) -> bytes:
@@ -410,7 +462,7 @@ class AsyncClient:
     ) -> AsyncGenerator[tuple[Batch, bytes], None]:
         """Each batch's answer, in order: batch k+1 is sent before batch k's answer is given
         (as ``_pipeline`` does for ``Client``)."""
-        prefix, prelude = self._endpoint.origin.prefix, self._endpoint.prelude
+        prefix, prelude = self._endpoint.target, self._endpoint.prelude
         inflight: deque[tuple[Batch, asyncio.Task[bytes]]] = deque()
         first = 0
         try:
@@ -450,7 +502,7 @@ class AsyncClient:
         self, plan: Plan, source: Source, sink: Sink, on_progress: Progress | None
     ) -> None:
         """One call, with the retries ``Plan.retry`` allows."""
-        prefix, prelude = self._endpoint.origin.prefix, self._endpoint.prelude
+        prefix, prelude = self._endpoint.target, self._endpoint.prelude
         while True:
             conn = await self._pool.acquire(plan.fresh)
             ex = Exchange(conn, plan.head(prefix, prelude), plan, source, on_progress)

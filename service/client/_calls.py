@@ -16,6 +16,7 @@ from urllib.parse import quote
 from ._keys import ExportedKey, Key
 from ._plan import Mode, Plan, decrypt_plan, encrypt_plan, plan
 from ._records import Errors, Records
+from ._tokens import Token, tokens
 
 T = TypeVar("T")
 
@@ -137,6 +138,30 @@ def import_key(
         **{k: v for k, v in fields.items() if v is not None},
     }
     return _admin("POST", f"{_key(name)}/import", Key.from_json, body, idempotent=False)
+
+
+def create_token(fields: Mapping[str, object]) -> Admin[Token]:
+    body = {k: v for k, v in fields.items() if v is not None}
+    return _admin("POST", "/v1/tokens", Token.from_json, body, idempotent=False)
+
+
+def list_tokens() -> Admin[list[Token]]:
+    return _admin("GET", "/v1/tokens", tokens)
+
+
+def revoke_token(accessor: str | None) -> Admin[None]:
+    """Revoke the token named by ``accessor`` (and its children); None: the caller's own."""
+    path = "/v1/tokens/self" if accessor is None else f"/v1/tokens/{quote(accessor, safe='')}"
+    return _admin("DELETE", path, _nothing, idempotent=False)
+
+
+def lookup_token() -> Admin[Token]:
+    return _admin("GET", "/v1/tokens/self", Token.from_json)
+
+
+def renew_token(increment: int | str | None) -> Admin[Token]:
+    body = {"increment": increment}
+    return _admin("POST", "/v1/tokens/self/renew", Token.from_json, body, idempotent=False)
 
 
 def transit_decrypt(mount: str, name: str, ciphertext: str, context: bytes | None) -> Admin[bytes]:

@@ -24,7 +24,7 @@ def results(
     pool: Pool, endpoint: Endpoint, call: Records, values: Iterable[Value], limits: tuple[int, int]
 ) -> Iterator[Any]:
     """One result per value, in order, as the answers come."""
-    prefix, prelude = endpoint.origin.prefix, endpoint.prelude
+    prefix, prelude = endpoint.target, endpoint.prelude
     inflight: deque[Exchange] = deque()
     sent: deque[Batch] = deque()
     first = 0

@@ -25,6 +25,7 @@ from typing import Any, Literal, TypeVar, overload
 from . import _blocking, _pipeline
 from . import _calls as calls
 from ._async import AsyncClient
+from ._connection import MAX_CONNECTIONS
 from ._duplex import Progress
 from ._errors import SealflowError
 from ._keys import ExportedKey, Key
@@ -33,6 +34,7 @@ from ._plan import Mode, Plan
 from ._records import BATCH_BYTES, BATCH_RECORDS, Errors, Records, Value, checked_limits
 from ._sink import Collect, ToFile, Writable
 from ._source import Input, Source, source_for
+from ._tokens import Token
 
 T = TypeVar("T")
 _END: Any = object()
@@ -110,7 +112,10 @@ async def _next(chunks: Any) -> Any:
 class Client:
     """A client of one sealflow service; the calls of ``AsyncClient``, blocking.
 
-    Arguments, inputs, outputs, retries and exceptions are those of ``AsyncClient``.
+    Arguments, inputs, outputs, retries and exceptions are those of ``AsyncClient``;
+    ``max_connections`` bounds the connections of its event loop (the calls that are not
+    small); small calls, ``encrypt_many`` and ``decrypt_many`` run on blocking connections of
+    the calling thread (one per small call, two per batch call, at once).
     ``on_progress`` is called on the caller's thread for a small call, on the client's I/O
     thread otherwise. A ``Client`` may be shared by threads; ``close()`` (or ``with
     Client(...) as client:``) ends its connections and thread.
@@ -124,8 +129,18 @@ class Client:
         verify: Verify = True,
         timeout: float | None = 60.0,
         duplex: bool = True,
+        max_connections: int | None = MAX_CONNECTIONS,
+        trust_env: bool = True,
     ) -> None:
-        self._async = AsyncClient(url, token, verify=verify, timeout=timeout, duplex=duplex)
+        self._async = AsyncClient(
+            url,
+            token,
+            verify=verify,
+            timeout=timeout,
+            duplex=duplex,
+            max_connections=max_connections,
+            trust_env=trust_env,
+        )
         self._endpoint = self._async._endpoint
         self._duplex = duplex
         self._small = _blocking.Pool(self._endpoint)
@@ -427,6 +442,49 @@ class Client:
             "auto_rotate_period": auto_rotate_period,
         }
         return self._admin(calls.import_key(name, versions, fields))
+
+    # Tokens (docs/API.md, "Token management")
+
+    def create_token(
+        self,
+        scopes: Sequence[str],
+        *,
+        label: str = "",
+        ttl: int | str | None = None,
+        explicit_max_ttl: int | str = 0,
+        renewable: bool = True,
+        num_uses: int = 0,
+        orphan: bool = False,
+    ) -> Token:
+        """A new token with ``scopes`` the caller holds (scope ``admin``); its secret is
+        ``.secret``, shown this once. Durations: seconds or Vault's text (``"1h30m"``)."""
+        fields = {
+            "scopes": list(scopes),
+            "label": label,
+            "ttl": ttl,
+            "explicit_max_ttl": explicit_max_ttl,
+            "renewable": renewable,
+            "num_uses": num_uses,
+            "orphan": orphan,
+        }
+        return self._admin(calls.create_token(fields))
+
+    def list_tokens(self) -> list[Token]:
+        """Every token's description, never a secret (scope ``admin``)."""
+        return self._admin(calls.list_tokens())
+
+    def lookup_token(self) -> Token:
+        """The caller's own token's description (any token)."""
+        return self._admin(calls.lookup_token())
+
+    def renew_token(self, increment: int | str | None = None) -> Token:
+        """Renew the caller's own token: ``increment`` more (None: its TTL again)."""
+        return self._admin(calls.renew_token(increment))
+
+    def revoke_token(self, accessor: str | None = None) -> None:
+        """Revoke the token ``accessor`` names (scope ``admin``), or with None the caller's
+        own; its children go with it."""
+        self._admin(calls.revoke_token(accessor))
 
     def transit_decrypt(
         self, name: str, ciphertext: str, *, context: bytes | None = None, mount: str = "transit"
