@@ -466,12 +466,13 @@ class AsyncClient:
         inflight: deque[tuple[Batch, asyncio.Task[bytes]]] = deque()
         first = 0
         try:
-            async for group in abatches(values, *limits):
-                batch = call.batch(prefix, prelude, group, first)
-                first += batch.count
-                inflight.append((batch, asyncio.create_task(self._batch(call, batch))))
-                if len(inflight) >= DEPTH:
-                    yield await self._oldest(inflight)
+            async with contextlib.aclosing(abatches(values, *limits)) as groups:
+                async for group in groups:
+                    batch = call.batch(prefix, prelude, group, first)
+                    first += batch.count
+                    inflight.append((batch, asyncio.create_task(self._batch(call, batch))))
+                    if len(inflight) >= DEPTH:
+                        yield await self._oldest(inflight)
             while inflight:
                 yield await self._oldest(inflight)
         finally:

@@ -14,7 +14,7 @@ import bisect
 import functools
 import itertools
 import struct
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -51,6 +51,11 @@ _FAILURES: dict[int, tuple[type[SealflowError], str, int, str]] = {
 }
 
 
+def not_bytes(values: list[Any]) -> TypeError:
+    wrong = {type(v).__name__ for v in values if not isinstance(v, Value)}
+    return TypeError(f"values must be bytes-like, not {', '.join(sorted(wrong))}")
+
+
 def checked_limits(max_bytes: int, max_records: int) -> tuple[int, int]:
     if max_bytes < 1 or max_records < 1:
         raise ValueError("batch_bytes and batch_records must be at least 1")
@@ -69,7 +74,10 @@ def batches(
         batch = carry + list(itertools.islice(values, max(want - len(carry), 0)))
         if not batch:
             return
-        ends = list(itertools.accumulate(map(len, batch)))  # value bytes up to each one
+        try:
+            ends = list(itertools.accumulate(map(len, batch)))  # value bytes up to each one
+        except TypeError:
+            raise not_bytes(batch) from None
         if ends[-1] + 4 * len(batch) <= max_bytes:
             carry, want = [], min(2 * want, max_records)
             yield batch
@@ -85,7 +93,7 @@ async def abatches(
     values: Iterable[Value] | AsyncIterable[Value],
     max_bytes: int = BATCH_BYTES,
     max_records: int = BATCH_RECORDS,
-) -> AsyncIterator[list[Value]]:
+) -> AsyncGenerator[list[Value], None]:
     """``batches`` of an iterable or an async iterable."""
     if not isinstance(values, AsyncIterable):
         for whole in batches(values, max_bytes, max_records):
@@ -94,6 +102,8 @@ async def abatches(
     batch: list[Value] = []
     size = 0
     async for value in values:
+        if not isinstance(value, Value):
+            raise not_bytes([value])
         grown = size + 4 + len(value)
         if batch and (grown > max_bytes or len(batch) >= max_records):
             yield batch
@@ -114,7 +124,25 @@ class Batch:
     def __init__(
         self, head: Callable[[int], bytes], values: list[Value], first: int, overhead: int | None
     ) -> None:
-        lengths = list(map(len, values))
+        try:
+            lengths = list(map(len, values))
+            self._frame(head, values, lengths, first, overhead)
+        except TypeError:
+            wrong = {
+                type(v).__name__
+                for v in values
+                if not isinstance(v, bytes | bytearray | memoryview)
+            }
+            raise TypeError(f"values must be bytes-like, not {', '.join(sorted(wrong))}") from None
+
+    def _frame(
+        self,
+        head: Callable[[int], bytes],
+        values: list[Value],
+        lengths: list[int],
+        first: int,
+        overhead: int | None,
+    ) -> None:
         count = len(values)
         self.count, self.first, self.overhead = count, first, overhead
         self.same = lengths[0] if count and lengths.count(lengths[0]) == count else None

@@ -289,3 +289,11 @@ def test_records_are_not_sealflow_errors_in_disguise(api: Client) -> None:
     """errors="return" gives exceptions, never raises them, and plaintexts as bytes."""
     got = list(api.decrypt_many([b"", b"junk"], errors="return"))
     assert all(isinstance(e, SealflowError) and e.index == i for i, e in enumerate(got))
+
+
+def test_values_that_are_not_bytes_are_refused_by_type(api: Client) -> None:
+    with pytest.raises(TypeError, match="bytes-like, not str"):
+        next(api.encrypt_many("default", [b"ok", "text"]))  # type: ignore[list-item]
+    with pytest.raises(TypeError, match="bytes-like, not int"):
+        next(api.encrypt_many("default", [1, 2]))  # type: ignore[list-item]
+    assert list(api.decrypt_many(api.encrypt_many("default", [memoryview(b"mv")]))) == [b"mv"]
