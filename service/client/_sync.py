@@ -2,15 +2,16 @@
 
 Small calls (a body in memory of at most 64 KiB, and every admin call: ``_plan``) run in the
 caller's own thread on blocking sockets (``_blocking``): one write and a read or two, on
-connections kept alive between calls. Everything else (larger bodies, files, iterators, the
-``*_stream`` calls) goes to one ``AsyncClient`` on a private event loop in a daemon thread,
-started by the first such call: full duplex needs the upload and the response to move at
-once, which the event loop does. Chosen over ``asyncio.run`` per call because connections
-belong to a loop: a loop per call could not keep a connection from one call to the next, and
-a loop run in the caller's thread (``run_until_complete``) fails where an event loop is
-already running (Jupyter, sync code called from async frameworks) and serialises threads.
-With the private loop, calls from several threads at once each get a connection from the
-shared pool. The cost is a thread hop per call (and per chunk of ``encrypt_stream``): two
+connections kept alive between calls; so do the batches of ``encrypt_many`` and
+``decrypt_many``, two requests in flight (``_pipeline``). Everything else (larger bodies,
+files, iterators, the ``*_stream`` calls) goes to one ``AsyncClient`` on a private event loop
+in a daemon thread, started by the first such call: full duplex needs the upload and the
+response to move at once, which the event loop does. Chosen over ``asyncio.run`` per call
+because connections belong to a loop: a loop per call could not keep a connection from one call
+to the next, and a loop run in the caller's thread (``run_until_complete``) fails where an
+event loop is already running (Jupyter, sync code called from async frameworks) and serialises
+threads. With the private loop, calls from several threads at once each get a connection from
+the shared pool. The cost is a thread hop per call (and per chunk of ``encrypt_stream``): two
 thread wake-ups, which small calls do not pay (docs/BENCHMARKS.md, "Client: small calls").
 """
 
