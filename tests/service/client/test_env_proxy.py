@@ -10,13 +10,14 @@ import shutil
 import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from sealflow import AsyncClient, Client
-from sealflow.service.client import TransportError
+from sealflow.service.client import SealflowError, TransportError
 from tests.service.conftest import Server, free_port
 
 BIG = 300_000  # over 64 KiB: the event-loop path, not only the small calls'
@@ -33,16 +34,16 @@ class Tinyproxy:
         return [line.split("): ", 1)[1] for line in lines if "Request (file descriptor" in line]
 
 
-@pytest.fixture
-def tinyproxy(tmp_path: Path) -> Iterator[Tinyproxy]:
+@contextmanager
+def run_tinyproxy(directory: Path, extra: str = "") -> Iterator[Tinyproxy]:
     binary = shutil.which("tinyproxy")
     assert binary is not None, "tinyproxy is missing: apt-get install tinyproxy-bin"
     port = free_port()
-    log = tmp_path / "tinyproxy.log"
-    conf = tmp_path / "tinyproxy.conf"
+    log = directory / "tinyproxy.log"
+    conf = directory / "tinyproxy.conf"
     conf.write_text(
         f'Port {port}\nListen 127.0.0.1\nTimeout 60\nLogLevel Info\nLogFile "{log}"\n'
-        "MaxClients 50\nAllow 127.0.0.1\nDisableViaHeader Yes\n"
+        f"MaxClients 50\nAllow 127.0.0.1\nDisableViaHeader Yes\n{extra}"
     )
     proc = subprocess.Popen([binary, "-d", "-c", str(conf)], stderr=subprocess.DEVNULL)  # noqa: S603
     try:
@@ -55,6 +56,12 @@ def tinyproxy(tmp_path: Path) -> Iterator[Tinyproxy]:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+@pytest.fixture
+def tinyproxy(tmp_path: Path) -> Iterator[Tinyproxy]:
+    with run_tinyproxy(tmp_path) as proxy:
+        yield proxy
 
 
 @pytest.fixture
@@ -143,3 +150,30 @@ def test_no_proxy_and_trust_env_false_go_direct(
     with Client(server.url, server.token) as client:
         round_trips(client)
     assert tinyproxy.requests()
+
+
+def test_proxy_credentials_from_the_url_go_as_basic_authorization(
+    server: Server, tls_server: Server, tmp_path: Path, no_proxy_env: pytest.MonkeyPatch
+) -> None:
+    cert = tls_server.cert
+    assert cert is not None
+    with run_tinyproxy(tmp_path, "BasicAuth app s3cr3t\n") as proxy:
+        no_proxy_env.setenv("HTTP_PROXY", proxy.url)
+        with Client(server.url, server.token) as client, pytest.raises(SealflowError) as refused:
+            client.encrypt("default", b"x")
+        assert refused.value.status == 407
+        with_credentials = proxy.url.replace("http://", "http://app:s3cr3t@")
+        no_proxy_env.setenv("HTTP_PROXY", with_credentials)
+        no_proxy_env.setenv("HTTPS_PROXY", with_credentials)
+        with Client(server.url, server.token) as client:
+            round_trips(client)
+        with Client(tls_server.https_url, tls_server.token, verify=cert) as client:
+            round_trips(client)
+        assert any(t.startswith("CONNECT ") for t in proxy.requests())
+
+
+def test_only_http_proxies_are_taken(server: Server, no_proxy_env: pytest.MonkeyPatch) -> None:
+    no_proxy_env.setenv("HTTP_PROXY", "socks5://127.0.0.1:1080")
+    with pytest.raises(ValueError, match="only http:// proxies"):
+        Client(server.url, server.token)
+    Client(server.url, server.token, trust_env=False).close()
