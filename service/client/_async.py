@@ -72,10 +72,12 @@ class AsyncClient:
 
     ``max_connections`` (100 by default, as httpx's; None: no limit) bounds the connections in
     use at once: a call beyond it waits until one is free (up to 64 idle ones are kept).
+    Proxies come from ``HTTP_PROXY``, ``HTTPS_PROXY`` and ``NO_PROXY`` (either case, read as
+    ``urllib.request`` reads them; ``_proxy``) unless ``trust_env`` is False.
 
-    One ``AsyncClient`` belongs to the event loop
-    that first uses it; calls from many tasks at once each take a connection of the pool.
-    The token never appears in messages or reprs.
+    One ``AsyncClient`` belongs to the event loop that first uses it; calls from many tasks
+    at once each take a connection of the pool. The token never appears in messages or
+    reprs.
     """
 
     def __init__(
