@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from . import config_file
 from .durations import parse_duration
 
 MiB = 1 << 20
@@ -261,6 +262,20 @@ class Settings(BaseSettings):
         " requests are refused while records cannot be written; best effort: requests go on,"
         " lost records are counted",
     )
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Flags (the init arguments) > SEALFLOW_* variables > the --config file > defaults.
+        toml = config_file.source(settings_cls)
+        sources = (init_settings, env_settings, dotenv_settings, file_secret_settings)
+        return sources if toml is None else (*sources, toml)
 
     @field_validator("transit_mount")
     @classmethod
