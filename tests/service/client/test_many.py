@@ -7,6 +7,7 @@ import asyncio
 import itertools
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import Any
@@ -297,3 +298,14 @@ def test_values_that_are_not_bytes_are_refused_by_type(api: Client) -> None:
     with pytest.raises(TypeError, match="bytes-like, not int"):
         next(api.encrypt_many("default", [1, 2]))  # type: ignore[list-item]
     assert list(api.decrypt_many(api.encrypt_many("default", [memoryview(b"mv")]))) == [b"mv"]
+
+
+def test_connections_the_server_closed_while_idle_are_replaced(make_server: Any) -> None:
+    srv = make_server(keepalive_timeout=0.3)
+    plain = values(3000)
+    with Client(srv.url, srv.token) as client:
+        assert list(client.decrypt_many(client.encrypt_many("default", plain))) == plain
+        before = client.connections_opened
+        time.sleep(1.0)  # the server closes the idle connections
+        assert list(client.decrypt_many(client.encrypt_many("default", plain))) == plain
+        assert client.connections_opened > before
