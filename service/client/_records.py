@@ -62,56 +62,65 @@ def checked_limits(max_bytes: int, max_records: int) -> tuple[int, int]:
     return max_bytes, max_records
 
 
+Group = tuple[list[Value], list[int]]  # a batch's values and their lengths
+
+
 def batches(
     values: Iterable[Value], max_bytes: int = BATCH_BYTES, max_records: int = BATCH_RECORDS
-) -> Iterator[list[Value]]:
-    """The values in order, as lists of at most ``max_records`` values and ``max_bytes`` of
-    body (but a single larger value alone), pulled from ``values`` a batch at a time."""
+) -> Iterator[Group]:
+    """The values in order, in groups of at most ``max_records`` values and ``max_bytes`` of
+    body (but a single larger value alone), pulled from ``values`` a group at a time."""
     values = iter(values)
     carry: list[Value] = []
-    want = max_records  # what to pull next: about what the last batch held, so little carries
+    want = max_records  # what to pull next: what the last cut group held, so none carries
     while True:
         batch = carry + list(itertools.islice(values, max(want - len(carry), 0)))
         if not batch:
             return
         try:
-            ends = list(itertools.accumulate(map(len, batch)))  # value bytes up to each one
+            lengths = list(map(len, batch))
         except TypeError:
             raise not_bytes(batch) from None
-        if ends[-1] + 4 * len(batch) <= max_bytes:
-            carry, want = [], min(2 * want, max_records)
-            yield batch
+        size = sum(lengths) + 4 * len(batch)
+        if size <= max_bytes:
+            if size < max_bytes - max_bytes // 8:  # room for more next time
+                want = min(2 * want, max_records)
+            carry = []
+            yield batch, lengths
             continue
-        # The first record whose end passes max_bytes starts the next batch (at least one).
+        # The first record whose end passes max_bytes starts the next group (at least one).
+        ends = list(itertools.accumulate(lengths))
         cut = bisect.bisect_right(range(len(batch)), max_bytes, key=lambda i: ends[i] + 4 * i + 4)
         cut = max(cut, 1)
-        carry, want = batch[cut:], cut + cut // 8 + 1
-        yield batch[:cut]
+        carry, want = batch[cut:], cut
+        yield batch[:cut], lengths[:cut]
 
 
 async def abatches(
     values: Iterable[Value] | AsyncIterable[Value],
     max_bytes: int = BATCH_BYTES,
     max_records: int = BATCH_RECORDS,
-) -> AsyncGenerator[list[Value], None]:
+) -> AsyncGenerator[Group, None]:
     """``batches`` of an iterable or an async iterable."""
     if not isinstance(values, AsyncIterable):
-        for whole in batches(values, max_bytes, max_records):
-            yield whole
+        for group in batches(values, max_bytes, max_records):
+            yield group
         return
     batch: list[Value] = []
+    lengths: list[int] = []
     size = 0
     async for value in values:
         if not isinstance(value, Value):
             raise not_bytes([value])
-        grown = size + 4 + len(value)
-        if batch and (grown > max_bytes or len(batch) >= max_records):
-            yield batch
-            batch, grown = [], 4 + len(value)
+        n = len(value)
+        if batch and (size + 4 + n > max_bytes or len(batch) >= max_records):
+            yield batch, lengths
+            batch, lengths, size = [], [], 0
         batch.append(value)
-        size = grown
+        lengths.append(n)
+        size += 4 + n
     if batch:
-        yield batch
+        yield batch, lengths
 
 
 class Batch:
@@ -122,18 +131,13 @@ class Batch:
     __slots__ = ("body", "count", "first", "overhead", "same", "start")
 
     def __init__(
-        self, head: Callable[[int], bytes], values: list[Value], first: int, overhead: int | None
+        self, head: Callable[[int], bytes], group: Group, first: int, overhead: int | None
     ) -> None:
+        values, lengths = group
         try:
-            lengths = list(map(len, values))
             self._frame(head, values, lengths, first, overhead)
         except TypeError:
-            wrong = {
-                type(v).__name__
-                for v in values
-                if not isinstance(v, bytes | bytearray | memoryview)
-            }
-            raise TypeError(f"values must be bytes-like, not {', '.join(sorted(wrong))}") from None
+            raise not_bytes(values) from None
 
     def _frame(
         self,
@@ -271,14 +275,15 @@ class Records:
         answered whole after it (no full duplex)."""
         return plan("POST", self.path, length, self.headers, small_max=length)
 
-    def batch(self, prefix: str, prelude: bytes, values: list[Value], first: int) -> Batch:
+    def batch(self, prefix: str, prelude: bytes, group: Group, first: int) -> Batch:
         """The batch's body, after its request head (``Batch.start`` says where it begins)."""
 
         def head(length: int) -> bytes:
             return self.plan(length).head(prefix, prelude)
 
+        values = group[0]
         guess = overhead(self.key) if self.key is not None else envelope_overhead(values[0])
-        return Batch(head, values, first, guess)
+        return Batch(head, group, first, guess)
 
     def results(self, answer: bytes, batch: Batch) -> tuple[list[Any], SealflowError | None]:
         """The batch's results, and the exception to raise after them (if any)."""
