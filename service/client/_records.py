@@ -1,11 +1,13 @@
 """Batches of small records (``mode=records``, docs/API.md), sans-IO: values cut into
 batches, a batch framed as one request body, an answer read back into one result per record.
 
-Framing and parsing are a value's whole client-side cost, so neither loops in Python over a
-value's bytes: a body is one ``b"".join`` of the values and their length prefixes (made by
-``struct`` in C, through ``map``), and an answer (one ``bytes`` object) is cut by slicing at
-offsets read with ``struct.unpack_from``: one copy per result, none of the answer as a
-whole (docs/BENCHMARKS.md, "Client: batches of records").
+Framing and parsing are a value's whole client-side cost, so neither loops in Python per
+value where it can be helped: a body is one ``b"".join`` (values of one length: joined with
+their shared 4-byte prefix as the separator; others: interleaved with ``struct``-packed
+prefixes by two slice assignments), and an answer whose records all have the expected length
+is cut by one ``struct.unpack`` of a repeated format (its length fields then checked); any
+other answer by a loop of ``unpack_from`` and slices. One copy per result either way
+(docs/BENCHMARKS.md, "Client: batches of records").
 """
 
 from __future__ import annotations
