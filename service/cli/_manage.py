@@ -27,8 +27,8 @@ from sealflow.service.keystore import (
     VersionUsage,
     audit_table,
     export_material,
+    keystore_keys,
     load_master_key,
-    master_key,
     migrate_keystore,
     next_rotation,
     open_store,
@@ -185,7 +185,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         # After the store: opening it makes the audit table. A trail that cannot be opened
         # stops the command before it changes anything.
-        auditor = open_auditor(settings, master_key(settings), audit_table(settings))
+        auditor = open_auditor(settings, keystore_keys(settings).secret, audit_table(settings))
     except BaseException:
         store.close()
         raise
