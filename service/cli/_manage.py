@@ -35,7 +35,7 @@ from sealflow.service.keystore import (
     redact,
 )
 
-from . import _backup
+from . import _backup, _master
 from ._trail import recording, sinks
 
 
@@ -322,7 +322,7 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     tokens.add_parser("list", parents=[common], help="list tokens (never their secrets)")
     tokens.add_parser("revoke", parents=[common], help="revoke a token").add_argument("id")
     store = commands.add_parser(
-        "keystore", help="move, back up or restore a keystore"
+        "keystore", help="move, back up or restore a keystore; create its master key"
     ).add_subparsers(dest="action", required=True)
     move = store.add_parser(
         "migrate",
@@ -333,6 +333,7 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     move.add_argument("--to", dest="target", required=True, metavar="postgresql://...")
     move.set_defaults(func=migrate)
     _backup.add_commands(store, common)
+    _master.add_commands(store, common)
     for sub in (keys, tokens):
         for parser in sub.choices.values():
             parser.set_defaults(func=run)
