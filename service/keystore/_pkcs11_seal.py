@@ -2,7 +2,7 @@
 that is sensitive and not extractable, so it never leaves the token; the token wraps and
 unwraps the keystore's KEK with CKM_AES_GCM.
 
-python-pkcs11 (docs/SERVICE.md, Dependencies) is imported only when this provider is chosen.
+python-pkcs11 (docs/DEPLOY.md, Dependencies) is imported only when this provider is chosen.
 Every failure is one ``KeyStoreUnavailable`` line naming what to fix: the library, the token,
 the PIN, the key.
 """
