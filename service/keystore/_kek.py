@@ -16,8 +16,9 @@ first open with that key writes the record. A new keystore under ``file`` or ``e
 the same way (the file's key is its KEK until ``rotate-master``); under any other provider it
 gets a random KEK and secret.
 
-Unwrapped keys are kept in this process's memory, by record, so a process asks its provider
-once; they never go to the environment or a file.
+Keys a token (or another remote provider) unwrapped are kept in this process's memory, by
+provider, identity and record, so a process asks its provider once; the file and env providers
+unwrap in the process and are asked each time. Keys never go to the environment or a file.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from __future__ import annotations
 import base64
 import os
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import orjson
@@ -94,29 +94,40 @@ def seal(seal: Seal, name: str, keys: Keys) -> Record:
     return Record(name, seal.describe(), seal.wrap(keys.kek + keys.secret, _AAD))
 
 
-_unsealed: dict[tuple[str, bytes], Keys] = {}
+# By provider, its identity and the record. The file and env providers are not kept: their
+# unwrap is AES-GCM in this process, and the identity of their key is the key itself, so each
+# open checks the key it is given.
+_unsealed: dict[tuple[str, bytes, bytes], Keys] = {}
 _lock = threading.Lock()
 
 
-def unseal(make: Callable[[], Seal], name: str, record: Record) -> Keys:
-    """The keys in ``record``: one provider call per process for a record (then from memory,
-    the provider not even built)."""
+def _cached(seal: Seal, name: str, record: Record) -> tuple[str, bytes, bytes] | None:
+    if name in HELD_KEYS:
+        return None
+    return name, orjson.dumps(seal.describe(), option=orjson.OPT_SORT_KEYS), record.blob
+
+
+def unseal(seal: Seal, name: str, record: Record) -> Keys:
+    """The keys in ``record``: one provider call per process for a record (then from memory)."""
+    cached = _cached(seal, name, record)
     with _lock:
-        known = _unsealed.get((name, record.blob))
+        known = None if cached is None else _unsealed.get(cached)
     if known is not None:
         return known
-    plain = make().unwrap(record.blob, _AAD)
+    plain = seal.unwrap(record.blob, _AAD)
     if len(plain) != 2 * MASTER_KEY_LEN:
         raise KeyStoreUnavailable(f"the {record.names()} key unwrapped a record of the wrong size")
     keys = Keys(plain[:MASTER_KEY_LEN], plain[MASTER_KEY_LEN:])
-    remember(name, record, keys)
+    remember(seal, name, record, keys)
     return keys
 
 
-def remember(name: str, record: Record, keys: Keys) -> None:
+def remember(seal: Seal, name: str, record: Record, keys: Keys) -> None:
     """Keys this process sealed itself, so that opening the record needs no provider call."""
-    with _lock:
-        _unsealed[(name, record.blob)] = keys
+    cached = _cached(seal, name, record)
+    if cached is not None:
+        with _lock:
+            _unsealed[cached] = keys
 
 
 def held_key(seal: Seal, name: str, where: str) -> bytes:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -148,18 +149,36 @@ class Pkcs11Seal:
                     f"{self._where()} refused: {type(exc).__name__}"
                 ) from None
 
-    def _session(self, rw: bool) -> pkcs11.Session:
+    @contextmanager
+    def _session(self, rw: bool) -> Iterator[pkcs11.Session]:
+        """A logged-in session, and the library loaded for it only: each provider call
+        initialises the library and finalises it after, so no session outlives the call."""
         import pkcs11
 
         pin = read_secret(self._pin_file, f"PKCS#11 PIN file {self._pin_file}").strip()
         try:
             lib = pkcs11.lib(str(self._library))
-        except (OSError, RuntimeError, pkcs11.exceptions.PKCS11Error) as exc:
+        except pkcs11.exceptions.PKCS11Error as exc:
+            # Loaded, but C_Initialize failed: the token's own configuration, most often.
+            raise KeyStoreUnavailable(
+                f"PKCS#11 library {self._library} would not initialise: {type(exc).__name__}"
+                " (check the token's configuration)"
+            ) from None
+        except (OSError, RuntimeError) as exc:
             raise KeyStoreUnavailable(
                 f"cannot load the PKCS#11 library {self._library}: {_reason(exc)}"
             ) from None
         try:
-            token = lib.get_token(token_label=self._token_label)
+            with self._login(lib.get_token, rw, pin) as session:
+                yield session
+        finally:
+            pkcs11.unload(str(self._library))
+
+    def _login(self, get_token: Callable[..., pkcs11.Token], rw: bool, pin: str) -> pkcs11.Session:
+        import pkcs11
+
+        try:
+            token = get_token(token_label=self._token_label)
         except pkcs11.exceptions.NoSuchToken:
             raise KeyStoreUnavailable(
                 f"no PKCS#11 token labelled {self._token_label!r} in {self._library}"

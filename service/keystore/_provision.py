@@ -227,6 +227,9 @@ def _warn_if_open(settings: Settings) -> None:
     env = settings.master_key.get_secret_value() if settings.master_key else None
     if settings.master_key_provider == "file" and (not env or not env.strip()):
         places.append(("master key file", settings.master_key_path, 0o600))
+    pin_file = settings.master_key_pkcs11_pin_file
+    if settings.master_key_provider == "pkcs11" and pin_file is not None:
+        places.append(("PKCS#11 PIN file", pin_file, 0o600))
     for what, path, private in places:
         try:
             mode = stat.S_IMODE(path.stat().st_mode)

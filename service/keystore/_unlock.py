@@ -38,13 +38,13 @@ def unlock(settings: Settings, url: str | None) -> Unlocked:
         why = _kek.mismatch(record, name)
         if why is not None:
             raise KeyStoreUnavailable(f"keystore {where}: {why}")
-        return Unlocked(_kek.unseal(lambda: seal_for(settings), name, record), record, False)
+        return Unlocked(_kek.unseal(seal_for(settings), name, record), record, False)
     if not exists and name not in HELD_KEYS:
         raise KeyStoreUnavailable(f"no keystore at {where} (`sealflow serve` creates one)")
     seal = seal_for(settings)
     keys = Keys.of_master_key(_kek.held_key(seal, name, where))
     record = _kek.seal(seal, name, keys)
-    _kek.remember(name, record, keys)
+    _kek.remember(seal, name, record, keys)
     return Unlocked(keys, record, True)
 
 
@@ -56,7 +56,7 @@ def new_keys(settings: Settings) -> tuple[Keys, dict[str, bytes]]:
     held = name in HELD_KEYS
     keys = Keys.of_master_key(_kek.held_key(seal, name, "new")) if held else Keys.new()
     record = _kek.seal(seal, name, keys)
-    _kek.remember(name, record, keys)
+    _kek.remember(seal, name, record, keys)
     return keys, {RECORD_META: record.encode()}
 
 
@@ -81,4 +81,4 @@ def backup_keys(settings: Settings, value: bytes | None, where: str) -> Keys:
     why = _kek.mismatch(record, name)
     if why is not None:
         raise KeyStoreUnavailable(f"backup {where}: {why}")
-    return _kek.unseal(lambda: seal_for(settings), name, record)
+    return _kek.unseal(seal_for(settings), name, record)

@@ -14,7 +14,13 @@ from pathlib import Path
 import pytest
 
 from sealflow.service.config import Settings
-from sealflow.service.keystore import KeyStoreUnavailable, Pkcs11Seal, keystore_keys
+from sealflow.service.keystore import (
+    KeyStoreUnavailable,
+    Pkcs11Seal,
+    keystore_keys,
+    open_store,
+    prepare,
+)
 from tests.service.conftest import SEALFLOW, Server, start_server
 
 from .softhsm import LIBRARY, Token, make_token
@@ -89,7 +95,7 @@ def test_a_restart_opens_the_keystore_and_old_envelopes(
 ) -> None:
     with served.client() as client:
         envelope = client.post("/v1/keys/default/encrypt", content=SECRET).content
-    assert served.stop() == 0
+    served.stop()
     again = start_server(served.data_dir, **token.settings())
     try:
         again.token = served.token
@@ -154,6 +160,7 @@ def test_the_key_on_the_token_is_sensitive_and_not_extractable(token: Token) -> 
 def test_a_file_keystore_is_not_opened_by_pkcs11(token: Token, tmp_path: Path) -> None:
     """The keystore records its provider: the token is not tried on a file-sealed keystore."""
     data = tmp_path / "file-data"
+    data.mkdir()
     made = subprocess.run(  # noqa: S603
         [SEALFLOW, "keys", "list", "--data-dir", str(data)],
         capture_output=True,
@@ -173,3 +180,40 @@ def test_a_file_keystore_is_not_opened_by_pkcs11(token: Token, tmp_path: Path) -
 def test_the_pkcs11_settings_are_checked_first(tmp_path: Path) -> None:
     with pytest.raises(KeyStoreUnavailable, match="SEALFLOW_MASTER_KEY_PKCS11_LIBRARY"):
         Pkcs11Seal.from_settings(Settings(master_key_provider="pkcs11"))
+
+
+def test_requests_never_reach_the_token(served: Server, token: Token) -> None:
+    """With the token gone after start-up, requests that use and make key material go on."""
+    tokens = token.conf.parent / "tokens"
+    tokens.rename(tokens.with_name("tokens-away"))
+    try:
+        with served.client() as client:
+            envelope = client.post("/v1/keys/default/encrypt", content=SECRET).content
+            assert client.post("/v1/decrypt", content=envelope).content == SECRET
+            assert client.post("/v1/keys/default/rotate").status_code == 200
+            made = client.post("/v1/keys", json={"name": "after", "algorithm": "aes-256-gcm"})
+            assert made.status_code == 201
+            again = client.post("/v1/keys/after/encrypt", content=SECRET).content
+            assert client.post("/v1/decrypt", content=again).content == SECRET
+        # The CLI, a process of its own, asks the token, and is refused without it.
+        listed = token.sealflow("keys", "list", "--data-dir", str(served.data_dir))
+        assert listed.returncode == 1
+        assert listed.stderr.startswith("sealflow: PKCS#11 library")
+        assert "would not initialise" in listed.stderr
+    finally:
+        tokens.with_name("tokens-away").rename(tokens)
+
+
+def test_a_process_asks_the_token_once(token: Token, tmp_path: Path) -> None:
+    """prepare, open_store and the audit's keys, in one process: one provider call (a wrong
+    PIN afterwards is never tried)."""
+    settings = Settings(data_dir=tmp_path / "once", **token.settings())  # type: ignore[arg-type]
+    assert prepare(settings) is not None
+    token.pin_file.write_text("00000000\n")
+    with closing(open_store(settings)) as store:
+        assert [k.name for k in store.list_keys()] == ["default"]
+    assert len(keystore_keys(settings).secret) == 32
+    # A process of its own asks again, and is refused.
+    listed = token.sealflow("keys", "list", "--data-dir", str(settings.data_dir))
+    assert listed.returncode == 1
+    assert "refused the PIN" in listed.stderr
