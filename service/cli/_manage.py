@@ -30,6 +30,7 @@ from sealflow.service.keystore import (
     keystore_keys,
     load_master_key,
     migrate_keystore,
+    migration_keys,
     next_rotation,
     open_store,
     redact,
@@ -168,9 +169,14 @@ def migrate(args: argparse.Namespace) -> int:
     settings = Settings(**args.settings)
     env = settings.master_key.get_secret_value() if settings.master_key else None
     # The SQLite keystore's own master key: the variable, --master-key-file, or the file
-    # beside it (where `sealflow serve` keeps it in the data dir).
-    master = load_master_key(env, settings.master_key_file or source.with_name("master.key"))
-    done = migrate_keystore(source, args.target, master)
+    # beside it (where `sealflow serve` keeps it in the data dir); or, for a keystore sealed by
+    # another provider, that provider (its record goes with the rows).
+    keys = migration_keys(
+        settings,
+        source,
+        lambda: load_master_key(env, settings.master_key_file or source.with_name("master.key")),
+    )
+    done = migrate_keystore(source, args.target, keys.kek, keys.meta)
     print(
         f"copied {done.keys} keys ({done.versions} versions) and {done.tokens} tokens from"
         f" {source} to {redact(args.target)}; every key version and token verified",

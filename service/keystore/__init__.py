@@ -60,7 +60,7 @@ from ._seals import PROVIDERS as MASTER_KEY_PROVIDERS
 from ._seals import Seal, seal_for
 from ._snapshot import Snapshot
 from ._sqlite import SQLiteKeyStore
-from ._unlock import backup_keys
+from ._unlock import backup_keys, migration_keys
 from ._usage import SCARCE, Lease, UsageMeter, next_rotation, sealable
 from .errors import (
     MISSING_CONTEXT,
@@ -160,6 +160,7 @@ __all__ = [
     "load_master_key",
     "make_key_type",
     "migrate_keystore",
+    "migration_keys",
     "next_rotation",
     "open_backup",
     "open_store",

@@ -3,12 +3,15 @@ configured master-key provider (``_seals``, ``_kek``), before the store opens.""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from sealflow.service.config import Settings
 
 from . import _kek, _kek_rows
 from ._kek import RECORD_META, Keys, Record
+from ._key_seal import KeySeal
 from ._postgres import redact
 from ._seals import HELD_KEYS, seal_for
 from .errors import KeyStoreUnavailable
@@ -82,3 +85,24 @@ def backup_keys(settings: Settings, value: bytes | None, where: str) -> Keys:
     if why is not None:
         raise KeyStoreUnavailable(f"backup {where}: {why}")
     return _kek.unseal(seal_for(settings), name, record)
+
+
+def migration_keys(settings: Settings, source: Path, held: Callable[[], bytes]) -> Migration:
+    """The KEK of the SQLite keystore at ``source`` and the record to give its PostgreSQL copy:
+    a keystore sealed by a key file (or made before providers) opens with ``held()``, its own
+    master key, as before; one sealed by another provider with that provider."""
+    _, value = _kek_rows.read_sqlite(source)
+    if value is None:
+        return Migration(held(), {})
+    record = Record.decode(value, str(source))
+    if record.provider in HELD_KEYS:
+        keys = _kek.unseal(KeySeal(record.provider, held()), record.provider, record)
+    else:
+        keys = backup_keys(settings, record.encode(), str(source))
+    return Migration(keys.kek, {RECORD_META: record.encode()})
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    kek: bytes = field(repr=False)
+    meta: dict[str, bytes]
