@@ -159,10 +159,15 @@ class Pkcs11Seal:
         try:
             lib = pkcs11.lib(str(self._library))
         except pkcs11.exceptions.PKCS11Error as exc:
-            # Loaded, but C_Initialize failed: the token's own configuration, most often.
+            if type(exc) is not pkcs11.exceptions.PKCS11Error:
+                # A CKR_ code: loaded, but C_Initialize failed (the token's configuration).
+                raise KeyStoreUnavailable(
+                    f"PKCS#11 library {self._library} would not initialise:"
+                    f" {type(exc).__name__} (check the token's configuration)"
+                ) from None
+            # The base class: python-pkcs11's loader could not load the file.
             raise KeyStoreUnavailable(
-                f"PKCS#11 library {self._library} would not initialise: {type(exc).__name__}"
-                " (check the token's configuration)"
+                f"cannot load the PKCS#11 library {self._library}: {_reason(exc)}"
             ) from None
         except (OSError, RuntimeError) as exc:
             raise KeyStoreUnavailable(

@@ -125,6 +125,7 @@ def test_a_refusing_token_stops_the_start_in_one_line(
     if more.pop("wrong_pin", False):
         wrong = tmp_path / "wrong-pin"
         wrong.write_text("00000000\n")
+        wrong.chmod(0o600)  # else the start warns about its mode first, a line of its own
         more["master_key_pkcs11_pin_file"] = wrong
     started = token.sealflow("serve", "--port", "0", "--data-dir", str(served.data_dir), **more)
     assert started.returncode == 1
