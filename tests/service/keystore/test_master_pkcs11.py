@@ -218,3 +218,38 @@ def test_a_process_asks_the_token_once(token: Token, tmp_path: Path) -> None:
     listed = token.sealflow("keys", "list", "--data-dir", str(settings.data_dir))
     assert listed.returncode == 1
     assert "refused the PIN" in listed.stderr
+
+
+def test_a_backup_restores_with_the_token_alone(
+    served: Server, token: Token, tmp_path: Path
+) -> None:
+    """The keystore lost, its backup (format 2, the sealed record in its header) restores into
+    a new data directory with the token's settings only, and old envelopes decrypt."""
+    with served.client() as client:
+        envelope = client.post("/v1/keys/default/encrypt", content=SECRET).content
+    backup = tmp_path / "keystore.sfkb"
+    made = token.sealflow("keystore", "backup", str(backup), "--data-dir", str(served.data_dir))
+    assert made.returncode == 0, made.stderr
+    assert backup.read_bytes()[4] == 2  # the format
+    served.stop()
+    elsewhere = tmp_path / "restored"
+    done = token.sealflow("keystore", "restore", str(backup), "--data-dir", str(elsewhere))
+    assert done.returncode == 0, done.stderr
+    again = start_server(elsewhere, **token.settings())
+    try:
+        again.token = served.token
+        with again.client() as client:
+            assert client.post("/v1/decrypt", content=envelope).content == SECRET
+    finally:
+        again.stop()
+    # Without the token's key, the backup opens to nobody.
+    other = token.sealflow(
+        "keystore",
+        "restore",
+        str(backup),
+        "--data-dir",
+        str(tmp_path / "nowhere"),
+        master_key_pkcs11_key_label="another-key",
+    )
+    assert other.returncode == 1
+    assert "no PKCS#11 key 'another-key'" in other.stderr

@@ -18,7 +18,7 @@ from pydantic import SecretStr
 
 from sealflow.service.audit import audit_key
 from sealflow.service.config import Settings
-from sealflow.service.keystore import KeyStoreUnavailable, keystore_keys
+from sealflow.service.keystore import KeyStoreUnavailable, keystore_keys, open_store, prepare
 from tests.service.conftest import start_server
 
 SECRET = b"an envelope made before providers"
@@ -113,3 +113,20 @@ def test_a_new_file_keystore_is_sealed_by_its_master_key(tmp_path: Path) -> None
 
     with pytest.raises(KeyStoreUnavailable, match="file master key does not unwrap"):
         keystore_keys(other)
+
+
+def test_env_is_the_variable_alone(tmp_path: Path) -> None:
+    """The env provider opens a keystore the file provider sealed (the same key), and without
+    SEALFLOW_MASTER_KEY it stops, where file would read (or in dev mode make) a key file."""
+    data = tmp_path / "data"
+    assert prepare(Settings(data_dir=data, master_key=SecretStr(MASTER_B64))) is not None
+    by_env = Settings(data_dir=data, master_key_provider="env", master_key=SecretStr(MASTER_B64))
+    with closing(open_store(by_env)) as store:
+        assert [k.name for k in store.list_keys()] == ["default"]
+    (data / "master.key").write_text(MASTER_B64 + "\n")
+    alone = Settings(data_dir=data, master_key_provider="env")
+    with pytest.raises(KeyStoreUnavailable, match="needs SEALFLOW_MASTER_KEY"):
+        open_store(alone)
+    with pytest.raises(KeyStoreUnavailable, match="needs SEALFLOW_MASTER_KEY"):
+        prepare(Settings(data_dir=tmp_path / "new", master_key_provider="env"))
+    assert not (tmp_path / "new" / "master.key").exists()
