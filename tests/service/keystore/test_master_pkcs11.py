@@ -253,3 +253,43 @@ def test_a_backup_restores_with_the_token_alone(
     )
     assert other.returncode == 1
     assert "no PKCS#11 key 'another-key'" in other.stderr
+
+
+def test_each_worker_unseals_its_own(token: Token, tmp_path: Path) -> None:
+    """--workers 2: every worker serves, and none has a master key or the KEK in its
+    environment (each asked the token itself)."""
+    srv = start_server(tmp_path / "data", **token.settings(workers=2))
+    try:
+        with srv.client() as client:
+            for _ in range(8):  # over new connections: both workers answer some
+                envelope = client.post("/v1/keys/default/encrypt", content=SECRET).content
+                assert client.post("/v1/decrypt", content=envelope).content == SECRET
+        kek = _kek(srv.data_dir, token)
+        children = Path(f"/proc/{srv.proc.pid}/task/{srv.proc.pid}/children").read_text().split()
+        assert len(children) >= 2
+        for pid in [str(srv.proc.pid), *children]:
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+            assert b"SEALFLOW_MASTER_KEY=" not in environ
+            assert not any(form in environ for form in _forms(kek)), pid
+    finally:
+        srv.stop()
+
+
+def test_a_postgres_keystore_under_pkcs11(token: Token, tmp_path: Path, pg_url: str) -> None:
+    """A new shared keystore made under the token: restart, and a replica's CLI, open it."""
+    srv = start_server(tmp_path / "data", **token.settings(keystore_url=pg_url))
+    try:
+        with srv.client() as client:
+            envelope = client.post("/v1/keys/default/encrypt", content=SECRET).content
+    finally:
+        srv.stop()
+    again = start_server(tmp_path / "data2", **token.settings(keystore_url=pg_url))
+    try:
+        again.token = srv.token
+        with again.client() as client:
+            assert client.post("/v1/decrypt", content=envelope).content == SECRET
+    finally:
+        again.stop()
+    listed = token.sealflow("keys", "list", keystore_url=pg_url)
+    assert listed.returncode == 0, listed.stderr
+    assert '"default"' in listed.stdout
