@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from . import config_file
 from .durations import parse_duration
 
 MiB = 1 << 20
@@ -97,6 +98,44 @@ class Settings(BaseSettings):
         description="the root token to install on a new keystore instead of printing a new one",
     )
     root_token_file: Path | None = Field(None, description="a file holding the root token")
+    master_key_transit_addr: str | None = Field(
+        None,
+        description="the transit master-key provider: address of the Vault or OpenBao whose"
+        " Transit key wraps the keystore's key-encryption key (https://vault:8200)",
+    )
+    master_key_transit_mount: str = Field(
+        "transit",
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)*$",
+        description="the transit master-key provider: path of the Transit engine",
+    )
+    master_key_transit_key: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
+        description="the transit master-key provider: name of the sealing key, an AEAD key"
+        " (aes256-gcm96, chacha20-poly1305)",
+    )
+    master_key_transit_token_file: Path | None = Field(
+        None,
+        description="the transit master-key provider: a file holding the token (read at each"
+        " call, so an agent may renew it in place)",
+    )
+    master_key_transit_ca_file: Path | None = Field(
+        None,
+        description="the transit master-key provider: PEM bundle of the CAs that sign the"
+        " Transit server's certificate (default: the system's)",
+    )
+    master_key_transit_namespace: str | None = Field(
+        None,
+        description="the transit master-key provider: the namespace of the Transit engine,"
+        " sent as X-Vault-Namespace (Vault Enterprise and OpenBao namespaces)",
+    )
+    master_key_transit_timeout: float = Field(
+        5.0,
+        gt=0,
+        le=300,
+        description="the transit master-key provider: seconds to connect, and to wait for each"
+        " read of an answer; a call is never retried",
+    )
     token_default_ttl: int = Field(
         0,
         description="lifetime of a token created without one (a duration: 90s, 30m, 1h, 768h, or"
@@ -241,6 +280,20 @@ class Settings(BaseSettings):
         " requests are refused while records cannot be written; best effort: requests go on,"
         " lost records are counted",
     )
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Flags (the init arguments) > SEALFLOW_* variables > the --config file > defaults.
+        toml = config_file.source(settings_cls)
+        sources = (init_settings, env_settings, dotenv_settings, file_secret_settings)
+        return sources if toml is None else (*sources, toml)
 
     @field_validator("transit_mount")
     @classmethod

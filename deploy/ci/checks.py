@@ -447,6 +447,12 @@ class Checks:
 
         self.wait(f"Prometheus scrapes every replica ({sorted(ips)})", all_up, 90, 1)
         say(f"    targets up: {sorted(t['labels']['instance'] for t in seen)}")
+        # The alerting rules of deploy/prometheus/alerts.yml, mounted beside prometheus.yml.
+        status, body = self.http(f"{url}/api/v1/rules")
+        assert status == 200, f"GET /api/v1/rules: {status}"
+        rules = {r["name"] for g in json.loads(body)["data"]["groups"] for r in g["rules"]}
+        assert "SealflowReplicaDown" in rules, f"the alerting rules are not loaded: {rules}"
+        say(f"    alerting rules loaded: {len(rules)}")
 
     def stop_during_traffic(self) -> None:
         """Traffic through the balancer while one replica stops: no failure, no wait > 1 s."""

@@ -1,5 +1,5 @@
 """The `sealflow` console script: serve, keys, tokens, approle, audit, encrypt, decrypt,
-migrate, selftest.
+migrate, selftest, healthcheck.
 
 ``encrypt`` and ``decrypt`` are parsed on their own and load the client library only (not
 pydantic, the engine or the keystore): start-up is part of every transfer's time, a tenth of
@@ -102,9 +102,10 @@ def _client_main(argv: list[str]) -> int:
 def _main(argv: list[str] | None) -> int:
     import pydantic
 
+    from sealflow.service.config_file import ConfigFileError
     from sealflow.service.keystore import KeyStoreError
 
-    from . import _approle, _audit, _cert, _manage, _migrate, _serve, _transfer
+    from . import _approle, _audit, _cert, _healthcheck, _manage, _migrate, _serve, _transfer
     from ._flags import PREFIX, add_settings, settings_error
     from ._master import MASTER_KEY_SETTINGS
 
@@ -138,12 +139,16 @@ def _main(argv: list[str] | None) -> int:
         "thread and the crypto pool's threads together)",
     )
     selftest.set_defaults(func=_selftest)
+    _healthcheck.add_command(commands)
     args = parser.parse_args(argv)
     args.settings = {k[len(PREFIX) :]: v for k, v in vars(args).items() if k.startswith(PREFIX)}
     try:
         return _run(args.func, args)
     except pydantic.ValidationError as exc:
         print(f"sealflow: invalid setting {settings_error(exc)}", file=sys.stderr)
+        return 2
+    except ConfigFileError as exc:
+        print(f"sealflow: --config {exc}", file=sys.stderr)
         return 2
     except KeyStoreError as exc:
         print(f"sealflow: {exc}", file=sys.stderr)

@@ -9,7 +9,9 @@ import argparse
 import os
 import shutil
 import sys
+from pathlib import Path
 
+from sealflow.service import config_file
 from sealflow.service.config import Settings
 from sealflow.service.keystore import audit_table, prepare
 
@@ -18,6 +20,13 @@ from ._flags import add_settings
 
 def add_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     serve = commands.add_parser("serve", help="run the HTTP service (dev defaults with no flags)")
+    serve.add_argument(
+        "--config",
+        type=Path,
+        metavar="FILE",
+        help="a TOML file of settings, each key a setting's name in lower case (port = 8443);"
+        f" variables and flags override it (docs/OPERATIONS.md; {config_file.VARIABLE})",
+    )
     add_settings(serve, list(Settings.model_fields))
     serve.set_defaults(func=_serve)
 
@@ -25,6 +34,9 @@ def add_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
 def _serve(args: argparse.Namespace) -> int:
     from sealflow.service.server import _logging
 
+    if args.config is not None:
+        # Through the environment, as the flags below: the worker processes read it there.
+        os.environ[config_file.VARIABLE] = str(args.config.absolute())
     settings = Settings(**args.settings)
     _logging.configure(settings.log_level)
     token = prepare(settings)

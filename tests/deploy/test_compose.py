@@ -57,7 +57,8 @@ def test_service_is_scalable_healthchecked_and_keeps_its_keystore() -> None:
     # Scalable with --scale: no fixed container name and no published host port.
     assert "container_name" not in service
     assert "ports" not in service
-    assert "/readyz" in " ".join(service["healthcheck"]["test"])
+    # /readyz on the configured port and scheme (tests/service/cli/test_healthcheck.py).
+    assert service["healthcheck"]["test"] == ["CMD", "sealflow", "healthcheck"]
     # The keystore is PostgreSQL, not a volume the replicas share: they may be on any host.
     assert "volumes" not in service
     assert service["environment"]["SEALFLOW_MASTER_KEY_FILE"].startswith("/run/secrets/")
@@ -172,8 +173,8 @@ def test_dockerfile_runs_as_non_root_with_a_readiness_healthcheck() -> None:
     assert all("trixie" in line for line in lines if line.startswith("FROM"))  # OpenSSL 3.5
     (user,) = [line for line in lines if line.startswith("USER ")]
     assert "root" not in user
-    assert any(line.startswith("HEALTHCHECK") for line in lines)
-    assert "/readyz" in "\n".join(lines)
+    (check,) = [i for i, line in enumerate(lines) if line.startswith("HEALTHCHECK")]
+    assert lines[check + 1].strip() == 'CMD ["sealflow", "healthcheck"]'  # /readyz, as served
     assert 'VOLUME ["/data"]' in lines
 
 

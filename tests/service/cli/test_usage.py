@@ -60,6 +60,7 @@ def test_help_works_whatever_the_environment_says() -> None:
         ["approle", "secret-id", "create"],
         ["cert", "role", "create"],
         ["selftest"],
+        ["healthcheck"],
         ["audit", "verify"],
         ["audit", "hmac"],
         ["migrate", "from-transit"],
