@@ -18,6 +18,13 @@ MASTER_KEY_SETTINGS = [
     "master_key_pkcs11_token_label",
     "master_key_pkcs11_key_label",
     "master_key_pkcs11_pin_file",
+    "master_key_transit_addr",
+    "master_key_transit_mount",
+    "master_key_transit_key",
+    "master_key_transit_token_file",
+    "master_key_transit_ca_file",
+    "master_key_transit_namespace",
+    "master_key_transit_timeout",
 ]
 
 
@@ -43,6 +50,11 @@ def init_master(args: argparse.Namespace) -> int:
             raise KeyStoreUnavailable(f"{path} exists; nothing was created") from None
         print(f"created the master key file {path} (mode 0600)", file=sys.stderr)
         return 0
+    if provider == "transit":
+        raise KeyStoreUnavailable(
+            "the transit master-key provider's key is made in the sealing Transit"
+            " (docs/DEPLOY.md, Transit seal with OpenBao); nothing was created"
+        )
     raise KeyStoreUnavailable(
         f"the {provider} master-key provider has no key to create here (SEALFLOW_MASTER_KEY is"
         " set by the deployment)"

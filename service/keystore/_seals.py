@@ -1,4 +1,5 @@
-"""The master-key providers, chosen by name from one table (``SEALFLOW_MASTER_KEY_PROVIDER``).
+"""The master-key providers, chosen by name from one table (``SEALFLOW_MASTER_KEY_PROVIDER``):
+file, env, pkcs11, transit.
 
 A provider (a "seal", as Vault calls what unseals it) wraps and unwraps the keystore's 32-byte
 key-encryption key and its stable secret (``_kek``), and nothing else: start-up asks it once
@@ -15,6 +16,7 @@ from sealflow.service.config import Settings
 
 from ._key_seal import KeySeal
 from ._pkcs11_seal import Pkcs11Seal
+from ._transit_seal import TransitSeal
 from .errors import KeyStoreUnavailable
 
 
@@ -32,6 +34,7 @@ PROVIDERS: dict[str, Callable[[Settings], Seal]] = {
     "file": KeySeal.from_settings,
     "env": KeySeal.env_from_settings,
     "pkcs11": Pkcs11Seal.from_settings,
+    "transit": TransitSeal.from_settings,
 }
 
 # The providers whose key a keystore made before providers was wrapped under directly: such a

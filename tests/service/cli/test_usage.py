@@ -83,7 +83,7 @@ def test_help_reads_as_words(command: list[str]) -> None:
 
 def test_serve_help_lists_the_master_key_providers_and_their_settings() -> None:
     text = " ".join(run("serve", "--help").stdout.decode().split())
-    assert "--master-key-provider {file,env,pkcs11}" in text
+    assert "--master-key-provider {file,env,pkcs11,transit}" in text
     for name in ("library", "token_label", "key_label", "pin_file"):
         flag = "--master-key-pkcs11-" + name.replace("_", "-")
         assert flag in text
