@@ -174,8 +174,8 @@ def _prepare_postgres(settings: Settings, url: str) -> str | None:
     transaction, by whichever replica gets there first. The master key must be given:
     replicas on several hosts share it, so none may make one up."""
     env = settings.master_key.get_secret_value() if settings.master_key else ""
-    held = settings.master_key_provider == "file"
-    if held and not env.strip() and not settings.master_key_path.exists():
+    from_file = settings.master_key_provider == "file"
+    if from_file and not env.strip() and not settings.master_key_path.exists():
         raise KeyStoreUnavailable(
             "a shared keystore (SEALFLOW_KEYSTORE_URL) needs its master key, the same on every"
             " replica: set SEALFLOW_MASTER_KEY or SEALFLOW_MASTER_KEY_FILE; no master key"
@@ -195,7 +195,7 @@ def _prepare_postgres(settings: Settings, url: str) -> str | None:
             PostgresKeyStore(url, keys.kek, provision=provision, meta=meta, watch=False).close()
         except KeyStoreUnavailable:
             # Another replica made it first, under keys of its own: open it with those below.
-            if settings.master_key_provider in HELD_KEYS or not read_postgres(url, "")[0]:
+            if settings.master_key_provider in HELD_KEYS or not read_postgres(url, redact(url))[0]:
                 raise
     with closing(open_store(settings, watch=False)) as store:
         _warn_if_no_token(store, redact(url))

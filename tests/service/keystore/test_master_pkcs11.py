@@ -293,3 +293,23 @@ def test_a_postgres_keystore_under_pkcs11(token: Token, tmp_path: Path, pg_url: 
     listed = token.sealflow("keys", "list", keystore_url=pg_url)
     assert listed.returncode == 0, listed.stderr
     assert '"default"' in listed.stdout
+
+
+def test_keystore_migrate_takes_the_record_along(
+    served: Server, token: Token, tmp_path: Path, pg_url: str
+) -> None:
+    """An SQLite keystore sealed by the token moves to PostgreSQL with its sealed record: the
+    replicas open it with the token, and old envelopes decrypt."""
+    with served.client() as client:
+        envelope = client.post("/v1/keys/default/encrypt", content=SECRET).content
+    served.stop()
+    source = f"sqlite:{served.data_dir / 'keystore.db'}"
+    moved = token.sealflow("keystore", "migrate", "--from", source, "--to", pg_url)
+    assert moved.returncode == 0, moved.stderr
+    replica = start_server(tmp_path / "replica", **token.settings(keystore_url=pg_url))
+    try:
+        replica.token = served.token
+        with replica.client() as client:
+            assert client.post("/v1/decrypt", content=envelope).content == SECRET
+    finally:
+        replica.stop()
