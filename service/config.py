@@ -75,6 +75,25 @@ class Settings(BaseSettings):
     master_key_file: Path | None = Field(
         None, description="file holding the base64 master key (default: master.key in the data dir)"
     )
+    master_key_provider: Literal["file", "env", "pkcs11", "transit"] = Field(
+        "file",
+        description="what wraps the keystore's key-encryption key: file (the master key"
+        " variable if set, else the master key file), env (the master key variable only) or"
+        " pkcs11 (an AES-256 key that never leaves a PKCS#11 token or HSM) or transit (a key"
+        " of another Vault or OpenBao Transit)",
+    )
+    master_key_pkcs11_library: Path | None = Field(
+        None, description="pkcs11: the token's PKCS#11 library (a .so file)"
+    )
+    master_key_pkcs11_token_label: str | None = Field(
+        None, description="pkcs11: the label of the token that holds the key"
+    )
+    master_key_pkcs11_key_label: str = Field(
+        "sealflow-master", description="pkcs11: the label of the AES-256 key on the token"
+    )
+    master_key_pkcs11_pin_file: Path | None = Field(
+        None, description="pkcs11: a file holding the token's user PIN"
+    )
     root_token: SecretStr | None = Field(
         None,
         description="the root token to install on a new keystore instead of printing a new one",

@@ -107,6 +107,7 @@ def _main(argv: list[str] | None) -> int:
 
     from . import _approle, _audit, _cert, _healthcheck, _manage, _migrate, _serve, _transfer
     from ._flags import PREFIX, add_settings, settings_error
+    from ._master import MASTER_KEY_SETTINGS
 
     parser = argparse.ArgumentParser(
         prog=_PROG,
@@ -117,7 +118,9 @@ def _main(argv: list[str] | None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     _serve.add_command(commands)
     store_flags = argparse.ArgumentParser(add_help=False)
-    add_settings(store_flags, ["data_dir", "master_key_file", "keystore_url", "keystore_url_file"])
+    add_settings(
+        store_flags, ["data_dir", *MASTER_KEY_SETTINGS, "keystore_url", "keystore_url_file"]
+    )
     _manage.add_commands(commands, store_flags)
     _approle.add_commands(commands, store_flags)
     _cert.add_commands(commands, store_flags)

@@ -22,8 +22,8 @@ from sealflow.service.keystore import (
     AUDIT_TABLE,
     KeyStoreUnavailable,
     audit_rows,
+    keystore_keys,
     keystore_url,
-    master_key,
     open_store,
 )
 
@@ -36,7 +36,7 @@ def _audit_key(args: argparse.Namespace) -> bytes:
         raise KeyStoreUnavailable(f"no keystore at {path} (--data-dir names its folder)")
     with closing(open_store(settings, watch=False)):
         pass
-    return audit_key(master_key(settings))
+    return audit_key(keystore_keys(settings).secret)
 
 
 def _verify(args: argparse.Namespace) -> int:

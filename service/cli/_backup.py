@@ -14,12 +14,16 @@ from sealflow.service.keystore import (
     KeyStoreUnavailable,
     Snapshot,
     audit_table,
+    backup_keys,
     backup_keystore,
+    backup_record,
     describe,
+    keystore_keys,
+    keystore_record,
     keystore_url,
-    master_key,
+    open_backup,
     open_store,
-    read_backup,
+    read_backup_file,
     restore_postgres,
     restore_sqlite,
 )
@@ -44,8 +48,11 @@ def backup(args: argparse.Namespace) -> int:
     store = open_store(settings, watch=False)
     try:
         # Before the backup: a trail that cannot be opened stops the command first.
-        auditor = open_auditor(settings, master_key(settings), audit_table(settings))
-        snapshot = backup_keystore(store, master_key(settings), Path(args.file), args.force)
+        keys = keystore_keys(settings)  # unsealed by open_store: from memory
+        auditor = open_auditor(settings, keys.secret, audit_table(settings))
+        snapshot = backup_keystore(
+            store, keys.secret, Path(args.file), args.force, keystore_record(settings)
+        )
     finally:
         store.close()
     where = describe(settings)
@@ -55,21 +62,23 @@ def backup(args: argparse.Namespace) -> int:
 
 def restore(args: argparse.Namespace) -> int:
     settings = Settings(**args.settings)
-    master = master_key(settings)
+    data = read_backup_file(Path(args.file))
+    # The keys it was sealed under: the KEK its rows are wrapped under, the secret it opens with.
+    keys = backup_keys(settings, backup_record(data, args.file), args.file)
     # Checked whole before the target is touched: a changed byte restores nothing.
-    snapshot = read_backup(Path(args.file), master)
+    snapshot = open_backup(keys.secret, data, args.file)
     url = keystore_url(settings)
     if url is None:
-        restore_sqlite(settings.keystore_path, master, snapshot, args.replace_existing)
+        restore_sqlite(settings.keystore_path, keys.kek, snapshot, args.replace_existing)
     else:
-        restore_postgres(url, master, snapshot, args.replace_existing)
+        restore_postgres(url, keys.kek, snapshot, args.replace_existing)
     print(
         f"restored {_summary(snapshot)} from {args.file} into {describe(settings)}; every row"
         " read back and compared",
         file=sys.stderr,
     )
     # After the restore: a new PostgreSQL keystore has its audit table only now.
-    auditor = open_auditor(settings, master, audit_table(settings))
+    auditor = open_auditor(settings, keys.secret, audit_table(settings))
     return _recorded(settings, auditor, "keystore_restore")
 
 
@@ -93,8 +102,8 @@ def add_commands(store: Any, common: argparse.ArgumentParser) -> None:
     save = store.add_parser(
         "backup",
         parents=[common],
-        help="save a consistent copy of the whole keystore, sealed under the master key, to a"
-        " new file (mode 0600); safe while servers run",
+        help="save a consistent copy of the whole keystore, sealed under its keys (the master"
+        " key provider unseals them), to a new file (mode 0600); safe while servers run",
     )
     save.add_argument("file", metavar="FILE")
     save.add_argument("--force", action="store_true", help="replace FILE if it exists")

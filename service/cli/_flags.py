@@ -30,6 +30,8 @@ _NAMED = {
     "max_header_bytes": "BYTES",
     "max_json_bytes": "BYTES",
     "keystore_url": "URL",
+    "master_key_pkcs11_token_label": "LABEL",
+    "master_key_pkcs11_key_label": "LABEL",
     "trusted_proxies": "ADDRESSES",
     "token_default_ttl": "DURATION",
     "token_max_ttl": "DURATION",

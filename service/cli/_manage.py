@@ -27,15 +27,16 @@ from sealflow.service.keystore import (
     VersionUsage,
     audit_table,
     export_material,
+    keystore_keys,
     load_master_key,
-    master_key,
     migrate_keystore,
+    migration_keys,
     next_rotation,
     open_store,
     redact,
 )
 
-from . import _backup
+from . import _backup, _master
 from ._trail import recording, sinks
 
 
@@ -168,9 +169,14 @@ def migrate(args: argparse.Namespace) -> int:
     settings = Settings(**args.settings)
     env = settings.master_key.get_secret_value() if settings.master_key else None
     # The SQLite keystore's own master key: the variable, --master-key-file, or the file
-    # beside it (where `sealflow serve` keeps it in the data dir).
-    master = load_master_key(env, settings.master_key_file or source.with_name("master.key"))
-    done = migrate_keystore(source, args.target, master)
+    # beside it (where `sealflow serve` keeps it in the data dir); or, for a keystore sealed by
+    # another provider, that provider (its record goes with the rows).
+    keys = migration_keys(
+        settings,
+        source,
+        lambda: load_master_key(env, settings.master_key_file or source.with_name("master.key")),
+    )
+    done = migrate_keystore(source, args.target, keys.kek, keys.meta)
     print(
         f"copied {done.keys} keys ({done.versions} versions) and {done.tokens} tokens from"
         f" {source} to {redact(args.target)}; every key version and token verified",
@@ -185,7 +191,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         # After the store: opening it makes the audit table. A trail that cannot be opened
         # stops the command before it changes anything.
-        auditor = open_auditor(settings, master_key(settings), audit_table(settings))
+        auditor = open_auditor(settings, keystore_keys(settings).secret, audit_table(settings))
     except BaseException:
         store.close()
         raise
@@ -322,7 +328,7 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     tokens.add_parser("list", parents=[common], help="list tokens (never their secrets)")
     tokens.add_parser("revoke", parents=[common], help="revoke a token").add_argument("id")
     store = commands.add_parser(
-        "keystore", help="move, back up or restore a keystore"
+        "keystore", help="move, back up or restore a keystore; create its master key"
     ).add_subparsers(dest="action", required=True)
     move = store.add_parser(
         "migrate",
@@ -333,6 +339,7 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     move.add_argument("--to", dest="target", required=True, metavar="postgresql://...")
     move.set_defaults(func=migrate)
     _backup.add_commands(store, common)
+    _master.add_commands(store, common)
     for sub in (keys, tokens):
         for parser in sub.choices.values():
             parser.set_defaults(func=run)

@@ -5,7 +5,8 @@ Nothing here knows about HTTP; the server, the CLI and the tests all use this pa
 
 from ._approle_api import RoleInfo, SecretIdInfo
 from ._backup import backup as backup_keystore
-from ._backup import read_backup, restore_postgres, restore_sqlite
+from ._backup import read_backup, read_backup_file, restore_postgres, restore_sqlite
+from ._backup_file import backup_record, open_backup
 from ._base import (
     SWEEP_AFTER,
     ChangeHook,
@@ -27,6 +28,7 @@ from ._base import (
 )
 from ._cert_api import CertRoleInfo
 from ._hmac_keys import version_hmac_key
+from ._kek import Keys
 from ._key_types import (
     HMAC_MAX_SIZE,
     HMAC_MIN_SIZE,
@@ -42,12 +44,24 @@ from ._migrate import Migrated
 from ._migrate import migrate as migrate_keystore
 from ._pg_audit import TABLE as AUDIT_TABLE
 from ._pg_audit import PostgresSink, audit_rows
+from ._pkcs11_seal import Pkcs11Seal
 from ._postgres import PostgresKeyStore, redact
-from ._provision import audit_table, describe, keystore_url, master_key, open_store, prepare
+from ._provision import (
+    audit_table,
+    describe,
+    keystore_keys,
+    keystore_record,
+    keystore_url,
+    open_store,
+    prepare,
+)
 from ._public_keys import RSA_TYPES, PublicKeyInfo
 from ._root_scopes import ROOT_SCOPES
+from ._seals import PROVIDERS as MASTER_KEY_PROVIDERS
+from ._seals import Seal, seal_for
 from ._snapshot import Snapshot
 from ._sqlite import SQLiteKeyStore
+from ._unlock import backup_keys, migration_keys
 from ._usage import SCARCE, Lease, UsageMeter, next_rotation, sealable
 from .errors import (
     MISSING_CONTEXT,
@@ -79,6 +93,7 @@ __all__ = [
     "HMAC_MIN_SIZE",
     "KDF_COUNTER",
     "KDF_HKDF",
+    "MASTER_KEY_PROVIDERS",
     "MISSING_CONTEXT",
     "ROOT_SCOPES",
     "RSA_TYPES",
@@ -102,12 +117,14 @@ __all__ = [
     "KeyType",
     "KeyVersionInfo",
     "KeyWrapper",
+    "Keys",
     "Lease",
     "Lifetimes",
     "LoginRefused",
     "Migrated",
     "NotExportable",
     "NotRenewable",
+    "Pkcs11Seal",
     "PostgresKeyStore",
     "PostgresSink",
     "PublicKeyInfo",
@@ -116,6 +133,7 @@ __all__ = [
     "RoleInfo",
     "RoleNotFound",
     "SQLiteKeyStore",
+    "Seal",
     "SecretIdInfo",
     "Slot",
     "Snapshot",
@@ -130,24 +148,31 @@ __all__ = [
     "WrongKeyType",
     "audit_rows",
     "audit_table",
+    "backup_keys",
     "backup_keystore",
+    "backup_record",
     "create_master_key_file",
     "describe",
     "export_material",
     "hmac_key",
+    "keystore_keys",
+    "keystore_record",
     "keystore_url",
     "load_master_key",
     "make_key_type",
-    "master_key",
     "migrate_keystore",
+    "migration_keys",
     "next_rotation",
+    "open_backup",
     "open_store",
     "prepare",
     "read_backup",
+    "read_backup_file",
     "read_secret",
     "redact",
     "restore_postgres",
     "restore_sqlite",
+    "seal_for",
     "sealable",
     "valid_accessor",
     "valid_key_name",

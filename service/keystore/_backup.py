@@ -21,22 +21,28 @@ from ._sqlite import SQLiteKeyStore
 from .errors import BackupRefused, KeyStoreUnavailable
 
 
-def backup(store: KeyStore, master_key: bytes, path: Path, force: bool = False) -> Snapshot:
-    """Seal the store's snapshot into ``path``; the snapshot, for a report."""
+def backup(
+    store: KeyStore, secret: bytes, path: Path, force: bool = False, record: bytes | None = None
+) -> Snapshot:
+    """Seal the store's snapshot into ``path`` under the keystore's stable secret (with its
+    sealed key ``record``, format 2); the snapshot, for a report."""
     if os.path.lexists(path) and not force:
         raise BackupRefused(f"{path} exists: give --force to replace it")
     snapshot = store.snapshot()
-    _write_private(path, seal_backup(master_key, snapshot), force)
+    _write_private(path, seal_backup(secret, snapshot, record), force)
     return snapshot
 
 
-def read_backup(path: Path, master_key: bytes) -> Snapshot:
-    """The snapshot sealed in ``path``, checked whole (BackupRefused) before anything is used."""
+def read_backup_file(path: Path) -> bytes:
     try:
-        data = path.read_bytes()
+        return path.read_bytes()
     except OSError as exc:
         raise KeyStoreUnavailable(f"cannot read {path}: {exc.strerror}") from None
-    return open_backup(master_key, data, str(path))
+
+
+def read_backup(path: Path, secret: bytes) -> Snapshot:
+    """The snapshot sealed in ``path``, checked whole (BackupRefused) before anything is used."""
+    return open_backup(secret, read_backup_file(path), str(path))
 
 
 def restore_sqlite(path: Path, master_key: bytes, snapshot: Snapshot, replace: bool) -> None:

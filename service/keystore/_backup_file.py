@@ -1,11 +1,17 @@
-"""The keystore backup file: a snapshot (``_snapshot``) sealed under the master key, sans IO.
+"""The keystore backup file: a snapshot (``_snapshot``) sealed under the keystore's stable
+secret (``_kek``), sans IO.
 
 Layout (integers big-endian; docs/OPERATIONS.md, Backup and restore):
 
-    magic "SFKB" | format 1 (u8) | algorithm 2 = AES-256-GCM (u8) | keystore id (16)
-    | created at, Unix seconds (u64) | salt (32) | nonce (12) | ciphertext || tag (16)
+    magic "SFKB" | format (u8) | algorithm 2 = AES-256-GCM (u8) | keystore id (16)
+    | created at, Unix seconds (u64) | salt (32) | nonce (12)
+    | format 2 only: record length (u16) | the keystore's sealed key record
+    | ciphertext || tag (16)
 
-The key is HKDF-SHA-256 of the master key with the file's random salt and a label of its own,
+Format 2 carries the sealed key record, so the file opens with the master-key provider alone
+(the keystore may be lost); format 1, written before providers, opens with the master key,
+which was the keystore's secret. The key is HKDF-SHA-256 of the secret with the file's random
+salt and a label of its own,
 so it is fresh for every file and is no other key of the keystore's. The whole header is the
 AEAD's associated data: a byte changed anywhere, header or body, and ``open_backup`` refuses
 the file before anything is parsed. The plaintext holds the rows as stored: key material only
@@ -28,7 +34,9 @@ from ._snapshot import TABLES, Snapshot
 from .errors import BackupRefused
 
 MAGIC = b"SFKB"
-FORMAT = 1
+FORMAT = 2
+_FORMATS = (1, 2)
+_RECORD_LEN = struct.Struct(">H")
 _ALG = engine.Algorithm.AES_256_GCM
 _ALG_ID = 2
 _SALT_LEN = 32
@@ -36,32 +44,59 @@ _HEADER = struct.Struct(f">4sBB16sQ{_SALT_LEN}s{engine.NONCE_LEN}s")
 _LABEL = b"sealflow keystore backup v1"
 
 
-def _key(master_key: bytes, salt: bytes) -> bytes:
-    return HKDF(algorithm=hashes.SHA256(), length=32, salt=salt, info=_LABEL).derive(master_key)
+def _key(secret: bytes, salt: bytes) -> bytes:
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=salt, info=_LABEL).derive(secret)
 
 
-def seal_backup(master_key: bytes, snapshot: Snapshot) -> bytes:
+def seal_backup(secret: bytes, snapshot: Snapshot, record: bytes | None = None) -> bytes:
+    """Format 2 with the keystore's sealed key ``record``; format 1 without (a keystore whose
+    secret is its master key)."""
     salt, nonce = os.urandom(_SALT_LEN), os.urandom(engine.NONCE_LEN)
+    version = 1 if record is None else FORMAT
     header = _HEADER.pack(
-        MAGIC, FORMAT, _ALG_ID, snapshot.keystore_id, int(time.time()), salt, nonce
+        MAGIC, version, _ALG_ID, snapshot.keystore_id, int(time.time()), salt, nonce
     )
-    body = engine.seal(_ALG, _key(master_key, salt), nonce, header, _encode(snapshot))
+    if record is not None:
+        header += _RECORD_LEN.pack(len(record)) + record
+    body = engine.seal(_ALG, _key(secret, salt), nonce, header, _encode(snapshot))
     return header + body
 
 
-def open_backup(master_key: bytes, data: bytes, where: str) -> Snapshot:
-    """The snapshot in ``data``, or BackupRefused saying why (nothing of it is trusted)."""
+def backup_record(data: bytes, where: str) -> bytes | None:
+    """The sealed key record a format 2 file carries (unauthenticated until ``open_backup``:
+    a changed one unseals other keys, which then do not open the file), or None."""
+    _, version, _header_len, record = _parse(data, where)
+    return record if version == 2 else None
+
+
+def _parse(data: bytes, where: str) -> tuple[tuple[Any, ...], int, int, bytes]:
     if len(data) < _HEADER.size + 16 or not data.startswith(MAGIC):
         raise BackupRefused(f"{where} is not a sealflow keystore backup")
-    _, version, alg, keystore_id, _when, salt, nonce = _HEADER.unpack_from(data)
-    if version != FORMAT or alg != _ALG_ID:
+    fields = _HEADER.unpack_from(data)
+    version, alg = fields[1], fields[2]
+    if version not in _FORMATS or alg != _ALG_ID:
         raise BackupRefused(
             f"{where} is a keystore backup of format {version}, algorithm {alg}: this sealflow"
-            f" reads format {FORMAT}, algorithm {_ALG_ID}"
+            f" reads formats 1 and 2, algorithm {_ALG_ID}"
         )
-    header = data[: _HEADER.size]
+    if version == 1:
+        return fields, version, _HEADER.size, b""
+    if len(data) < _HEADER.size + _RECORD_LEN.size:
+        raise BackupRefused(f"{where} is not a sealflow keystore backup")
+    (length,) = _RECORD_LEN.unpack_from(data, _HEADER.size)
+    start = _HEADER.size + _RECORD_LEN.size
+    if len(data) < start + length + 16:
+        raise BackupRefused(f"{where} is not a sealflow keystore backup")
+    return fields, version, start + length, data[start : start + length]
+
+
+def open_backup(secret: bytes, data: bytes, where: str) -> Snapshot:
+    """The snapshot in ``data``, or BackupRefused saying why (nothing of it is trusted)."""
+    fields, _version, header_len, _record = _parse(data, where)
+    keystore_id, salt, nonce = fields[3], fields[5], fields[6]
+    header = data[:header_len]
     try:
-        plain = engine.open(_ALG, _key(master_key, salt), nonce, header, data[_HEADER.size :])
+        plain = engine.open(_ALG, _key(secret, salt), nonce, header, data[header_len:])
     except engine.DecryptionError:
         raise BackupRefused(
             f"{where} fails its integrity check: it was changed or damaged, or it was sealed"

@@ -12,6 +12,7 @@ drop: the SQLite file is never changed.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,8 +29,11 @@ class Migrated:
     tokens: int
 
 
-def migrate(source: Path, url: str, master_key: bytes) -> Migrated:
-    """Copy the SQLite keystore at ``source`` into the PostgreSQL keystore at ``url``.
+def migrate(
+    source: Path, url: str, master_key: bytes, meta: Mapping[str, bytes] | None = None
+) -> Migrated:
+    """Copy the SQLite keystore at ``source`` into the PostgreSQL keystore at ``url``;
+    ``master_key`` is its KEK, ``meta`` its sealed key record (``_kek``) for the new one.
 
     KeyStoreUnavailable if either does not open with the master key or the target holds keys
     or tokens already; KeyStoreCorrupt if the copy does not verify.
@@ -39,7 +43,7 @@ def migrate(source: Path, url: str, master_key: bytes) -> Migrated:
     # Opening checks the file and the master key (and upgrades a schema-1 file in place first).
     with closing(SQLiteKeyStore(source, master_key)) as old:
         rows = old.export_rows()
-        with closing(PostgresKeyStore(url, master_key, watch=False)) as new:
+        with closing(PostgresKeyStore(url, master_key, meta=meta, watch=False)) as new:
             new.import_rows(
                 *rows,
                 approle=old.approle_rows(),

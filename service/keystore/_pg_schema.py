@@ -14,6 +14,7 @@ store and ``sealflow keystore migrate`` copies rows verbatim.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 
 import psycopg
 
@@ -174,7 +175,12 @@ MIGRATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 
-def migrate(db: psycopg.Connection[tuple[object, ...]], integrity: Integrity, where: str) -> bool:
+def migrate(
+    db: psycopg.Connection[tuple[object, ...]],
+    integrity: Integrity,
+    where: str,
+    meta: Mapping[str, bytes] | None = None,
+) -> bool:
     """Bring the schema up to date inside the caller's transaction; True if it was created now.
 
     KeyStoreUnavailable for a schema newer than this code, or a master key that does not open it.
@@ -201,9 +207,11 @@ def migrate(db: psycopg.Connection[tuple[object, ...]], integrity: Integrity, wh
             (number, description, time.time()),
         )
     if current == 0:
-        meta = [("schema_version", str(SCHEMA_VERSION).encode()), ("check", integrity.check_blob())]
+        rows = [("schema_version", str(SCHEMA_VERSION).encode()), ("check", integrity.check_blob())]
         with db.cursor() as cur:
-            cur.executemany("INSERT INTO sealflow_meta VALUES (%s, %s)", meta)
+            cur.executemany(
+                "INSERT INTO sealflow_meta VALUES (%s, %s)", [*rows, *(meta or {}).items()]
+            )
     check = db.execute("SELECT value FROM sealflow_meta WHERE key = 'check'").fetchone()
     if check is None or not integrity.opens(check[0]):
         raise KeyStoreUnavailable(f"the master key does not open keystore {where}")

@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
@@ -113,6 +113,7 @@ class PostgresKeyStore(Writes[Db]):
         master_key: bytes,
         *,
         provision: Callable[[PostgresKeyStore], None] | None = None,
+        meta: Mapping[str, bytes] | None = None,
         watch: bool = True,
         poll_interval: float = 0.5,
     ) -> None:
@@ -139,7 +140,7 @@ class PostgresKeyStore(Writes[Db]):
         self._connections = Connections(url, self._errors)
         try:
             with self._transaction(changes=False) as db:
-                self.created = _pg_schema.migrate(db, self._integrity, self._where)
+                self.created = _pg_schema.migrate(db, self._integrity, self._where, meta)
                 if self.created and provision is not None:
                     self._ambient = db
                     try:

@@ -1,5 +1,6 @@
 """Opening the keystore the settings name (and its audit table), and its first start: data dir,
-master key, key ``default``, root token."""
+master key, key ``default``, root token. The keys come from the master-key provider
+(``_unlock``), one call per process."""
 
 from __future__ import annotations
 
@@ -15,11 +16,15 @@ from sealflow.engine import Algorithm
 from sealflow.service.config import Settings
 
 from ._base import KeyStore, Lifetimes
-from ._masterkey import create_master_key_file, load_master_key, read_secret
+from ._kek import Keys
+from ._kek_rows import read_postgres
+from ._masterkey import create_master_key_file, read_secret
 from ._pg_audit import PostgresSink
 from ._postgres import PostgresKeyStore, redact
 from ._root_scopes import ROOT_SCOPES
+from ._seals import HELD_KEYS
 from ._sqlite import SQLiteKeyStore
+from ._unlock import finish, new_keys, unlock
 from .errors import KeyStoreUnavailable
 
 log = logging.getLogger("sealflow.keystore")
@@ -33,13 +38,19 @@ def open_store(settings: Settings, max_staleness: float = 0.0, watch: bool = Tru
     check for changes before every read (the CLI).
     """
     url = keystore_url(settings)
+    unlocked = unlock(settings, url)
     store: KeyStore
     if url is None:
-        store = SQLiteKeyStore(settings.keystore_path, master_key(settings), max_staleness)
+        store = SQLiteKeyStore(settings.keystore_path, unlocked.keys.kek, max_staleness)
     else:
         store = PostgresKeyStore(
-            url, master_key(settings), watch=watch, poll_interval=settings.keystore_poll_interval
+            url, unlocked.keys.kek, watch=watch, poll_interval=settings.keystore_poll_interval
         )
+    try:
+        finish(settings, url, unlocked)
+    except BaseException:
+        store.close()
+        raise
     store.lifetimes = lifetimes(settings)
     return store
 
@@ -90,11 +101,15 @@ def describe(settings: Settings) -> str:
     return str(settings.keystore_path) if url is None else redact(url)
 
 
-def master_key(settings: Settings) -> bytes:
-    """The master key the settings name: SEALFLOW_MASTER_KEY, else the key file (unchecked:
-    ``open_store`` refuses one that does not open the keystore)."""
-    env = settings.master_key.get_secret_value() if settings.master_key else None
-    return load_master_key(env, None if env else settings.master_key_path)
+def keystore_keys(settings: Settings) -> Keys:
+    """The KEK and the stable secret of the keystore the settings name (the audit key and
+    backups derive from the secret): from memory once this process has unsealed them."""
+    return unlock(settings, keystore_url(settings)).keys
+
+
+def keystore_record(settings: Settings) -> bytes:
+    """The keystore's sealed key record, as a backup file carries it."""
+    return unlock(settings, keystore_url(settings)).record.encode()
 
 
 def _given_root_token(settings: Settings) -> str | None:
@@ -123,7 +138,8 @@ def prepare(settings: Settings) -> str | None:
         return _prepare_postgres(settings, url)
     path = settings.keystore_path
     if (
-        settings.master_key is None
+        settings.master_key_provider == "file"
+        and settings.master_key is None
         and not settings.master_key_path.exists()
         # A keystore without its master key is an error to report, not a new start.
         and not os.path.lexists(path)
@@ -136,18 +152,19 @@ def prepare(settings: Settings) -> str | None:
             file=sys.stderr,
         )
     _warn_if_open(settings)
-    master = master_key(settings)
     issued: list[str] = []
     if not os.path.lexists(path):
         given = _given_root_token(settings)
+        keys, meta = new_keys(settings)
 
         def provision(store: SQLiteKeyStore) -> None:
             _provision(store, given, issued)
 
         # False: replicas starting together on a new shared volume raced, and another won.
-        if not SQLiteKeyStore.create_new(path, master, provision) or given:
+        if not SQLiteKeyStore.create_new(path, keys.kek, provision, meta) or given:
             issued.clear()
-    with closing(SQLiteKeyStore(path, master)) as store:  # checks it (and upgrades schema 1)
+    # Checks it (and upgrades schema 1, and seals the keys of a keystore made before providers).
+    with closing(open_store(settings)) as store:
         _warn_if_no_token(store, str(path))
     return issued[0] if issued else None
 
@@ -157,21 +174,30 @@ def _prepare_postgres(settings: Settings, url: str) -> str | None:
     transaction, by whichever replica gets there first. The master key must be given:
     replicas on several hosts share it, so none may make one up."""
     env = settings.master_key.get_secret_value() if settings.master_key else ""
-    if not env.strip() and not settings.master_key_path.exists():
+    from_file = settings.master_key_provider == "file"
+    if from_file and not env.strip() and not settings.master_key_path.exists():
         raise KeyStoreUnavailable(
             "a shared keystore (SEALFLOW_KEYSTORE_URL) needs its master key, the same on every"
             " replica: set SEALFLOW_MASTER_KEY or SEALFLOW_MASTER_KEY_FILE; no master key"
             f" at {settings.master_key_path}"
         )
     _warn_if_open(settings)
-    master = master_key(settings)
     given = _given_root_token(settings)
     issued: list[str] = []
-    with closing(
-        PostgresKeyStore(
-            url, master, provision=lambda store: _provision(store, given, issued), watch=False
-        )
-    ) as store:
+
+    def provision(store: PostgresKeyStore) -> None:
+        _provision(store, given, issued)
+
+    exists, _ = read_postgres(url, redact(url))
+    if not exists:
+        keys, meta = new_keys(settings)
+        try:
+            PostgresKeyStore(url, keys.kek, provision=provision, meta=meta, watch=False).close()
+        except KeyStoreUnavailable:
+            # Another replica made it first, under keys of its own: open it with those below.
+            if settings.master_key_provider in HELD_KEYS or not read_postgres(url, redact(url))[0]:
+                raise
+    with closing(open_store(settings, watch=False)) as store:
         _warn_if_no_token(store, redact(url))
     return issued[0] if issued and not given else None
 
@@ -199,8 +225,11 @@ def _warn_if_open(settings: Settings) -> None:
     """One warning per secret place that group or others may open."""
     places: list[tuple[str, Path, int]] = [("data directory", settings.data_dir, 0o700)]
     env = settings.master_key.get_secret_value() if settings.master_key else None
-    if not env or not env.strip():
+    if settings.master_key_provider == "file" and (not env or not env.strip()):
         places.append(("master key file", settings.master_key_path, 0o600))
+    pin_file = settings.master_key_pkcs11_pin_file
+    if settings.master_key_provider == "pkcs11" and pin_file is not None:
+        places.append(("PKCS#11 PIN file", pin_file, 0o600))
     for what, path, private in places:
         try:
             mode = stat.S_IMODE(path.stat().st_mode)

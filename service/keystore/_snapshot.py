@@ -76,12 +76,13 @@ TABLES = (
     Table("approle_secret_ids", (*SECRET_ID_ROW.columns, "mac"), "accessor"),
     Table("cert_roles", (*CERT_ROLE_ROW.columns, "mac"), "name"),
     # The import wrapping key's private half, wrapped under the master key (``_imports``), and
-    # the public-key-only keys, MAC'd (``_public_keys``: ``public-key/<name>``).
+    # the public-key-only keys, MAC'd (``_public_keys``: ``public-key/<name>``), and the sealed
+    # key record (``_kek``), so that a restored keystore has the KEK its rows are wrapped under.
     Table(
         "meta",
         ("key", "value"),
         "key",
-        where="key = 'import_wrapping_key' OR key LIKE 'public-key/%'",
+        where="key = 'import_wrapping_key' OR key LIKE 'public-key/%' OR key = 'master_seal'",
     ),
 )
 

@@ -13,7 +13,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import closing, contextmanager
 from pathlib import Path
 
@@ -107,7 +107,11 @@ class SQLiteKeyStore(Writes[sqlite3.Connection]):
 
     @classmethod
     def create_new(
-        cls, path: Path, master_key: bytes, provision: Callable[[SQLiteKeyStore], None]
+        cls,
+        path: Path,
+        master_key: bytes,
+        provision: Callable[[SQLiteKeyStore], None],
+        meta: Mapping[str, bytes] | None = None,
     ) -> bool:
         """Create the keystore with what ``provision`` writes into it, in one step.
 
@@ -122,7 +126,7 @@ class SQLiteKeyStore(Writes[sqlite3.Connection]):
                 provision(store)
 
         with _errors(f"cannot create keystore {path}"):
-            return _sqlite_file.create(path, Integrity(master_key), fill)
+            return _sqlite_file.create(path, Integrity(master_key), fill, meta)
 
     def close(self) -> None:
         with self._lock:

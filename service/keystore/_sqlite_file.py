@@ -15,7 +15,7 @@ import os
 import sqlite3
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -108,8 +108,14 @@ USAGE_COLUMNS = (
 )
 
 
-def create(path: Path, integrity: Integrity, fill: Callable[[Path], None] | None = None) -> bool:
-    """Create the keystore at ``path``, with what ``fill`` writes into it first, in one step.
+def create(
+    path: Path,
+    integrity: Integrity,
+    fill: Callable[[Path], None] | None = None,
+    meta: Mapping[str, bytes] | None = None,
+) -> bool:
+    """Create the keystore at ``path``, with ``meta``'s rows (the sealed key record) and what
+    ``fill`` writes into it first, in one step.
 
     False (and nothing written) if a file appeared there first, e.g. from another process.
     sqlite3's errors are left to the caller's mapping (``_sqlite._errors``).
@@ -126,8 +132,8 @@ def create(path: Path, integrity: Integrity, fill: Callable[[Path], None] | None
             db.execute("BEGIN")
             for statement in SCHEMA:
                 db.execute(statement)
-            meta = [("schema_version", SCHEMA_VERSION), ("check", integrity.check_blob())]
-            db.executemany("INSERT INTO meta VALUES (?, ?)", meta)
+            rows = [("schema_version", SCHEMA_VERSION), ("check", integrity.check_blob())]
+            db.executemany("INSERT INTO meta VALUES (?, ?)", [*rows, *(meta or {}).items()])
             db.execute("COMMIT")
         if fill is not None:
             fill(tmp)

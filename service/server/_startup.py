@@ -6,7 +6,7 @@ import logging
 
 from sealflow import engine
 from sealflow.service.config import Settings
-from sealflow.service.keystore import UsageMeter, describe, master_key, open_store
+from sealflow.service.keystore import UsageMeter, describe, keystore_keys, open_store
 
 from . import _audit, _metrics
 from ._budget import MemoryBudget, SpoolBudget
@@ -45,7 +45,7 @@ def start_services(settings: Settings) -> Services:
     watchdog = Watchdog(settings.receive_timeout)
     budget = MemoryBudget(settings.max_buffered_bytes)
     spool_budget = SpoolBudget(settings.max_spool_bytes)
-    trail = _audit.open_trail(settings, master_key(settings))
+    trail = _audit.open_trail(settings, keystore_keys(settings).secret)
     if trail is not None:
         store.on_change = trail.change  # set before the usage meter's thread starts
     usage = UsageMeter(store)

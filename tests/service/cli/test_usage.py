@@ -66,6 +66,7 @@ def test_help_works_whatever_the_environment_says() -> None:
         ["migrate", "from-transit"],
         ["keystore", "backup"],
         ["keystore", "restore"],
+        ["keystore", "init-master"],
     ],
 )
 def test_help_reads_as_words(command: list[str]) -> None:
@@ -78,6 +79,15 @@ def test_help_reads_as_words(command: list[str]) -> None:
     fields = {w for w in words if "_" in w and not w.startswith("SEALFLOW_")}
     assert fields - _choices() == set(), fields
     assert not fields & set(Settings.model_fields)
+
+
+def test_serve_help_lists_the_master_key_providers_and_their_settings() -> None:
+    text = " ".join(run("serve", "--help").stdout.decode().split())
+    assert "--master-key-provider {file,env,pkcs11,transit}" in text
+    for name in ("library", "token_label", "key_label", "pin_file"):
+        flag = "--master-key-pkcs11-" + name.replace("_", "-")
+        assert flag in text
+        assert f"SEALFLOW_MASTER_KEY_PKCS11_{name.upper()}" in text
 
 
 def _choices() -> set[str]:
