@@ -54,5 +54,5 @@ def add_connection_options(parser: argparse.ArgumentParser) -> None:
         "--cacert",
         metavar="FILE",
         help="trust the CA certificates in FILE (PEM) for an https:// service, instead of the "
-        "system's (default: the system's, or $SSL_CERT_FILE)",
+        "system's",
     )

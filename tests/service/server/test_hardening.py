@@ -183,7 +183,7 @@ def test_sigkill_during_rotations_loses_no_version(tmp_path: Path) -> None:
         if proc.returncode == 0:
             completed = json.loads(out)["latest"]
     shown = subprocess.run(  # noqa: S603
-        [SEALFLOW, "keys", "show", "crash"], env=env, capture_output=True, check=True
+        [SEALFLOW, "keys", "show", "crash", "--json"], env=env, capture_output=True, check=True
     )
     versions = [v["version"] for v in json.loads(shown.stdout)["versions"]]
     assert versions == list(range(1, len(versions) + 1))  # no gap, nothing half-written
