@@ -27,8 +27,7 @@ _EITHER = (
     "proxy did not pass on the service's word for it; --no-duplex tells them apart)"
 )
 _DECRYPTION_FAILED = (
-    "decryption failed: the input was modified or truncated, or sealed with another key or "
-    "AAD; no output was written"
+    "decryption failed: the input was modified or truncated, or sealed with another key or AAD"
 )
 
 # Even a disabled tqdm starts tqdm's monitor thread: without a terminal, use no tqdm at all.

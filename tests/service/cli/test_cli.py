@@ -248,7 +248,7 @@ def test_a_failed_decrypt_exits_non_zero_and_leaves_no_output(
     assert list(tmp_path.iterdir()) == [bad]  # no temporary file left behind either
     wrong = server.cli("decrypt", "--key", "t-aes256", stdin=bytes(envelope))
     assert wrong.returncode == 1
-    assert b"decryption_failed" in wrong.stderr
+    assert wrong.stderr.startswith(b"sealflow: decrypt failed: decryption failed")
 
 
 def test_client_reports_missing_token_and_server_errors(
