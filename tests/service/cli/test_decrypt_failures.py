@@ -149,3 +149,26 @@ def test_cacert_trusts_a_private_ca(tls_server: Server) -> None:
     assert (code, err) == (0, "")
     code, err = sealflow(tls_server, "decrypt", "--cacert", "/nonexistent", url=url)
     assert (code, "--cacert" in err) == (2, True)
+
+
+def test_a_tampered_input_over_https_says_decryption_failed(
+    tls_server: Server, tmp_path: Path
+) -> None:
+    """TLS cannot half-close: the signal still arrives before the connection ends."""
+    assert tls_server.cert is not None
+    plain, sealed, out = tmp_path / "plain", tmp_path / "sealed", tmp_path / "out"
+    plain.write_bytes(DATA)
+    tls = ("--cacert", str(tls_server.cert))
+    url = tls_server.https_url
+    args = ("encrypt", "--key", "default", *tls, "-i", str(plain), "-o", str(sealed))
+    assert sealflow(tls_server, *args, url=url) == (0, "")
+    envelope = bytearray(sealed.read_bytes())
+    envelope[-100_000] ^= 0x01
+    sealed.write_bytes(envelope)
+    for transport in ("--duplex", "--no-duplex"):
+        args = ("decrypt", transport, *tls, "-i", str(sealed), "-o", str(out))
+        code, err = sealflow(tls_server, *args, url=url)
+        assert (code, err.startswith("sealflow: decrypt failed: decryption failed")) == (1, True), (
+            err
+        )
+        assert not out.exists()
