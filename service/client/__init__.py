@@ -20,6 +20,7 @@ from ._errors import (
 )
 from ._keys import ExportedKey, Key, KeyVersion
 from ._sync import Client
+from ._tokens import Token
 
 __all__ = [
     "AsyncClient",
@@ -34,6 +35,7 @@ __all__ = [
     "MalformedEnvelope",
     "SealflowError",
     "ServiceUnavailable",
+    "Token",
     "TooLarge",
     "TransportError",
     "Unauthorized",

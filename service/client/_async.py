@@ -9,18 +9,32 @@ makes the retries that ``Plan.retry`` allows.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Sequence
-from typing import TypeVar, overload
+import contextlib
+from collections import deque
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Iterable, Sequence
+from typing import Any, Literal, TypeVar, overload
 
 from . import _calls as calls
-from ._connection import Pool
+from ._connection import MAX_CONNECTIONS, Pool
 from ._duplex import Exchange, Progress
 from ._errors import SealflowError, TransportError
 from ._keys import ExportedKey, Key
 from ._origin import Endpoint, Verify
 from ._plan import Mode, Plan
+from ._records import (
+    BATCH_BYTES,
+    BATCH_RECORDS,
+    DEPTH,
+    Batch,
+    Errors,
+    Records,
+    Value,
+    abatches,
+    checked_limits,
+)
 from ._sink import Channel, Collect, Sink, ToFile, Writable
 from ._source import Input, Source, source_for
+from ._tokens import Token
 
 T = TypeVar("T")
 
@@ -29,7 +43,8 @@ class AsyncClient:
     """A client of one sealflow service, for asyncio code.
 
     ``url`` defaults to ``$SEALFLOW_URL`` or http://127.0.0.1:8080 (a path prefix is kept);
-    ``token`` to ``$SEALFLOW_TOKEN``; ``verify`` is True (system CAs), a CA bundle path, an
+    ``token`` to ``$SEALFLOW_TOKEN``; ``verify`` is True (system CAs), a CA bundle file, a
+    directory of CA certificates under their hashed names (``openssl rehash``), an
     ``ssl.SSLContext``, or False (no verification); ``timeout`` is the seconds a call may go
     without any progress (connecting, sending or receiving) before it fails with
     ``TransportError``; None waits for ever.
@@ -55,10 +70,14 @@ class AsyncClient:
     inputs), and a single-shot encrypt the client chose that the service finds too large
     (its limit set below 64 KiB) once in stream mode.
 
-    Tokens: the HTTP API has no token routes (tokens are managed with ``sealflow tokens`` on
-    the keystore), so neither has this client. One ``AsyncClient`` belongs to the event loop
-    that first uses it; calls from many tasks at once each take a connection of the pool.
-    The token never appears in messages or reprs.
+    ``max_connections`` (100 by default, as httpx's; None: no limit) bounds the connections in
+    use at once: a call beyond it waits until one is free (up to 64 idle ones are kept).
+    Proxies come from ``HTTP_PROXY``, ``HTTPS_PROXY`` and ``NO_PROXY`` (either case, read as
+    ``urllib.request`` reads them; ``_proxy``) unless ``trust_env`` is False.
+
+    One ``AsyncClient`` belongs to the event loop that first uses it; calls from many tasks
+    at once each take a connection of the pool. The token never appears in messages or
+    reprs.
     """
 
     def __init__(
@@ -69,10 +88,15 @@ class AsyncClient:
         verify: Verify = True,
         timeout: float | None = 60.0,
         duplex: bool = True,
+        max_connections: int | None = MAX_CONNECTIONS,
+        trust_env: bool = True,
     ) -> None:
-        self._endpoint = Endpoint.make(url, token, verify, timeout)
+        self._endpoint = Endpoint.make(url, token, verify, timeout, trust_env)
         self._duplex = duplex
-        self._pool = Pool(self._endpoint.origin, self._endpoint.tls, timeout)
+        if max_connections is not None and max_connections < 1:
+            raise ValueError("max_connections must be at least 1, or None")
+        endpoint = self._endpoint
+        self._pool = Pool(endpoint.origin, endpoint.tls, timeout, max_connections, endpoint.proxy)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.url!r})"
@@ -201,6 +225,63 @@ class AsyncClient:
         plan = calls.decrypt(key, source.length, aad, self._duplex)
         return self._stream(plan, source, on_progress)
 
+    def encrypt_many(
+        self,
+        key: str,
+        values: Iterable[Value] | AsyncIterable[Value],
+        aad: bytes | str | None = None,
+        *,
+        batch_bytes: int = BATCH_BYTES,
+        batch_records: int = BATCH_RECORDS,
+    ) -> AsyncIterator[bytes]:
+        """Seal each value alone under the latest version of ``key``: one single-shot
+        envelope per value, in order, as an async iterator. ``values`` (bytes-like, from an
+        iterable or async iterable of any length) are read a batch at a time, at most
+        ``batch_records`` values and ``batch_bytes`` of body per request (``mode=records``),
+        two requests in flight; ``aad`` applies to every value."""
+        limits = checked_limits(batch_bytes, batch_records)
+        return self._many(calls.encrypt_many(key, aad), values, limits)
+
+    @overload
+    def decrypt_many(
+        self,
+        envelopes: Iterable[Value] | AsyncIterable[Value],
+        *,
+        key: str | None = ...,
+        aad: bytes | str | None = ...,
+        errors: Literal["raise"] = ...,
+        batch_bytes: int = ...,
+        batch_records: int = ...,
+    ) -> AsyncIterator[bytes]: ...
+    @overload
+    def decrypt_many(
+        self,
+        envelopes: Iterable[Value] | AsyncIterable[Value],
+        *,
+        key: str | None = ...,
+        aad: bytes | str | None = ...,
+        errors: Literal["return"],
+        batch_bytes: int = ...,
+        batch_records: int = ...,
+    ) -> AsyncIterator[bytes | SealflowError]: ...
+    def decrypt_many(
+        self,
+        envelopes: Iterable[Value] | AsyncIterable[Value],
+        *,
+        key: str | None = None,
+        aad: bytes | str | None = None,
+        errors: Errors = "raise",
+        batch_bytes: int = BATCH_BYTES,
+        batch_records: int = BATCH_RECORDS,
+    ) -> AsyncIterator[bytes | SealflowError]:
+        """Open each single-shot envelope (of any keys; with ``key``, each must name it): the
+        plaintexts in order, batched as ``encrypt_many``. A record that fails raises its
+        exception (``DecryptionFailed``, ``MalformedEnvelope``, ``VersionRetired``,
+        ``KeyNotFound``) with its position as ``.index`` after the records before it were
+        given out; with ``errors="return"`` the exception takes the record's place."""
+        call = calls.decrypt_many(key, aad, errors)
+        return self._many(call, envelopes, checked_limits(batch_bytes, batch_records))
+
     # Key management (scope admin)
 
     async def create_key(
@@ -287,6 +368,49 @@ class AsyncClient:
         }
         return await self._admin(calls.import_key(name, versions, fields))
 
+    # Tokens (docs/API.md, "Token management")
+
+    async def create_token(
+        self,
+        scopes: Sequence[str],
+        *,
+        label: str = "",
+        ttl: int | str | None = None,
+        explicit_max_ttl: int | str = 0,
+        renewable: bool = True,
+        num_uses: int = 0,
+        orphan: bool = False,
+    ) -> Token:
+        """A new token with ``scopes`` the caller holds (scope ``admin``); its secret is
+        ``.secret``, shown this once. Durations: seconds or Vault's text (``"1h30m"``)."""
+        fields = {
+            "scopes": list(scopes),
+            "label": label,
+            "ttl": ttl,
+            "explicit_max_ttl": explicit_max_ttl,
+            "renewable": renewable,
+            "num_uses": num_uses,
+            "orphan": orphan,
+        }
+        return await self._admin(calls.create_token(fields))
+
+    async def list_tokens(self) -> list[Token]:
+        """Every token's description, never a secret (scope ``admin``)."""
+        return await self._admin(calls.list_tokens())
+
+    async def lookup_token(self) -> Token:
+        """The caller's own token's description (any token)."""
+        return await self._admin(calls.lookup_token())
+
+    async def renew_token(self, increment: int | str | None = None) -> Token:
+        """Renew the caller's own token: ``increment`` more (None: its TTL again)."""
+        return await self._admin(calls.renew_token(increment))
+
+    async def revoke_token(self, accessor: str | None = None) -> None:
+        """Revoke the token ``accessor`` names (scope ``admin``), or with None the caller's
+        own; its children go with it."""
+        await self._admin(calls.revoke_token(accessor))
+
     async def transit_decrypt(
         self, name: str, ciphertext: str, *, context: bytes | None = None, mount: str = "transit"
     ) -> bytes:
@@ -317,6 +441,61 @@ class AsyncClient:
                 task.cancel()
                 await asyncio.wait([task])
 
+    async def _many(
+        self,
+        call: Records,
+        values: Iterable[Value] | AsyncIterable[Value],
+        limits: tuple[int, int],
+    ) -> AsyncGenerator[Any, None]:
+        """One result per value, in order."""
+        async with contextlib.aclosing(self._answers(call, values, limits)) as answers:
+            async for batch, answer in answers:
+                results, error = call.results(answer, batch)
+                for result in results:
+                    yield result
+                if error is not None:
+                    raise error
+
+    async def _answers(
+        self,
+        call: Records,
+        values: Iterable[Value] | AsyncIterable[Value],
+        limits: tuple[int, int],
+    ) -> AsyncGenerator[tuple[Batch, bytes], None]:
+        """Each batch's answer, in order: batch k+1 is sent before batch k's answer is given
+        (as ``_pipeline`` does for ``Client``)."""
+        prefix, prelude = self._endpoint.target, self._endpoint.prelude
+        inflight: deque[tuple[Batch, asyncio.Task[bytes]]] = deque()
+        first = 0
+        try:
+            async with contextlib.aclosing(abatches(values, *limits)) as groups:
+                async for group in groups:
+                    batch = call.batch(prefix, prelude, group, first)
+                    first += batch.count
+                    inflight.append((batch, asyncio.create_task(self._batch(call, batch))))
+                    if len(inflight) >= DEPTH:
+                        yield await self._oldest(inflight)
+            while inflight:
+                yield await self._oldest(inflight)
+        finally:
+            for _, task in inflight:  # stopped early, or failed
+                task.cancel()
+            if inflight:
+                await asyncio.wait([task for _, task in inflight])
+
+    @staticmethod
+    async def _oldest(inflight: deque[tuple[Batch, asyncio.Task[bytes]]]) -> tuple[Batch, bytes]:
+        batch, task = inflight[0]
+        answer = await task  # still in flight if this is cancelled: cancelled with the rest
+        inflight.popleft()
+        return batch, answer
+
+    async def _batch(self, call: Records, batch: Batch) -> bytes:
+        body = memoryview(batch.body)[batch.start :]
+        sink = Collect()
+        await self._transfer(call.plan(len(body)), source_for(body), sink, None)
+        return sink.result()
+
     async def _admin(self, call: calls.Admin[T]) -> T:
         sink = Collect()
         await self._transfer(call.plan, source_for(call.body), sink, None)
@@ -326,7 +505,7 @@ class AsyncClient:
         self, plan: Plan, source: Source, sink: Sink, on_progress: Progress | None
     ) -> None:
         """One call, with the retries ``Plan.retry`` allows."""
-        prefix, prelude = self._endpoint.origin.prefix, self._endpoint.prelude
+        prefix, prelude = self._endpoint.target, self._endpoint.prelude
         while True:
             conn = await self._pool.acquire(plan.fresh)
             ex = Exchange(conn, plan.head(prefix, prelude), plan, source, on_progress)

@@ -18,6 +18,7 @@ import ssl
 import threading
 from collections.abc import Callable, Iterator
 
+from . import _proxy
 from ._connection import MAX_IDLE
 from ._errors import ERROR_BODY_MAX, SealflowError, TransportError, error_from_reply
 from ._framing import FramingError, Response
@@ -82,12 +83,15 @@ class Pool:
             conn.sock.close()
 
     def _open(self) -> Connection:
-        endpoint, origin = self._endpoint, self._endpoint.origin
+        endpoint, origin, proxy = self._endpoint, self._endpoint.origin, self._endpoint.proxy
+        to = (origin.host, origin.port) if proxy is None else (proxy.host, proxy.port)
         try:
-            sock = socket.create_connection((origin.host, origin.port), endpoint.timeout)
+            sock = socket.create_connection(to, endpoint.timeout)
             try:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 if endpoint.tls is not None:
+                    if proxy is not None:
+                        _tunnel(sock, proxy.connect_request(origin))
                     sock = endpoint.tls.wrap_socket(sock, server_hostname=origin.host)
             except BaseException:
                 sock.close()
@@ -98,6 +102,19 @@ class Pool:
         with self._count:
             self.opened += 1
         return Connection(sock)
+
+
+def _tunnel(sock: socket.socket, request: bytes) -> None:
+    """Ask the proxy for a tunnel (``CONNECT``) and read its answer, nothing beyond it."""
+    sock.sendall(request)
+    answer = b""
+    while True:
+        piece = sock.recv(1)  # byte by byte: what follows the answer is the service's TLS
+        if not piece:
+            raise TransportError("the proxy closed the connection instead of a tunnel")
+        answer += piece
+        if answer.endswith(b"\n") and _proxy.connect_answer(answer) is not None:
+            return
 
 
 class Exchange:
@@ -116,8 +133,12 @@ class Exchange:
         self.reusable = False
         self._response = Response()
         self._pending: list[memoryview] = []
+        self._request_sent = False
 
-    def start(self) -> int:
+    def send(self) -> None:
+        """Write the request (``start`` does, unless this was called first: a caller with
+        several exchanges in flight sends the next before reading the last's answer)."""
+        self._request_sent = True
         try:
             self.conn.sock.sendall(self._request)
         except TimeoutError as e:
@@ -128,6 +149,10 @@ class Exchange:
             self.sent, self.upload_done = self._length, True
             if self._progress is not None:
                 self._progress(self.sent, self.received)
+
+    def start(self) -> int:
+        if not self._request_sent:
+            self.send()
         response = self._response
         while response.head is None:
             data = self._receive("before a response")
@@ -203,7 +228,7 @@ def transfer(
     """One small call, with the retries of ``Plan.retry`` (``AsyncClient._transfer``'s)."""
     while True:
         conn = pool.acquire(plan.fresh)
-        request = plan.head(endpoint.origin.prefix, endpoint.prelude) + body
+        request = plan.head(endpoint.target, endpoint.prelude) + body
         ex = Exchange(conn, request, len(body), endpoint.timeout, progress)
         try:
             status = ex.start()

@@ -15,6 +15,8 @@ from urllib.parse import quote
 
 from ._keys import ExportedKey, Key
 from ._plan import Mode, Plan, decrypt_plan, encrypt_plan, plan
+from ._records import Errors, Records
+from ._tokens import Token, tokens
 
 T = TypeVar("T")
 
@@ -43,6 +45,17 @@ def encrypt(
 def decrypt(key: str | None, length: int | None, aad: bytes | str | None, duplex: bool) -> Plan:
     path = "/v1/decrypt" if key is None else f"{_key(key)}/decrypt"
     return decrypt_plan(path, length, _headers(aad), duplex)
+
+
+def encrypt_many(key: str, aad: bytes | str | None) -> Records:
+    return Records(f"{_key(key)}/encrypt?mode=records", _headers(aad), key)
+
+
+def decrypt_many(key: str | None, aad: bytes | str | None, errors: Errors) -> Records:
+    if errors not in ("raise", "return"):
+        raise ValueError(f"errors must be 'raise' or 'return', not {errors!r}")
+    path = "/v1/decrypt" if key is None else f"{_key(key)}/decrypt"
+    return Records(path + "?mode=records", _headers(aad), None, errors)
 
 
 @dataclass(frozen=True)
@@ -125,6 +138,30 @@ def import_key(
         **{k: v for k, v in fields.items() if v is not None},
     }
     return _admin("POST", f"{_key(name)}/import", Key.from_json, body, idempotent=False)
+
+
+def create_token(fields: Mapping[str, object]) -> Admin[Token]:
+    body = {k: v for k, v in fields.items() if v is not None}
+    return _admin("POST", "/v1/tokens", Token.from_json, body, idempotent=False)
+
+
+def list_tokens() -> Admin[list[Token]]:
+    return _admin("GET", "/v1/tokens", tokens)
+
+
+def revoke_token(accessor: str | None) -> Admin[None]:
+    """Revoke the token named by ``accessor`` (and its children); None: the caller's own."""
+    path = "/v1/tokens/self" if accessor is None else f"/v1/tokens/{quote(accessor, safe='')}"
+    return _admin("DELETE", path, _nothing, idempotent=False)
+
+
+def lookup_token() -> Admin[Token]:
+    return _admin("GET", "/v1/tokens/self", Token.from_json)
+
+
+def renew_token(increment: int | str | None) -> Admin[Token]:
+    body = {"increment": increment}
+    return _admin("POST", "/v1/tokens/self/renew", Token.from_json, body, idempotent=False)
 
 
 def transit_decrypt(mount: str, name: str, ciphertext: str, context: bytes | None) -> Admin[bytes]:

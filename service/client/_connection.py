@@ -17,6 +17,7 @@ from typing import Any, cast
 
 from ._errors import TransportError
 from ._origin import Origin
+from ._proxy import Proxy, connect_answer
 
 # Writes wait until the transport has handed everything to the kernel: what the socket does not
 # take at once, Python 3.11's transport copies into a bytearray and shifts at every send
@@ -26,6 +27,8 @@ READ_HIGH = 4 << 20
 # Idle connections kept per client: as many as an application has calls at once, or each call
 # beyond them opens a connection of its own.
 MAX_IDLE = 64
+# Connections in use at once per client, by default: httpx's default limit.
+MAX_CONNECTIONS = 100
 
 
 class Connection(asyncio.Protocol):
@@ -210,6 +213,27 @@ class Connection(asyncio.Protocol):
             self._watchdog.cancel()
             self._watchdog = None
 
+    async def tunnel(self, request: bytes, tls: ssl.SSLContext, server_hostname: str) -> None:
+        """Through a proxy: ask it for a tunnel (``CONNECT``), then speak TLS inside it."""
+        self.write(request)
+        answer = b""
+        while (size := connect_answer(answer)) is None:
+            piece = await self.receive()
+            if not piece:
+                raise TransportError("the proxy closed the connection instead of a tunnel")
+            answer += piece
+        if answer[size:]:
+            raise TransportError("the proxy sent bytes before the tunnel's TLS")
+        assert self.transport is not None
+        transport = await self._loop.start_tls(
+            self.transport, self, tls, server_hostname=server_hostname
+        )
+        if transport is None:
+            raise TransportError("the connection closed while TLS started")
+        self.transport = transport
+        transport.set_write_buffer_limits(high=WRITE_HIGH)
+        self._socket = None  # TLS: no sendfile
+
     def close(self) -> None:
         """Close after the unsent bytes went out (TLS: with close_notify)."""
         self._cancel_watchdog()
@@ -224,23 +248,43 @@ class Connection(asyncio.Protocol):
 
 
 class Pool:
-    """Open connections to one origin, and the idle ones kept for the next exchange."""
+    """Open connections to one origin, and the idle ones kept for the next exchange.
+    ``limit``: the most connections in use at once (None: no limit); an exchange beyond it
+    waits for one to be released."""
 
-    def __init__(self, origin: Origin, tls: ssl.SSLContext | None, timeout: float | None) -> None:
-        self.origin, self._tls, self._timeout = origin, tls, timeout
+    def __init__(
+        self,
+        origin: Origin,
+        tls: ssl.SSLContext | None,
+        timeout: float | None,
+        limit: int | None = None,
+        proxy: Proxy | None = None,
+    ) -> None:
+        self.origin, self._tls, self._timeout, self._proxy = origin, tls, timeout, proxy
         self._idle: list[Connection] = []
+        self._slots = None if limit is None else asyncio.Semaphore(limit)
         self.opened = 0  # connections opened so far
 
     async def acquire(self, fresh: bool = False) -> Connection:
-        while self._idle and not fresh:
-            conn = self._idle.pop()
-            if conn.usable:
-                conn.reused = True
-                return conn
-            conn.abort()
-        return await self._open()
+        if self._slots is not None:
+            await self._slots.acquire()
+        try:
+            while self._idle and not fresh:
+                conn = self._idle.pop()
+                if conn.usable:
+                    conn.reused = True
+                    return conn
+                conn.abort()
+            return await self._open()
+        except BaseException:
+            if self._slots is not None:
+                self._slots.release()
+            raise
 
     def release(self, conn: Connection, reusable: bool) -> None:
+        """Give back what ``acquire`` gave (once per ``acquire``)."""
+        if self._slots is not None:
+            self._slots.release()
         conn.stop_watchdog()
         if reusable and conn.usable and len(self._idle) < MAX_IDLE:
             self._idle.append(conn)
@@ -261,17 +305,20 @@ class Pool:
 
     async def _open(self) -> Connection:
         loop = asyncio.get_running_loop()
-        origin = self.origin
+        origin, proxy = self.origin, self._proxy
+        inside = self._tls if proxy is not None else None  # TLS in a CONNECT tunnel
+        host, port = (origin.host, origin.port) if proxy is None else (proxy.host, proxy.port)
         try:
-            connect = loop.create_connection(
-                lambda: Connection(self._timeout),
-                origin.host,
-                origin.port,
-                ssl=self._tls,
-                server_hostname=origin.host if self._tls else None,
-            )
             async with asyncio.timeout(self._timeout):
-                transport, conn = await connect
+                transport, conn = await loop.create_connection(
+                    lambda: Connection(self._timeout),
+                    host,
+                    port,
+                    ssl=self._tls if inside is None else None,
+                    server_hostname=origin.host if self._tls and inside is None else None,
+                )
+                if proxy is not None and inside is not None:
+                    await conn.tunnel(proxy.connect_request(origin), inside, origin.host)
         except (OSError, TimeoutError, ssl.SSLError) as e:
             reason = str(e) or ("timed out" if isinstance(e, TimeoutError) else type(e).__name__)
             raise TransportError(f"cannot connect to {origin.url}: {reason}") from None

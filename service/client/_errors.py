@@ -15,11 +15,20 @@ ERROR_BODY_MAX = 64 << 10  # of an error answer, what is read (the service's are
 
 class SealflowError(Exception):
     """A call failed. ``status`` is the HTTP status (None if no answer came), ``code`` the
-    service's error code (None if the answer was not the service's JSON error)."""
+    service's error code (None if the answer was not the service's JSON error); ``index``
+    the record's position for a record of ``encrypt_many``/``decrypt_many`` that failed
+    alone (None for a failure of a whole call)."""
 
-    def __init__(self, message: str, *, status: int | None = None, code: str | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        code: str | None = None,
+        index: int | None = None,
+    ):
         super().__init__(message)
-        self.message, self.status, self.code = message, status, code
+        self.message, self.status, self.code, self.index = message, status, code, index
 
     def __str__(self) -> str:
         if self.code is not None:

@@ -9,6 +9,8 @@ import ssl
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from ._proxy import Proxy, from_environment
+
 DEFAULT_URL = "http://127.0.0.1:8080"
 Verify = bool | str | os.PathLike[str] | ssl.SSLContext
 
@@ -52,25 +54,37 @@ def tls_context(verify: Verify) -> ssl.SSLContext:
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
         return context
-    return ssl.create_default_context(cafile=os.fspath(verify))
+    path = os.fspath(verify)
+    if os.path.isdir(path):  # hashed names, as ``openssl rehash`` makes them (ssl's capath)
+        return ssl.create_default_context(capath=path)
+    return ssl.create_default_context(cafile=path)
 
 
 @dataclass(frozen=True)
 class Endpoint:
     """One client's service and credentials. ``prelude``: the head's lines every request
-    carries. The token is in no repr."""
+    carries; ``target``: what a request target starts with (the URL's path prefix, or the
+    whole URL in absolute form for a plain-HTTP service through a ``proxy``). The token is
+    in no repr."""
 
     origin: Origin
     tls: ssl.SSLContext | None
     timeout: float | None
     prelude: bytes
+    proxy: Proxy | None = None
+    target: str = ""
 
     def __repr__(self) -> str:
         return f"Endpoint({self.origin.url!r})"
 
     @classmethod
     def make(
-        cls, url: str | None, token: str | None, verify: Verify, timeout: float | None
+        cls,
+        url: str | None,
+        token: str | None,
+        verify: Verify,
+        timeout: float | None,
+        trust_env: bool = True,
     ) -> Endpoint:
         origin = Origin.parse(url or os.environ.get("SEALFLOW_URL") or DEFAULT_URL)
         token = os.environ.get("SEALFLOW_TOKEN") if token is None else token
@@ -81,4 +95,10 @@ class Endpoint:
         if token:
             prelude += f"Authorization: Bearer {token}\r\n"
         tls = tls_context(verify) if origin.tls else None
-        return cls(origin, tls, timeout, prelude.encode("ascii"))
+        proxy = from_environment(origin) if trust_env else None
+        head = prelude.encode("ascii")
+        target = origin.prefix
+        if proxy is not None and not origin.tls:  # absolute form; the proxy's credentials
+            target = f"http://{origin.host_header}{origin.prefix}"
+            head += proxy.authorization
+        return cls(origin, tls, timeout, head, proxy, target)

@@ -2,15 +2,16 @@
 
 Small calls (a body in memory of at most 64 KiB, and every admin call: ``_plan``) run in the
 caller's own thread on blocking sockets (``_blocking``): one write and a read or two, on
-connections kept alive between calls. Everything else (larger bodies, files, iterators, the
-``*_stream`` calls) goes to one ``AsyncClient`` on a private event loop in a daemon thread,
-started by the first such call: full duplex needs the upload and the response to move at
-once, which the event loop does. Chosen over ``asyncio.run`` per call because connections
-belong to a loop: a loop per call could not keep a connection from one call to the next, and
-a loop run in the caller's thread (``run_until_complete``) fails where an event loop is
-already running (Jupyter, sync code called from async frameworks) and serialises threads.
-With the private loop, calls from several threads at once each get a connection from the
-shared pool. The cost is a thread hop per call (and per chunk of ``encrypt_stream``): two
+connections kept alive between calls; so do the batches of ``encrypt_many`` and
+``decrypt_many``, two requests in flight (``_pipeline``). Everything else (larger bodies,
+files, iterators, the ``*_stream`` calls) goes to one ``AsyncClient`` on a private event loop
+in a daemon thread, started by the first such call: full duplex needs the upload and the
+response to move at once, which the event loop does. Chosen over ``asyncio.run`` per call
+because connections belong to a loop: a loop per call could not keep a connection from one call
+to the next, and a loop run in the caller's thread (``run_until_complete``) fails where an
+event loop is already running (Jupyter, sync code called from async frameworks) and serialises
+threads. With the private loop, calls from several threads at once each get a connection from
+the shared pool. The cost is a thread hop per call (and per chunk of ``encrypt_stream``): two
 thread wake-ups, which small calls do not pay (docs/BENCHMARKS.md, "Client: small calls").
 """
 
@@ -19,18 +20,22 @@ from __future__ import annotations
 import asyncio
 import threading
 import weakref
-from collections.abc import Coroutine, Generator, Sequence
-from typing import Any, TypeVar, overload
+from collections.abc import Coroutine, Generator, Iterable, Iterator, Sequence
+from typing import Any, Literal, TypeVar, overload
 
-from . import _blocking
+from . import _blocking, _pipeline
 from . import _calls as calls
 from ._async import AsyncClient
+from ._connection import MAX_CONNECTIONS
 from ._duplex import Progress
+from ._errors import SealflowError
 from ._keys import ExportedKey, Key
 from ._origin import Verify
 from ._plan import Mode, Plan
+from ._records import BATCH_BYTES, BATCH_RECORDS, Errors, Records, Value, checked_limits
 from ._sink import Collect, ToFile, Writable
 from ._source import Input, Source, source_for
+from ._tokens import Token
 
 T = TypeVar("T")
 _END: Any = object()
@@ -108,7 +113,10 @@ async def _next(chunks: Any) -> Any:
 class Client:
     """A client of one sealflow service; the calls of ``AsyncClient``, blocking.
 
-    Arguments, inputs, outputs, retries and exceptions are those of ``AsyncClient``.
+    Arguments, inputs, outputs, retries and exceptions are those of ``AsyncClient``;
+    ``max_connections`` bounds the connections of its event loop (the calls that are not
+    small); small calls, ``encrypt_many`` and ``decrypt_many`` run on blocking connections of
+    the calling thread (one per small call, two per batch call, at once).
     ``on_progress`` is called on the caller's thread for a small call, on the client's I/O
     thread otherwise. A ``Client`` may be shared by threads; ``close()`` (or ``with
     Client(...) as client:``) ends its connections and thread.
@@ -122,8 +130,18 @@ class Client:
         verify: Verify = True,
         timeout: float | None = 60.0,
         duplex: bool = True,
+        max_connections: int | None = MAX_CONNECTIONS,
+        trust_env: bool = True,
     ) -> None:
-        self._async = AsyncClient(url, token, verify=verify, timeout=timeout, duplex=duplex)
+        self._async = AsyncClient(
+            url,
+            token,
+            verify=verify,
+            timeout=timeout,
+            duplex=duplex,
+            max_connections=max_connections,
+            trust_env=trust_env,
+        )
         self._endpoint = self._async._endpoint
         self._duplex = duplex
         self._small = _blocking.Pool(self._endpoint)
@@ -292,6 +310,62 @@ class Client:
             if self._closer.alive:
                 self._run(_aclose(chunks))
 
+    def encrypt_many(
+        self,
+        key: str,
+        values: Iterable[Value],
+        aad: bytes | str | None = None,
+        *,
+        batch_bytes: int = BATCH_BYTES,
+        batch_records: int = BATCH_RECORDS,
+    ) -> Iterator[bytes]:
+        """Seal each value alone (see ``AsyncClient.encrypt_many``): a generator."""
+        return self._many(calls.encrypt_many(key, aad), values, batch_bytes, batch_records)
+
+    @overload
+    def decrypt_many(
+        self,
+        envelopes: Iterable[Value],
+        *,
+        key: str | None = ...,
+        aad: bytes | str | None = ...,
+        errors: Literal["raise"] = ...,
+        batch_bytes: int = ...,
+        batch_records: int = ...,
+    ) -> Iterator[bytes]: ...
+    @overload
+    def decrypt_many(
+        self,
+        envelopes: Iterable[Value],
+        *,
+        key: str | None = ...,
+        aad: bytes | str | None = ...,
+        errors: Literal["return"],
+        batch_bytes: int = ...,
+        batch_records: int = ...,
+    ) -> Iterator[bytes | SealflowError]: ...
+    def decrypt_many(
+        self,
+        envelopes: Iterable[Value],
+        *,
+        key: str | None = None,
+        aad: bytes | str | None = None,
+        errors: Errors = "raise",
+        batch_bytes: int = BATCH_BYTES,
+        batch_records: int = BATCH_RECORDS,
+    ) -> Iterator[bytes | SealflowError]:
+        """Open each single-shot envelope (see ``AsyncClient.decrypt_many``): a generator."""
+        call = calls.decrypt_many(key, aad, errors)
+        return self._many(call, envelopes, batch_bytes, batch_records)
+
+    def _many(
+        self, call: Records, values: Iterable[Value], batch_bytes: int, batch_records: int
+    ) -> Iterator[Any]:
+        if not self._closer.alive:
+            raise RuntimeError("the client is closed")
+        limits = checked_limits(batch_bytes, batch_records)
+        return _pipeline.results(self._small, self._endpoint, call, values, limits)
+
     # Key management (scope admin)
 
     def create_key(
@@ -369,6 +443,49 @@ class Client:
             "auto_rotate_period": auto_rotate_period,
         }
         return self._admin(calls.import_key(name, versions, fields))
+
+    # Tokens (docs/API.md, "Token management")
+
+    def create_token(
+        self,
+        scopes: Sequence[str],
+        *,
+        label: str = "",
+        ttl: int | str | None = None,
+        explicit_max_ttl: int | str = 0,
+        renewable: bool = True,
+        num_uses: int = 0,
+        orphan: bool = False,
+    ) -> Token:
+        """A new token with ``scopes`` the caller holds (scope ``admin``); its secret is
+        ``.secret``, shown this once. Durations: seconds or Vault's text (``"1h30m"``)."""
+        fields = {
+            "scopes": list(scopes),
+            "label": label,
+            "ttl": ttl,
+            "explicit_max_ttl": explicit_max_ttl,
+            "renewable": renewable,
+            "num_uses": num_uses,
+            "orphan": orphan,
+        }
+        return self._admin(calls.create_token(fields))
+
+    def list_tokens(self) -> list[Token]:
+        """Every token's description, never a secret (scope ``admin``)."""
+        return self._admin(calls.list_tokens())
+
+    def lookup_token(self) -> Token:
+        """The caller's own token's description (any token)."""
+        return self._admin(calls.lookup_token())
+
+    def renew_token(self, increment: int | str | None = None) -> Token:
+        """Renew the caller's own token: ``increment`` more (None: its TTL again)."""
+        return self._admin(calls.renew_token(increment))
+
+    def revoke_token(self, accessor: str | None = None) -> None:
+        """Revoke the token ``accessor`` names (scope ``admin``), or with None the caller's
+        own; its children go with it."""
+        self._admin(calls.revoke_token(accessor))
 
     def transit_decrypt(
         self, name: str, ciphertext: str, *, context: bytes | None = None, mount: str = "transit"

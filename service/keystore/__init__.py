@@ -26,6 +26,7 @@ from ._base import (
     valid_secret,
 )
 from ._cert_api import CertRoleInfo
+from ._hmac_keys import version_hmac_key
 from ._key_types import (
     HMAC_MAX_SIZE,
     HMAC_MIN_SIZE,
@@ -152,5 +153,6 @@ __all__ = [
     "valid_key_name",
     "valid_scope",
     "valid_secret",
+    "version_hmac_key",
     "version_public_key",
 ]

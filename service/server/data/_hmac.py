@@ -22,7 +22,7 @@ from urllib.parse import parse_qsl
 
 from sealflow import engine
 from sealflow.engine import Digest
-from sealflow.service.keystore import KeyInfo, Slot, hmac_key
+from sealflow.service.keystore import KeyInfo, Slot, version_hmac_key
 
 from .. import errors
 from .._body import Body, Reply
@@ -97,9 +97,9 @@ def mac_key(
     version: int | None,
     verify: bool,
 ) -> MacKey:
-    """The HMAC key of a version (the latest by default; ``hmac_key``: every key type has one)
-    that may be used as Transit lets it: a tag is made with the latest version or one from the
-    key's ``min_encryption_version`` up (400 below it), and verified with one from its
+    """The HMAC key of a version (the latest by default; ``version_hmac_key``: every key type
+    has one) that may be used as Transit lets it: a tag is made with the latest version or one
+    from the key's ``min_encryption_version`` up (400 below it), and verified with one from its
     ``min_decryption_version`` up (403 version_retired below it); 404 for a version it does
     not have."""
     key, slot, material = lookup(version)
@@ -107,27 +107,7 @@ def mac_key(
         raise errors.version_retired()
     if not verify and slot.version != key.latest and slot.version < key.min_encryption_version:
         raise errors.bad_request("the key version is below min_encryption_version")
-    return MacKey(key.name, slot.version, digest, _derived(key, slot, material))
-
-
-# The HMAC keys derived so far, by key identity and version (a version's material never
-# changes): an HKDF per request cost more than the HMAC of a small body. Looked up only after
-# the keystore handed out the material, so a deleted, trimmed or soft-deleted key is refused as
-# ever; bounded, since keys come and go.
-_DERIVED: dict[tuple[Slot, str], bytes] = {}
-_DERIVED_MAX = 4096
-
-
-def _derived(key: KeyInfo, slot: Slot, material: bytes) -> bytes:
-    kind = key.key_type
-    if kind.name == "hmac":
-        return hmac_key(kind, material)  # the material itself: nothing to keep
-    found = _DERIVED.get((slot, kind.name))
-    if found is None:
-        if len(_DERIVED) >= _DERIVED_MAX:
-            _DERIVED.clear()
-        found = _DERIVED[slot, kind.name] = hmac_key(kind, material)
-    return found
+    return MacKey(key.name, slot.version, digest, version_hmac_key(key, slot.version, material))
 
 
 def presented_tag(head: Head) -> tuple[bytes, int | None]:

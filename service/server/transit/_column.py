@@ -81,10 +81,10 @@ def from_body(raw: bytes) -> Column | None:
     """The column of a body in one of the usual serializations of a batch of plaintexts only
     (trailing whitespace allowed: Go's encoder ends with a newline), or None. Whether the texts
     are all base64 is for the decoder to say (``engine.Records.from_base64``)."""
-    frame = _frame(raw)
-    if frame is None:
+    found = frame(raw, _SERIALIZATIONS)
+    if found is None:
         return None
-    start, end, between = frame
+    start, end, between = found
     return Column(memoryview(raw)[start:end], None, between, 0, "", None)
 
 
@@ -93,10 +93,10 @@ def unparsed(raw: bytes) -> Generator[None, None, list[Column] | None]:
     every text of every group is canonical base64; else None (the body is then read item by
     item, ``_items.read``, which reports what is wrong). Pauses between two groups, as
     ``_items.read`` does."""
-    frame = _frame(raw)
-    if frame is None:
+    found = frame(raw, _SERIALIZATIONS)
+    if found is None:
         return None
-    start, end, between = frame
+    start, end, between = found
     view, p = memoryview(raw), start
     groups: list[Column] = []
     while True:
@@ -115,10 +115,13 @@ def unparsed(raw: bytes) -> Generator[None, None, list[Column] | None]:
         p = cut + len(between)
 
 
-def _frame(raw: bytes) -> tuple[int, int, bytes] | None:
-    """Where the texts of a batch in a usual serialization start and end, and what is between
-    two of them."""
-    for head, between, tail in _SERIALIZATIONS:
+Serialization = tuple[bytes, bytes, bytes]  # before the first text, between two, after the last
+
+
+def frame(raw: bytes, serializations: tuple[Serialization, ...]) -> tuple[int, int, bytes] | None:
+    """Where the texts of a batch in one of these serializations start and end, and what is
+    between two of them (the hmac column's too: ``_hmac_column``)."""
+    for head, between, tail in serializations:
         if not raw.startswith(head):
             continue
         # A few bytes of trailing whitespace at most (a long run of it is parsed instead).

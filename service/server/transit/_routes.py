@@ -52,8 +52,11 @@ from . import (
     _checks,
     _data,
     _encrypt,
+    _groups,
     _hmac,
+    _hmac_column,
     _import,
+    _items,
     _key_export,
     _keys,
     _lifecycle,
@@ -327,15 +330,16 @@ class Transit:
         if kind in _KEYED:  # the scope is the path's, as a Vault policy is: from the head
             _allow(kind, token, name)
             body = await _read(receive, limit, hold, log)
-            fields = _wire.parse(body, hold)
-            call = _mac_work(svc, kind, name, fields, parts[2] if len(parts) == 3 else None)
-            hold.take(len(body))  # the decoded inputs and the answer, smaller than the body
-            # Small and known: at once; a large batch, or a key to read first, off the loop.
-            # A signature's verification: only the light ones (``_sign.light``).
+            url = parts[2] if len(parts) == 3 else None
+            call, fields = _mac_work(svc, kind, name, body, hold, url)
+            # A key to read first, a heavy signature verification (``_sign.light``), or a batch
+            # larger than a column group of encrypt (``_groups.COLUMN_BYTES``: milliseconds of
+            # work), in a thread; the rest is CPU work for the crypto pool, which runs it on the
+            # event loop when small, or when the process has one core (a hop only costs there).
             heavy = kind == "verify" and not _sign.light(store, name, fields)
-            if len(body) > WHOLE_MAX or not _checks.known(store, name) or heavy:
+            if len(body) > _groups.COLUMN_BYTES or not _checks.known(store, name) or heavy:
                 return 200, await asyncio.to_thread(call)
-            return 200, call()
+            return 200, await svc.crypto.run(len(body), call)
         if kind == "export" and parts[1] == "public-key":
             # Public: any token that may verify with the key, or admin (docs/TRANSIT.md).
             if not (_auth.is_admin(token) or _auth.allows(token, "verify", name)):
@@ -433,17 +437,29 @@ def _mac_now(svc: Services, kind: str, name: str, algorithm: str, body: bytes) -
     if not _checks.known(svc.store, name) or (kind == "verify" and b"signature" in body):
         raise WouldWait("not a small HMAC")
     with svc.budget.hold() as hold:
-        return 200, _mac_work(svc, kind, name, _wire.parse(body, hold), algorithm or None)()
+        return 200, _mac_work(svc, kind, name, body, hold, algorithm or None)[0]()
 
 
 def _mac_work(
-    svc: Services, kind: str, name: str, fields: _wire.Body, url: str | None
-) -> Callable[[], bytes]:
-    """The answer of ``hmac`` or ``verify`` to parsed fields, to run on the loop or a thread;
-    a batch of more than ``max_batch_items`` is refused here, before any item is read."""
-    _hmac.bounded(fields, svc.settings.max_batch_items)
+    svc: Services, kind: str, name: str, body: bytes, hold: Hold, url: str | None
+) -> tuple[Callable[[], Reply], _wire.Body]:
+    """The answer of ``hmac`` or ``verify`` to the body, to run on the loop or a thread, and
+    the fields it was parsed into; a batch of more than ``max_batch_items`` is refused here,
+    before any item is read. An hmac batch in a usual serialization is not parsed at all
+    (``_hmac_column``: the same answer)."""
+    limit = svc.settings.max_batch_items
+    hold.take(len(body))  # the decoded inputs, smaller than the body
+    column = _hmac_column.from_body(body) if kind == "hmac" else None
+    if column is not None:  # decoded in one native pass over the body, then counted
+        count = len(column.records)
+        if count > limit:
+            raise _items.too_many_items(limit)
+        hold.take(count * _hmac_column.ROW_BYTES)  # the tags and the answer
+        return functools.partial(_hmac.generate, svc.store, name, {}, url, column), {}
+    fields = _wire.parse(body, hold)
+    _hmac.bounded(fields, limit)
     answer = _verify.answer if kind == "verify" else _hmac.generate
-    return functools.partial(answer, svc.store, name, fields, url)
+    return functools.partial(answer, svc.store, name, fields, url), fields
 
 
 def _allow(kind: str, token: TokenInfo, name: str) -> None:

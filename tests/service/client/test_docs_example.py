@@ -22,7 +22,7 @@ def test_api_doc_python_examples(
 ) -> None:
     text = (ROOT / "docs" / "API.md").read_text()
     section = text[text.index("## Python client library") :]
-    sync, asynchronous = re.findall(r"```python\n(.*?)```", section, re.S)[:2]
+    sync, asynchronous, many, async_many = re.findall(r"```python\n(.*?)```", section, re.S)[:4]
     srv = make_server()  # its own server: the example rotates `default`
     monkeypatch.setenv("SEALFLOW_URL", srv.url)
     monkeypatch.setenv("SEALFLOW_TOKEN", srv.token)
@@ -36,3 +36,7 @@ def test_api_doc_python_examples(
     assert capsys.readouterr().out.startswith("400 decryption_failed\n2 [datetime.datetime(")
     exec(compile(asynchronous, "API.md", "exec"), {})  # noqa: S102
     assert capsys.readouterr().out == "b'a'\n"
+    exec(compile(many, "API.md", "exec"), {})  # noqa: S102
+    assert capsys.readouterr().out == "7\nDecryptionFailed b'row 8'\n"
+    exec(compile(async_many, "API.md", "exec"), {})  # noqa: S102
+    assert capsys.readouterr().out == "1000\n"

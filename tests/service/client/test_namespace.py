@@ -63,6 +63,8 @@ UNASYNC = {
     "__aenter__": "__enter__",
     "__aexit__": "__exit__",
     "AsyncGenerator[bytes, None]": "Generator[bytes, None, None]",
+    "Iterable[Value] | AsyncIterable[Value]": "Iterable[Value]",  # encrypt_many, decrypt_many
+    "AsyncIterator[": "Iterator[",
 }
 DUNDERS = {"__init__", "__aenter__", "__aexit__", "__enter__", "__exit__"}
 
