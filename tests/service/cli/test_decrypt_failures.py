@@ -166,8 +166,8 @@ def test_a_tampered_input_over_https_says_decryption_failed(
     envelope[-100_000] ^= 0x01
     sealed.write_bytes(envelope)
     for transport in ("--duplex", "--no-duplex"):
-        args = ("decrypt", transport, *tls, "-i", str(sealed), "-o", str(out))
-        code, err = sealflow(tls_server, *args, url=url)
+        opening = ("decrypt", transport, *tls, "-i", str(sealed), "-o", str(out))
+        code, err = sealflow(tls_server, *opening, url=url)
         assert (code, err.startswith("sealflow: decrypt failed: decryption failed")) == (1, True), (
             err
         )
