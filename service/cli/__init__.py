@@ -99,14 +99,10 @@ def _client_main(argv: list[str]) -> int:
     return code
 
 
-def _main(argv: list[str] | None) -> int:
-    import pydantic
-
-    from sealflow.service.config_file import ConfigFileError
-    from sealflow.service.keystore import KeyStoreError
-
+def parser() -> argparse.ArgumentParser:
+    """Every command's parser (``encrypt`` and ``decrypt`` are also parsed alone, faster)."""
     from . import _approle, _audit, _cert, _healthcheck, _manage, _migrate, _serve, _transfer
-    from ._flags import PREFIX, add_settings, settings_error
+    from ._flags import add_settings
     from ._master import MASTER_KEY_SETTINGS
 
     parser = argparse.ArgumentParser(
@@ -140,7 +136,18 @@ def _main(argv: list[str] | None) -> int:
     )
     selftest.set_defaults(func=_selftest)
     _healthcheck.add_command(commands)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _main(argv: list[str] | None) -> int:
+    import pydantic
+
+    from sealflow.service.config_file import ConfigFileError
+    from sealflow.service.keystore import KeyStoreError
+
+    from ._flags import PREFIX, settings_error
+
+    args = parser().parse_args(argv)
     args.settings = {k[len(PREFIX) :]: v for k, v in vars(args).items() if k.startswith(PREFIX)}
     try:
         return _run(args.func, args)

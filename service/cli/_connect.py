@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import ssl
 
 from sealflow.service.client import Client
 
@@ -28,7 +29,30 @@ def open_client(args: argparse.Namespace) -> Client:
     if not re.fullmatch(r"[\x21-\x7e]+", token):
         raise ClientError("SEALFLOW_TOKEN has characters not allowed in an HTTP header", 2)
     url = args.url or os.environ.get("SEALFLOW_URL") or DEFAULT_URL
+    cacert = getattr(args, "cacert", None)
+    if cacert is not None and not os.path.exists(cacert):
+        raise ClientError(f"--cacert {cacert!r}: no such file or directory", 2)
     try:
-        return Client(url, token)
-    except ValueError as e:
-        raise ClientError(str(e), 2) from None
+        return Client(
+            url,
+            token,
+            verify=True if cacert is None else cacert,
+            duplex=getattr(args, "duplex", True),
+        )
+    except (ValueError, OSError, ssl.SSLError) as e:
+        raise ClientError(f"cannot use the service at {url}: {e}", 2) from None
+
+
+def add_connection_options(parser: argparse.ArgumentParser) -> None:
+    """--url and --cacert, for every command that talks to a running service."""
+    parser.add_argument(
+        "--url",
+        metavar="URL",
+        help=f"the service's URL (default: $SEALFLOW_URL or {DEFAULT_URL})",
+    )
+    parser.add_argument(
+        "--cacert",
+        metavar="FILE",
+        help="trust the CA certificates in FILE (PEM) for an https:// service, instead of the "
+        "system's",
+    )

@@ -12,6 +12,7 @@ import base64
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,7 @@ from sealflow.service.keystore import (
     redact,
 )
 
-from . import _backup, _master
+from . import _backup, _master, _tables
 from ._trail import recording, sinks
 
 
@@ -97,15 +98,22 @@ def _print(obj: object) -> None:
     print(json.dumps(obj, indent=2))
 
 
+def _show(as_json: bool, obj: Any, table: Callable[[Any], str]) -> None:
+    """What `list` and `show` print: a table for people, or with --json every field."""
+    print(json.dumps(obj, indent=2) if as_json else table(obj))
+
+
 def _keys(args: argparse.Namespace, store: KeyStore) -> None:
     limits = getattr(args, "max_encryptions", None), getattr(args, "auto_rotate_period", None)
     if args.action == "create":
         key = store.create_key(args.name, Algorithm(args.algorithm), args.exportable, *limits)
         _print(_key_json(key, store))
     elif args.action == "list":
-        _print([_key_json(k, store) for k in store.list_keys()])
+        listed = [_key_json(k, store) for k in store.list_keys()]
+        _show(args.json, listed, _tables.keys)
     elif args.action == "show":
-        _print(_key_json(store.get_key(args.name), store))
+        shown = _key_json(store.get_key(args.name), store)
+        _show(args.json, shown, _tables.key)
     elif args.action == "rotate":
         _print(_key_json(store.rotate_key(args.name), store))
     elif args.action == "limits":
@@ -139,7 +147,8 @@ def _tokens(args: argparse.Namespace, store: KeyStore) -> None:
         print(f"token id {info.id}, scopes {' '.join(info.scopes)}, {end}", file=sys.stderr)
         print(secret)  # alone on stdout, so it can be captured
     elif args.action == "list":
-        _print([_token_json(t) for t in store.list_tokens()])
+        listed = [_token_json(t) for t in store.list_tokens()]
+        _show(args.json, listed, _tables.tokens)
     elif args.action == "revoke":
         _print(_token_json(store.revoke_token(args.id)))
 
@@ -214,6 +223,14 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _with_json(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print JSON (every field, for scripts) instead of a table",
+    )
+
+
 def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     keys = commands.add_parser("keys", help="manage keys in the keystore").add_subparsers(
         dest="action", required=True
@@ -221,7 +238,11 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     create = keys.add_parser("create", parents=[common], help="create a key (version 1)")
     create.add_argument("name")
     create.add_argument(
-        "--algorithm", choices=[a.value for a in Algorithm], default=Algorithm.AES_256_GCM.value
+        "--algorithm",
+        choices=[a.value for a in Algorithm],
+        default=Algorithm.AES_256_GCM.value,
+        help="the AEAD the key seals with (default aes-256-gcm); it never changes, rotations "
+        "included",
     )
     create.add_argument(
         "--exportable", action="store_true", help="allow export (`keys policy` can add it later)"
@@ -262,7 +283,11 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
         help="let `keys delete` (or Transit's DELETE) remove the key",
     )
     allow.add_argument(
-        "--forbid-deletion", dest="deletion_allowed", action="store_const", const=False
+        "--forbid-deletion",
+        dest="deletion_allowed",
+        action="store_const",
+        const=False,
+        help="refuse deletion again (the default for a new key)",
     )
     policy.add_argument(
         "--make-exportable",
@@ -274,12 +299,22 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
         parents=[common],
         help="delete a key and all its versions' material (needs --allow-deletion first)",
     ).add_argument("name")
-    keys.add_parser("list", parents=[common], help="list keys")
-    for action, what in (("show", "show a key"), ("rotate", "add a version")):
-        keys.add_parser(action, parents=[common], help=what).add_argument("name")
+    _with_json(keys.add_parser("list", parents=[common], help="list keys"))
+    show = keys.add_parser("show", parents=[common], help="show a key and its versions")
+    show.add_argument("name", help="the key's name")
+    _with_json(show)
+    keys.add_parser("rotate", parents=[common], help="add a version").add_argument(
+        "name", help="the key's name"
+    )
     export = keys.add_parser("export", parents=[common], help="print an exportable key's material")
     export.add_argument("name")
-    export.add_argument("--version", type=int, default=None)
+    export.add_argument(
+        "--version",
+        type=int,
+        default=None,
+        metavar="N",
+        help="the version to export (default: the latest)",
+    )
 
     tokens = commands.add_parser("tokens", help="manage API tokens").add_subparsers(
         dest="action", required=True
@@ -292,7 +327,12 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
         help="admin, or ACTION:<glob> over key names, ACTION one of encrypt, decrypt, export,"
         " hmac, sign, verify (admin implies neither data access nor export); repeatable",
     )
-    tcreate.add_argument("--label", default="")
+    tcreate.add_argument(
+        "--label",
+        default="",
+        metavar="TEXT",
+        help="a name for people (shown by `tokens list` and in the audit trail); not secret",
+    )
     tcreate.add_argument(
         "--ttl",
         type=_duration,
@@ -325,7 +365,9 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
         help="how many requests it may make, counted exactly by every server (default 0:"
         " unlimited)",
     )
-    tokens.add_parser("list", parents=[common], help="list tokens (never their secrets)")
+    _with_json(
+        tokens.add_parser("list", parents=[common], help="list tokens (never their secrets)")
+    )
     tokens.add_parser("revoke", parents=[common], help="revoke a token").add_argument("id")
     store = commands.add_parser(
         "keystore", help="move, back up or restore a keystore; create its master key"
@@ -335,8 +377,20 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
         parents=[common],
         help="copy an SQLite keystore into an empty PostgreSQL one, verbatim, and verify it",
     )
-    move.add_argument("--from", dest="source", required=True, metavar="sqlite:PATH")
-    move.add_argument("--to", dest="target", required=True, metavar="postgresql://...")
+    move.add_argument(
+        "--from",
+        dest="source",
+        required=True,
+        metavar="sqlite:PATH",
+        help="the SQLite keystore file to copy from (left unchanged)",
+    )
+    move.add_argument(
+        "--to",
+        dest="target",
+        required=True,
+        metavar="postgresql://...",
+        help="the URL of an empty PostgreSQL keystore to copy into",
+    )
     move.set_defaults(func=migrate)
     _backup.add_commands(store, common)
     _master.add_commands(store, common)

@@ -94,6 +94,7 @@ class Output:
 
     def __init__(self, path: str | None, binary: bool) -> None:
         self.path, self.tmp, self.rewind = path, "", -1
+        self._mode: int | None = None  # the permission bits of the file replaced
         self._unsynced = 0
         self._syncer: threading.Thread | None = None
         self._sync_error: OSError | None = None
@@ -110,6 +111,8 @@ class Output:
             folder, name = os.path.split(os.path.abspath(path))
             fd, self.tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".part", dir=folder)
             self.f = os.fdopen(fd, "wb")
+            if st is not None:
+                self._keep_owner(st)
         elif stat.S_IFMT(st.st_mode) in _IN_PLACE:
             self.f = _open_in_place(path)
             if binary and _is_terminal(self.f):
@@ -117,6 +120,24 @@ class Output:
                 raise ClientError(_TERMINAL, 2)
         else:
             raise ClientError(_refusal(path, st), 2)
+
+    def _keep_owner(self, st: os.stat_result) -> None:
+        """The file replaced keeps its owner and group (checked now, before anything is sent:
+        one that cannot be kept refuses the output) and, at the rename, its permission bits.
+        Only a file the command creates is 0600 (mkstemp's)."""
+        self._mode = stat.S_IMODE(st.st_mode) & 0o777  # never a set-id bit onto new contents
+        mine = os.fstat(self.f.fileno())
+        if (mine.st_uid, mine.st_gid) == (st.st_uid, st.st_gid):
+            return
+        try:
+            os.fchown(self.f.fileno(), st.st_uid, st.st_gid)
+        except OSError as e:
+            self.discard()
+            raise ClientError(
+                f"refusing to replace {self.path!r}: its owner or group cannot be kept "
+                f"({e.strerror}); write through it with > FILE instead",
+                2,
+            ) from None
 
     def _note_rewind(self) -> None:
         """stdout redirected to a regular file: on failure, truncate back to where our output
@@ -161,6 +182,8 @@ class Output:
                 self._join_syncer()
                 if self._sync_error is not None:
                     raise self._sync_error
+                if self._mode is not None:
+                    os.fchmod(self.f.fileno(), self._mode)
                 os.fsync(self.f.fileno())
                 self.f.close()
                 self._replace()

@@ -15,16 +15,29 @@ import sys
 import types
 from typing import IO, Any, BinaryIO
 
-from sealflow.service.client import SealflowError
+from sealflow.service.client import DecryptionFailed, SealflowError, TransportError
 
-from ._connect import DEFAULT_URL, one_line, open_client
+from ._connect import add_connection_options, one_line, open_client
 from ._errors import ClientError
 from ._output import Output
 
 _BAR_DELAY = 0.5  # short transfers get no bar
+_EITHER = (
+    " (either the connection was lost, or a later part of the input failed to decrypt and a "
+    "proxy did not pass on the service's word for it; --no-duplex tells them apart)"
+)
+_DECRYPTION_FAILED = (
+    "decryption failed: the input was modified or truncated, or sealed with another key or AAD"
+)
 
 # Even a disabled tqdm starts tqdm's monitor thread: without a terminal, use no tqdm at all.
 _NO_BAR = types.SimpleNamespace(update=lambda n: None, close=lambda: None, n=0)
+
+
+def _cut_off(e: BaseException) -> bool:
+    """A full-duplex answer that ended early without the service's signal: a lost
+    connection, or a later chunk that failed with the signal dropped by a proxy."""
+    return isinstance(e, TransportError) and str(e).startswith("connection lost after")
 
 
 def _bar(src: IO[bytes]) -> Any:
@@ -84,7 +97,12 @@ def _run(args: argparse.Namespace, command: str) -> int:
         what = (
             "" if code == 2 else f"{command} interrupted" if code == 130 else f"{command} failed: "
         )
-        print(f"sealflow: {what}{one_line(str(e))}", file=sys.stderr)
+        # One wording for a failed authentication, whichever transport: the service's 400
+        # (request-then-response) or its in-band signal before the cut-off (full duplex).
+        text = _DECRYPTION_FAILED if isinstance(e, DecryptionFailed) else one_line(str(e))
+        if command == "decrypt" and args.duplex and _cut_off(e):
+            text += _EITHER
+        print(f"sealflow: {what}{text}", file=sys.stderr)
         return code
     finally:
         bar.close()
@@ -112,11 +130,25 @@ def add_client_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
         )
         if name == "encrypt":
             p.add_argument("--key", required=True, metavar="NAME", help="key to seal under")
-            p.add_argument("--mode", choices=("stream", "single"), default="stream")
+            p.add_argument(
+                "--mode",
+                choices=("stream", "single"),
+                default="stream",
+                help="stream: sealed in 16 KiB chunks as it arrives, any size (default); "
+                "single: one AEAD message, up to the service's single-shot limit",
+            )
         else:
             p.add_argument("--key", metavar="NAME", help="require the envelope to use this key")
         p.add_argument("--aad", metavar="TEXT", help="additional authenticated data (UTF-8)")
-        p.add_argument("--url", help=f"service URL (default: $SEALFLOW_URL or {DEFAULT_URL})")
+        add_connection_options(p)
+        p.add_argument(
+            "--duplex",
+            action=argparse.BooleanOptionalAction,
+            default=True,
+            help='full duplex (the default, the faster: docs/BENCHMARKS.md, "CLI transports"):'
+            " the answer streams back while the input is sent; --no-duplex: the service "
+            "answers once it has read the whole input (for proxies such as nginx)",
+        )
         p.add_argument("-i", "--input", metavar="FILE", help="read FILE instead of stdin")
         p.add_argument(
             "-o",

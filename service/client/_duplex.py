@@ -28,12 +28,13 @@ from collections.abc import AsyncIterator, Callable
 from ._connection import Connection
 from ._errors import (
     ERROR_BODY_MAX,
+    ERRORS,
     InputChanged,
     SealflowError,
     TransportError,
     error_from_reply,
 )
-from ._framing import FramingError, Response
+from ._framing import FramingError, Response, StreamError
 from ._plan import Plan
 from ._source import CHUNK, Source
 
@@ -186,6 +187,9 @@ class Exchange:
         the cause (the upload aborted the connection), else a TransportError."""
         if self.upload_error is not None:
             return self.upload_error
+        if isinstance(e, StreamError):  # the service said why it cut the response off
+            message = f"{e.code.replace('_', ' ')} {when}"
+            return ERRORS.get(e.code, SealflowError)(message, status=None, code=e.code)
         if self.conn.stalled:
             return TransportError(f"no progress for {self.conn.timeout:g} s {when}")
         return TransportError(f"connection lost {when}: {e or type(e).__name__}")

@@ -32,15 +32,17 @@ class SealflowError(Exception):
 
     def __str__(self) -> str:
         if self.code is not None:
-            return f"{self.status} {self.code}: {self.message}"
+            status = "" if self.status is None else f"{self.status} "
+            return f"{status}{self.code}: {self.message}"
         return self.message
 
 
 class TransportError(SealflowError):
     """No complete answer: the connection failed, stalled, or the response was cut off.
 
-    A stream decrypt whose later chunk fails to authenticate also ends this way in full
-    duplex (the service cuts the response off): treat output received so far as invalid.
+    A stream decrypt whose later chunk fails to authenticate in full duplex is cut off too,
+    but the service names the cause first: that is ``DecryptionFailed`` (``status`` None).
+    Either way, treat output received so far as invalid.
     """
 
 
@@ -65,7 +67,9 @@ class KeyNotFound(SealflowError):
 
 
 class DecryptionFailed(SealflowError):
-    """400: the envelope did not authenticate (tag, truncation, wrong AAD or key, ...)."""
+    """400: the envelope did not authenticate (tag, truncation, wrong AAD or key, ...). In
+    full duplex, a chunk that fails after the answer began: ``status`` None, the output
+    received so far invalid."""
 
 
 class MalformedEnvelope(SealflowError):

@@ -34,6 +34,19 @@ class FramingError(Exception):
     """The response's framing is broken, or it ended before its body did."""
 
 
+class StreamError(FramingError):
+    """The service cut the body off for ``code`` (an error code such as ``decryption_failed``),
+    named in a chunk extension of the chunk-size line it ended with (docs/API.md,
+    "Transports")."""
+
+    def __init__(self, code: str) -> None:
+        super().__init__(f"the service cut the response off: {code}")
+        self.code = code
+
+
+_SIGNAL = re.compile(rb";[ \t]*sealflow-error=([a-z_]{1,64})[ \t]*(?:;|$)")
+
+
 class BodyReader:
     """Feed the bytes that follow a response head; get the body's bytes back.
 
@@ -93,7 +106,10 @@ class BodyReader:
         if len(line) > _MAX_LINE:
             raise FramingError("a chunked-coding line is too long")
         if self._state == "size":
-            size = line.split(b";", 1)[0].strip(b" \t")
+            size, _, extensions = line.partition(b";")
+            size = size.strip(b" \t")
+            if extensions and (signal := _SIGNAL.search(b";" + extensions)):
+                raise StreamError(signal[1].decode("ascii"))
             if not _HEX.fullmatch(size):
                 raise FramingError("a chunk size is not hexadecimal")
             self._left = int(size, 16)

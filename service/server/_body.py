@@ -127,6 +127,14 @@ def drop_connection(scope: Scope) -> None:
         abort()
 
 
+def stream_error(scope: Scope, code: str) -> None:
+    """Name the error that leaves a started response unfinished: the protocol (server/http)
+    then ends a chunked body with a signal naming it before the close; elsewhere nothing."""
+    name = scope.get("sealflow.stream_error")
+    if name is not None:
+        name(code)
+
+
 def has_body(scope: Scope) -> bool:
     """Whether the request announced a body (Content-Length above 0, or chunked), as its one
     ``Head`` says (the front door puts it in every scope)."""

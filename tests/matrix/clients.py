@@ -319,7 +319,10 @@ def sealflow_client(url: str, headers: Mapping[str, str], src: Path, dst: Path) 
             return Reply(200, {}, False, repr(exc))
         except SealflowError as exc:  # the service's answer: its code stands for the body
             if exc.status is None:
-                raise
+                if exc.code is None:
+                    raise
+                # Full duplex cut off after the service named the cause: still incomplete.
+                return Reply(200, {}, False, repr(exc))
             return Reply(exc.status, {}, True, str(exc.code))
     return Reply(200, {})
 

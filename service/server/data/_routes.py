@@ -331,14 +331,24 @@ _ERROR = {
 _RESPONSES = {
     "200": {"content": _RAW, "description": "the envelope or the plaintext, streamed"},
     "400": {"description": "decryption_failed, malformed_envelope or bad_request", **_ERROR},
-    "401": {"description": "missing or invalid token", **_ERROR},
+    "401": {"description": "unauthorized (missing or invalid token), or token_expired", **_ERROR},
     "403": {"description": "scope missing, or version_retired", **_ERROR},
     "404": {"description": "key_not_found", **_ERROR},
     "408": {"description": "body not received in time", **_ERROR},
     "413": {"description": "single-shot body over the limit", **_ERROR},
     "405": {"description": "method_not_allowed: only POST", **_ERROR},
+    "414": {"description": "uri_too_long: a URL over the server's head limit", **_ERROR},
     "429": {"description": "too_many_requests: this token's share of the slots", **_ERROR},
-    "503": {"description": "overloaded, or keystore_unavailable", **_ERROR},
+    "431": {"description": "headers_too_large: a head over the server's limit", **_ERROR},
+    "500": {
+        "description": "spool_damaged: the spool file gave back other bytes (retry), or "
+        "internal_error",
+        **_ERROR,
+    },
+    "503": {
+        "description": "overloaded, keystore_unavailable or audit_unavailable",
+        **_ERROR,
+    },
     "507": {
         "description": "spool_full or insufficient_storage: no spool space for a"
         " request-then-response (the budget, or the disk)",
@@ -364,7 +374,17 @@ _MODE = {
     "name": "mode",
     "in": "query",
     "required": False,
-    "schema": {"type": "string", "enum": ["stream", "single"], "default": "stream"},
+    "description": "stream: chunked, any size; single: one AEAD message; records: each "
+    "u32-length-framed record sealed alone, framed the same way (docs/API.md)",
+    "schema": {"type": "string", "enum": ["stream", "single", "records"], "default": "stream"},
+}
+_DECRYPT_MODE = {
+    "name": "mode",
+    "in": "query",
+    "required": False,
+    "description": "records: a batch of u32-length-framed envelopes, each answered with its own "
+    "status (docs/API.md); absent: one envelope, whose prefix says stream or single",
+    "schema": {"type": "string", "enum": ["records"]},
 }
 
 
@@ -422,10 +442,10 @@ OPENAPI_PATHS = {
         "Seal a body under the key's latest version", [_NAME, _MODE, _AAD, _DUPLEX]
     ),
     DECRYPT_ROUTE.path: _operation(
-        "Open an envelope sealed under this key", [_NAME, _AAD, _DUPLEX]
+        "Open an envelope sealed under this key", [_NAME, _DECRYPT_MODE, _AAD, _DUPLEX]
     ),
     DECRYPT_ANY_ROUTE.path: _operation(
-        "Open an envelope under the key its prefix names", [_AAD, _DUPLEX]
+        "Open an envelope under the key its prefix names", [_DECRYPT_MODE, _AAD, _DUPLEX]
     ),
     HMAC_ROUTE.path: _operation(
         "HMAC of the body (or of each record) under a key version",

@@ -46,7 +46,7 @@ from sealflow.service.envelope import (
 from sealflow.service.keystore import KeyStoreError, Lease
 
 from .. import _metrics, errors
-from .._body import Body, Disconnected, Reply, drop_connection
+from .._body import Body, Disconnected, Reply, drop_connection, stream_error
 from .._budget import Hold
 from .._logging import AccessRecord
 from .._state import Services
@@ -204,6 +204,8 @@ class Transfer:
             self.log.aborted = True
             if error.status == 408:  # the client stopped reading
                 drop_connection(scope)
+            else:
+                stream_error(scope, error.code)
 
     async def transfer(self, body: Body, reply: Reply) -> None:
         raise NotImplementedError
@@ -489,8 +491,10 @@ class Decrypt(Transfer):
             pieces = [rest] if rest else []
             if self.duplex or self._fits_in_memory():
                 # One pass: a small answer waits in the spool's memory part (which it cannot
-                # outgrow; were it to, the spool would seal what goes to its file).
-                await self.stream(body, reply, codec, b"", pieces, size)
+                # outgrow; were it to, the spool would seal what goes to its file). Full
+                # duplex answers chunked, without the size: a later chunk's failure can then
+                # be named in-band before the cut-off (docs/API.md, "Transports").
+                await self.stream(body, reply, codec, b"", pieces, None if self.duplex else size)
                 return
             # Request-then-response: two passes, and only the envelope in the spool (_reopen).
             check, spool = Authenticate(codec), self.spool(sealed=False)

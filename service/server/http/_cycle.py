@@ -51,6 +51,7 @@ class Cycle:
         "buffered",
         "complete",
         "disconnected",
+        "error",
         "head",
         "keep_alive",
         "more_body",
@@ -77,6 +78,8 @@ class Cycle:
         self._chunked = False
         self._expected: int | None = None  # Content-Length the response declared
         self._head_bytes: bytes | None = None  # a response head waiting for its first body
+        self.error: bytes | None = None  # why the app left its response unfinished
+        scope["sealflow.stream_error"] = self.stream_error
 
     # -- from the connection --------------------------------------------------------------
 
@@ -94,6 +97,21 @@ class Cycle:
     def lost(self) -> None:
         self.disconnected = True
         self._event.set()
+
+    def stream_error(self, code: str) -> None:
+        """The app will leave its started response unfinished because of ``code`` (an error
+        code such as ``decryption_failed``): the cut-off then says so (``signal``)."""
+        if code.isascii() and code.replace("_", "").isalnum():
+            self.error = code.encode("ascii")
+
+    def signal(self) -> bytes:
+        """The last bytes of a chunked response the app left unfinished with a known error:
+        a chunk-size line naming it in a chunk extension, for a chunk that never comes
+        (docs/API.md, "Transports"). A client that ignores the extension still sees a body
+        cut off inside a chunk, never a clean end."""
+        if self._chunked and self.started and self._head_bytes is None and self.error:
+            return b"1;sealflow-error=%s\r\n" % self.error
+        return b""
 
     # -- the ASGI interface ------------------------------------------------------------------
 

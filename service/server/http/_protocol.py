@@ -815,10 +815,19 @@ class HttpProtocol(asyncio.Protocol):
         self._close()
 
     def cut(self, cycle: Cycle) -> None:
-        """The app returned without finishing its response: the connection ends there."""
+        """The app returned without finishing its response: the connection ends there. With
+        a signal (``Cycle.signal``) the close lingers, so that the client reads the signal
+        before anything resets the connection (the request body may still be arriving)."""
         if self._busy is cycle:
             self._busy = None
-        self._close()
+        signal = cycle.signal()
+        if not signal:
+            self._close()
+            return
+        self.write_now(signal)
+        self._phase = _CLOSED
+        self._cancel_timers()
+        self._after_out(lambda: self._end(linger=True))
 
     @property
     def idle(self) -> bool:

@@ -53,6 +53,9 @@ def _answers(*codes: int) -> dict[str, Any]:
         405: "a method this route does not take",
         413: "the body exceeds SEALFLOW_MAX_JSON_BYTES",
         429: "this token already has its most requests in flight",
+        500: "OpenBao's own 500, in its framework's words (a go-multierror), where OpenBao"
+        " answers one: signing with a version or salt length the key refuses, a derived key"
+        " without context, a soft-deleted key's export (docs/TRANSIT.md)",
         503: "the server is at its concurrency limit, or the keystore is unavailable",
     }
     answers: dict[str, Any] = {}
@@ -235,6 +238,7 @@ def paths(mount: str) -> dict[str, Any]:
         },
         **_utilities(mount),
         **_macs(mount),
+        **_signing(mount),
         f"{mount}/keys/{{name}}/trim": {
             "post": {
                 "tags": _TAG,
@@ -294,12 +298,29 @@ def paths(mount: str) -> dict[str, Any]:
         f"{mount}/export/{{type}}/{{name}}": {
             "get": {
                 "tags": _TAG,
-                "summary": "Every version's key material of an exportable key (admin)",
+                "summary": "Every version's key material of an exportable key (admin);"
+                " public-key: any signing key's public halves (admin, or verify on the key)",
                 "parameters": [
-                    _param("type", schema={"type": "string", "enum": ["encryption-key"]}),
+                    _param("type", schema={"type": "string", "enum": _EXPORT_TYPES}),
                     name,
+                    _param("format", "query", _EXPORT_FORMAT),
                 ],
-                "responses": _answers(200, 400, 403, 404),
+                "responses": _answers(200, 400, 403, 404, 500),
+                "security": _SECURITY,
+            }
+        },
+        f"{mount}/export/{{type}}/{{name}}/{{version}}": {
+            "get": {
+                "tags": _TAG,
+                "summary": "One version's key material (or public half), as above; 'latest'"
+                " names the latest",
+                "parameters": [
+                    _param("type", schema={"type": "string", "enum": _EXPORT_TYPES}),
+                    name,
+                    _param("version"),
+                    _param("format", "query", _EXPORT_FORMAT),
+                ],
+                "responses": _answers(200, 400, 403, 404, 500),
                 "security": _SECURITY,
             }
         },
@@ -447,6 +468,46 @@ _KEY_TYPES = [
 _MAC_HASHES = ["sha1", *_HASHES]
 
 
+_EXPORT_TYPES = ["encryption-key", "hmac-key", "public-key", "signing-key"]
+_EXPORT_FORMAT = {"type": "string", "enum": ["", "raw", "der", "pem"]}
+# The fields of a signature, signing and verifying alike (OpenBao's path_sign_verify.go).
+_SIGNATURE_OPTIONS = {
+    "hash_algorithm": {"type": "string"},
+    "algorithm": {"type": "string", "description": "deprecated: hash_algorithm"},
+    "signature_algorithm": {"type": "string", "enum": ["pss", "pkcs1v15"]},
+    "marshaling_algorithm": {"type": "string", "enum": ["asn1", "jws"]},
+    "salt_length": {"type": ["string", "integer"], "description": "auto, hash, or a number"},
+    "prehashed": _LENIENT_BOOL,
+    "key_version": _LENIENT_INT,
+}
+
+
+def _signing(mount: str) -> dict[str, Any]:
+    """``sign/:name[/:hash_algorithm]`` (scope ``sign``)."""
+    item = {"input": _B64, "context": _B64, "reference": {"type": "string"}}
+    body = {
+        **item,
+        **_SIGNATURE_OPTIONS,
+        "batch_input": {"type": "array", "items": {"type": "object", "properties": item}},
+    }
+    summary = "A signature (vault:vN:) of base64 input under the key's version (sign scope)"
+    name = _param("name")
+    hashing = _param("hash_algorithm")
+    operation = {
+        "tags": _TAG,
+        "summary": summary,
+        "parameters": [name],
+        "requestBody": _body(body),
+        "responses": _answers(200, 400, 403, 413, 500),
+        "security": _SECURITY,
+    }
+    with_hash = {**operation, "parameters": [name, hashing]}
+    return {
+        f"{mount}/sign/{{name}}": {"post": operation, "put": operation},
+        f"{mount}/sign/{{name}}/{{hash_algorithm}}": {"post": with_hash, "put": with_hash},
+    }
+
+
 def _macs(mount: str) -> dict[str, Any]:
     """``hmac/:name[/:algorithm]``, ``verify/:name[/:algorithm]`` (scopes ``hmac``,
     ``verify``) and ``config/keys`` (admin)."""
@@ -459,10 +520,15 @@ def _macs(mount: str) -> dict[str, Any]:
         "key_version": _LENIENT_INT,
         "batch_input": {"type": "array", "items": {"type": "object", "properties": item}},
     }
-    check = {**item, "hmac": {"type": "string"}, "signature": {"type": "string"}}
+    check = {
+        **item,
+        "hmac": {"type": "string"},
+        "signature": {"type": "string"},
+        "context": _B64,
+    }
     verify_body = {
         **check,
-        "hash_algorithm": {"type": "string"},
+        **_SIGNATURE_OPTIONS,
         "batch_input": {"type": "array", "items": {"type": "object", "properties": check}},
     }
     hmac_summary = "The HMAC (vault:vN:) of base64 input under the key's version (hmac scope)"

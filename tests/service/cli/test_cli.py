@@ -178,7 +178,7 @@ def test_keys_commands(server: Server) -> None:
     name = "cli-" + os.urandom(3).hex()
     created = json.loads(server.cli("keys", "create", name, "--exportable").stdout)
     assert (created["name"], created["latest"], created["exportable"]) == (name, 1, True)
-    assert name in [k["name"] for k in json.loads(server.cli("keys", "list").stdout)]
+    assert name in [k["name"] for k in json.loads(server.cli("keys", "list", "--json").stdout)]
     assert json.loads(server.cli("keys", "rotate", name).stdout)["latest"] == 2
     exported = json.loads(server.cli("keys", "export", name, "--version", "1").stdout)
     with server.client() as c:
@@ -191,10 +191,10 @@ def test_keys_commands(server: Server) -> None:
     # A key made exportable later: `keys show` says so, and its first version exports.
     later = "cli-" + os.urandom(3).hex()
     server.cli("keys", "create", later)
-    assert json.loads(server.cli("keys", "show", later).stdout)["exportable"] is False
+    assert json.loads(server.cli("keys", "show", later, "--json").stdout)["exportable"] is False
     made = json.loads(server.cli("keys", "policy", later, "--make-exportable").stdout)
     assert made["exportable"] is True
-    assert json.loads(server.cli("keys", "show", later).stdout)["exportable"] is True
+    assert json.loads(server.cli("keys", "show", later, "--json").stdout)["exportable"] is True
     assert json.loads(server.cli("keys", "export", later).stdout)["version"] == 1
 
 
@@ -248,7 +248,7 @@ def test_a_failed_decrypt_exits_non_zero_and_leaves_no_output(
     assert list(tmp_path.iterdir()) == [bad]  # no temporary file left behind either
     wrong = server.cli("decrypt", "--key", "t-aes256", stdin=bytes(envelope))
     assert wrong.returncode == 1
-    assert b"decryption_failed" in wrong.stderr
+    assert wrong.stderr.startswith(b"sealflow: decrypt failed: decryption failed")
 
 
 def test_client_reports_missing_token_and_server_errors(

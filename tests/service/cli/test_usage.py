@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import argparse
 import base64
 import os
 import re
 import subprocess
 import sys
 import typing
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from sealflow.service import cli
 from sealflow.service.config import Settings
 from tests.service.cli.test_cli import run
 
@@ -70,7 +73,10 @@ def test_help_works_whatever_the_environment_says() -> None:
     ],
 )
 def test_help_reads_as_words(command: list[str]) -> None:
-    text = run(*command, "--help").stdout.decode()
+    _reads_as_words(run(*command, "--help").stdout.decode())
+
+
+def _reads_as_words(text: str) -> None:
     assert "usage: sealflow" in text
     assert "``" not in text  # no reStructuredText
     assert "default None" not in text
@@ -117,7 +123,7 @@ def test_a_closed_pipe_ends_quietly(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert proc.stderr == b""
     assert proc.returncode == 141  # 128 + SIGPIPE, as a shell reports a tool killed by it
     # The rotation itself happened: the pipe only lost its output.
-    shown = run("keys", "show", "k", "--data-dir", str(tmp_path)).stdout.decode()
+    shown = run("keys", "show", "k", "--json", "--data-dir", str(tmp_path)).stdout.decode()
     assert '"latest": 2' in shown
 
 
@@ -154,3 +160,31 @@ def test_selftest_verbose_prints_what_the_calibration_measured_and_chose() -> No
     forced = run("selftest", "--verbose", SEALFLOW_PROVIDER="native").stdout.decode()
     assert "calibration: none (a provider was forced)" in forced
     assert "aes-256-gcm: small=native, large=native, chunks=native" in forced
+
+
+def _commands(
+    parser: argparse.ArgumentParser, path: tuple[str, ...] = ()
+) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser]]:
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _commands(sub, (*path, name))
+
+
+def test_every_option_of_every_command_has_help() -> None:
+    commands = list(_commands(cli.parser()))
+    assert len(commands) > 40  # the walk found the subcommands
+    missing = [
+        f"sealflow {' '.join(path)} {action.option_strings[-1]}"
+        for path, parser in commands
+        for action in parser._actions
+        if action.option_strings and not (action.help and action.help.strip())
+    ]
+    assert missing == []
+
+
+def test_every_commands_help_reads_as_words() -> None:
+    """In-process, for every command and subcommand (the list above runs a few whole)."""
+    for _, parser in _commands(cli.parser()):
+        _reads_as_words(parser.format_help())

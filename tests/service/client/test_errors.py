@@ -110,11 +110,13 @@ def test_a_late_failure_in_a_large_stream_is_never_a_clean_end(api: Client) -> N
     data = os.urandom(8 << 20)
     envelope = bytearray(api.encrypt("default", data))
     envelope[-20_000] ^= 1
-    # Full duplex: the service sends the authenticated chunks, then cuts the response off.
+    # Full duplex: the service sends the authenticated chunks, then cuts the response off,
+    # naming the cause in-band first (docs/API.md, "Transports").
     got = bytearray()
-    with pytest.raises(TransportError, match="connection lost after"):  # noqa: PT012
+    with pytest.raises(DecryptionFailed, match="decryption failed after") as caught:  # noqa: PT012
         for chunk in api.decrypt_stream(iter([bytes(envelope)])):
             got += chunk
+    assert (caught.value.status, caught.value.code) == (None, "decryption_failed")
     assert data.startswith(got)
     # Into bytes (replayable input): an error either way, never a short plaintext.
     with pytest.raises((DecryptionFailed, TransportError)):

@@ -14,6 +14,7 @@ from sealflow.service.client._framing import (
     FramingError,
     Head,
     Response,
+    StreamError,
     parse_head,
 )
 
@@ -167,3 +168,29 @@ def test_a_connection_that_closes_before_the_head() -> None:
     assert response.feed(b"HTTP/1.1 200 OK\r\n") == []
     with pytest.raises(FramingError, match="closed"):
         response.end()
+
+
+@pytest.mark.parametrize(
+    "line",
+    [b"1;sealflow-error=decryption_failed\r\n", b"1 ; a=b; sealflow-error=decryption_failed\n"],
+)
+def test_the_services_signal_names_why_the_body_is_cut_off(line: bytes) -> None:
+    """The chunk-size line the service ends a failed full-duplex body with (docs/API.md): the
+    chunks before it are body; the line itself is the cause, before any close."""
+    reader = BodyReader(None, chunked=True)
+    assert b"".join(reader.feed(b"5\r\nhello\r\n")) == b"hello"
+    with pytest.raises(StreamError) as caught:
+        reader.feed(line)
+    assert caught.value.code == "decryption_failed"
+    assert not reader.done
+
+
+@pytest.mark.parametrize(
+    "line", [b"1;xsealflow-error=decryption_failed\r\n", b"1;sealflow-error=\r\n"]
+)
+def test_other_chunk_extensions_are_not_the_signal(line: bytes) -> None:
+    reader = BodyReader(None, chunked=True)
+    assert reader.feed(line) == []
+    with pytest.raises(FramingError) as caught:
+        reader.end()
+    assert not isinstance(caught.value, StreamError)

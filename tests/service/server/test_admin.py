@@ -124,7 +124,7 @@ def test_rotation_by_another_process_is_seen_without_restart(
     second = client.post(f"/v1/keys/{name}/encrypt", content=b"y").content
     assert int.from_bytes(split(second)[0][6:10], "big") == 2
     assert client.post("/v1/decrypt", content=first).content == b"x"
-    shown = json.loads(server.cli("keys", "show", name).stdout)
+    shown = json.loads(server.cli("keys", "show", name, "--json").stdout)
     assert [v["version"] for v in shown["versions"]] == [1, 2]
 
 

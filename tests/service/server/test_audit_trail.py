@@ -263,7 +263,7 @@ def test_required_mode_on_a_full_disk(tmp_path: Path) -> None:
 def counted(srv: Server) -> int:
     """Sealings counted under version 1 of key ``counted``, read by the CLI from the keystore
     (the API refuses every token while the trail fails)."""
-    shown = srv.cli("keys", "show", "counted")
+    shown = srv.cli("keys", "show", "counted", "--json")
     assert shown.returncode == 0, shown.stderr
     encryptions: int = json.loads(shown.stdout)["versions"][0]["encryptions"]
     return encryptions

@@ -52,12 +52,14 @@ def test_revoked_token_is_401_at_once(server: Server) -> None:
     token = new_token(server, "encrypt:default", label="to-revoke")
     with server.client(token) as c:
         assert c.post("/v1/keys/default/encrypt", content=b"x").status_code == 200
-        listed = json.loads(server.cli("tokens", "list").stdout)
+        listed = json.loads(server.cli("tokens", "list", "--json").stdout)
         (token_id,) = [t["id"] for t in listed if t["label"] == "to-revoke"]
         assert server.cli("tokens", "revoke", token_id).returncode == 0
         r = c.post("/v1/keys/default/encrypt", content=b"x")
         assert r.status_code == 401
-    assert [t["revoked"] for t in json.loads(server.cli("tokens", "list").stdout)].count(True) == 1
+    assert [t["revoked"] for t in json.loads(server.cli("tokens", "list", "--json").stdout)].count(
+        True
+    ) == 1
 
 
 def test_scopes_are_checked_per_action_and_key(server: Server) -> None:

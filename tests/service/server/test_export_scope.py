@@ -127,7 +127,7 @@ def test_export_scope_is_a_glob_and_adds_to_admin(server: Server) -> None:
 def test_the_root_token_and_the_cli_keep_export(server: Server) -> None:
     """The first start's root token has every scope, ``export:*`` included; ``tokens create``
     grants ``export:<glob>``; the CLI, which holds the master key, needs no token."""
-    tokens = json.loads(server.cli("tokens", "list").stdout)
+    tokens = json.loads(server.cli("tokens", "list", "--json").stdout)
     (root,) = [t for t in tokens if t["label"] == "root"]
     assert root["scopes"] == ROOT_SCOPES
     with server.client() as c:
@@ -142,7 +142,9 @@ def test_the_root_token_and_the_cli_keep_export(server: Server) -> None:
     assert len(base64.b64decode(json.loads(done.stdout)["key"])) == 32
     label = unique("exporter")
     new_token(server, "admin", "export:orders*", label=label)
-    listed = {t["label"]: t["scopes"] for t in json.loads(server.cli("tokens", "list").stdout)}
+    listed = {
+        t["label"]: t["scopes"] for t in json.loads(server.cli("tokens", "list", "--json").stdout)
+    }
     assert listed[label] == ["admin", "export:orders*"]
     bad = server.cli("tokens", "create", "--scope", "export:")
     assert bad.returncode != 0
@@ -173,8 +175,17 @@ def test_the_root_token_of_an_existing_data_dir_keeps_export(tmp_path: Path) -> 
             assert c.post("/v1/keys/default/encrypt", content=b"x").status_code == 200
         with server.client(admin) as c:  # an admin token of that release: no export now
             _refused(c.get("/v1/keys/kept/export"), "export:kept")
-        listed = {t["label"]: t["scopes"] for t in json.loads(server.cli("tokens", "list").stdout)}
+        listed = {
+            t["label"]: t["scopes"]
+            for t in json.loads(server.cli("tokens", "list", "--json").stdout)
+        }
         assert listed == {"root": ROOT_SCOPES, "ops": ["admin"]}
         assert "given export:*" in server.log.read_text()
     finally:
         server.stop()
+
+
+def labels_and_scopes(server: Server) -> dict[str, list[str]]:
+    return {
+        t["label"]: t["scopes"] for t in json.loads(server.cli("tokens", "list", "--json").stdout)
+    }

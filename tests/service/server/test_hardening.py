@@ -12,6 +12,7 @@ import sqlite3
 import subprocess
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
@@ -183,7 +184,7 @@ def test_sigkill_during_rotations_loses_no_version(tmp_path: Path) -> None:
         if proc.returncode == 0:
             completed = json.loads(out)["latest"]
     shown = subprocess.run(  # noqa: S603
-        [SEALFLOW, "keys", "show", "crash"], env=env, capture_output=True, check=True
+        [SEALFLOW, "keys", "show", "crash", "--json"], env=env, capture_output=True, check=True
     )
     versions = [v["version"] for v in json.loads(shown.stdout)["versions"]]
     assert versions == list(range(1, len(versions) + 1))  # no gap, nothing half-written
@@ -284,6 +285,41 @@ def test_schemathesis_finds_no_server_error(make_server: MakeServer) -> None:
     assert any(path.startswith("/v1/transit/") for path in paths)
     assert int(tested.group(1)) == sum(len(operations) for operations in paths.values())
     assert_no_500(srv)
+
+
+def test_schemathesis_sends_mode_records_to_every_data_route(
+    make_server: MakeServer, tmp_path: Path
+) -> None:
+    """The data routes alone (in the whole run above a token route may revoke the token
+    first): mode=records is in the document for encrypt, both decrypts and hmac, and the
+    property-based requests use it on each, answered past authentication, with no 5xx."""
+    srv = make_server()
+    schemathesis = str(Path(SEALFLOW).with_name("schemathesis"))
+    har = tmp_path / "requests.har"
+    done = subprocess.run(  # noqa: S603
+        [
+            schemathesis, "run", f"{srv.url}/openapi.json", "--checks", "not_a_server_error",
+            "--header", f"Authorization: Bearer {srv.token}", "--max-examples", "30",
+            "--request-timeout", "10", "--generation-deterministic",
+            "--include-path-regex", r"^/v1/(keys/\{name\}/(encrypt|decrypt|hmac)|decrypt)$",
+            "--report", "har", "--report-har-path", str(har),
+        ],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert_no_500(srv)
+    with_records = set()
+    for entry in json.loads(har.read_text())["log"]["entries"]:
+        url = urllib.parse.urlsplit(entry["request"]["url"])
+        query = urllib.parse.parse_qs(url.query)
+        if query.get("mode") == ["records"] and entry["response"]["status"] not in (401, 403):
+            with_records.add(re.sub(r"^/v1/keys/[^/]+/", "/v1/keys/{name}/", url.path))
+    assert with_records == {
+        "/v1/keys/{name}/encrypt",
+        "/v1/keys/{name}/decrypt",
+        "/v1/decrypt",
+        "/v1/keys/{name}/hmac",
+    }
 
 
 def assert_no_500(srv: Server) -> None:

@@ -122,7 +122,7 @@ def stop_both(a: Worker, b: Worker) -> None:
 
 def shown(w: Worker, name: str) -> dict[int, int]:
     """Counts per version as ``sealflow keys show`` reads them from the keystore."""
-    shown = w.server.cli("keys", "show", name)
+    shown = w.server.cli("keys", "show", name, "--json")
     assert shown.returncode == 0, shown.stderr
     return {v["version"]: v["encryptions"] for v in json.loads(shown.stdout)["versions"]}
 

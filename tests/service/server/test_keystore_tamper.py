@@ -162,7 +162,7 @@ def test_a_token_row_changed_in_the_file_is_401(srv: Server, restart: Restart, a
         assert c.post("/v1/keys/default/encrypt", content=DATA).status_code == 200
         assert c.get("/v1/keys").status_code == 403
     if attack == "revocation undone":
-        listed = json.loads(srv.cli("tokens", "list").stdout)
+        listed = json.loads(srv.cli("tokens", "list", "--json").stdout)
         (token_id,) = [t["id"] for t in listed if t["label"] == "app"]
         assert srv.cli("tokens", "revoke", token_id).returncode == 0
     attacker(srv, TOKEN_ATTACKS[attack])

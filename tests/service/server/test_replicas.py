@@ -328,7 +328,7 @@ def test_a_replica_killed_with_reserved_sealings_over_counts_never_under(
             counted = c.get("/v1/keys/default").json()["versions"][0]["encryptions"]
         assert counted >= 150
         b.stop()  # a clean stop gives back what it did not use
-        shown = b.cli("keys", "show", "default")
+        shown = b.cli("keys", "show", "default", "--json")
         assert shown.returncode == 0, shown.stderr
         after = json.loads(shown.stdout)["versions"][0]["encryptions"]
         assert 150 <= after < counted

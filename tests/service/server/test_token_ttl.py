@@ -161,7 +161,7 @@ def test_the_cli_flags(server: Server) -> None:
     err = done.stderr.decode()
     assert 'TTL of "1h" exceeded the effective max_ttl of "30m"' in err
     assert secret not in err
-    listed = json.loads(server.cli("tokens", "list").stdout)
+    listed = json.loads(server.cli("tokens", "list", "--json").stdout)
     ops = next(t for t in listed if t["label"] == "ops")
     assert (ops["ttl"], ops["explicit_max_ttl"], ops["renewable"]) == (1800, 1800, False)
     assert (ops["num_uses"], ops["uses_left"], ops["expired"]) == (3, 3, False)

@@ -389,7 +389,7 @@ def test_min_encryption_version(server: Server, vault: hvac.Client) -> None:
         == 3
     )
     # The admin CLI shows it too.
-    shown = server.cli("keys", "show", name)
+    shown = server.cli("keys", "show", name, "--json")
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout)["min_encryption_version"] == 3
 
@@ -459,7 +459,7 @@ def test_vault_key_names_through_transit_only(server: Server, vault: hvac.Client
     scoped = new_token(server, "encrypt:Orders_*", "decrypt:Orders_*")
     user = hvac.Client(url=server.url, token=scoped, strict_http=True).secrets.transit
     assert user.decrypt_data(name, sealed)["data"]["plaintext"] == b64(b"vault name")
-    listed = server.cli("keys", "list")
+    listed = server.cli("keys", "list", "--json")
     assert listed.returncode == 0, listed.stderr
     assert name in [k["name"] for k in json.loads(listed.stdout)]
     with server.client() as native:
