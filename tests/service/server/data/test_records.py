@@ -107,6 +107,35 @@ def test_one_bad_record_fails_alone(client: httpx.Client) -> None:
     assert all(t == b"" for s, t in got if s != OK)  # no plaintext of a failed record
 
 
+def failures(client: httpx.Client, reason: str) -> float:
+    name = f'sealflow_decryption_failures_total{{reason="{reason}"}}'
+    lines = client.get("/metrics").text.splitlines()
+    return sum(float(line.split()[-1]) for line in lines if line.startswith(name))
+
+
+def test_failed_records_among_records_of_one_version(client: httpx.Client) -> None:
+    # Every record under the first one's prefix: one engine call answers the batch whole.
+    records = [os.urandom(n) for n in (0, 1, 100, 7, 300, 100, 100, 64)]
+    envelopes = seal(client, "default", records)
+    bad = {0, 3, 7}  # the first, one inside, the last
+    batch = []
+    for i, envelope in enumerate(envelopes):
+        if i in bad:
+            tampered = bytearray(envelope)
+            tampered[-1 - i] ^= 1
+            envelope = bytes(tampered)
+        batch.append(envelope)
+    cut = envelopes[2][:-1]  # its prefix whole, its tag cut short
+    before = failures(client, "authentication")
+    got = open_records(client, "/v1/keys/default/decrypt", [*batch, cut])
+    assert got == [
+        *((FAILED, b"") if i in bad else (OK, r) for i, r in enumerate(records)),
+        (FAILED, b""),
+    ]
+    assert failures(client, "authentication") == before + len(bad) + 1
+    assert open_records(client, "/v1/decrypt", envelopes) == [(OK, r) for r in records]
+
+
 def test_records_of_several_keys_and_versions(client: httpx.Client) -> None:
     name = f"rec-{uuid.uuid4().hex[:8]}"
     client.post("/v1/keys", json={"name": name}).raise_for_status()
