@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import enum
 import itertools
-import operator
 import struct
+from array import array
 from collections.abc import Callable
 
 from sealflow import engine
@@ -225,7 +225,7 @@ class RecordOpener(Framed):
         prefix, opened = self._open(batch, view[FRAME_LEN : FRAME_LEN + lengths[0]])
         if not isinstance(opened, Status) and _OTHER_PREFIX not in opened.status:
             try:  # the usual batch: every record under the first one's prefix
-                return _answer(opened)
+                return _answer(opened, lengths)
             finally:
                 opened.wipe()
         status = bytearray(n)  # Status.OK until found otherwise
@@ -312,20 +312,32 @@ def _count_failures(status: bytes | bytearray) -> None:
             _metrics.DECRYPTION_FAILURES.labels(reason).inc(count)
 
 
-def _answer(opened: engine.OpenedRecords) -> bytes:
-    """``u8 status || u32 length || plaintext`` per record of one engine call, with no
-    Python loop over the records: each record's five bytes and plaintext (a view of
-    ``opened.data``, empty for a record that failed) joined once."""
+def _answer(opened: engine.OpenedRecords, lengths: array[int]) -> bytes:
+    """``u8 status || u32 length || plaintext`` per record of one engine call (whose records
+    had these lengths), with no Python loop over the records but over those that failed:
+    the plaintexts cut out of ``opened.data`` in one call when the records are of one length
+    (slices otherwise), and joined once with their five bytes (0.07 us a record of 100 B
+    against 0.5 for slices and 2 for the loop per record; docs/BENCHMARKS.md)."""
     status = opened.status.translate(_ANSWER_STATUS)
     _count_failures(status)
-    offsets = opened.offsets
-    starts, ends = offsets[:-1].tolist(), offsets[1:].tolist()
-    i = -1
-    while (i := status.find(Status.DECRYPTION_FAILED, i + 1)) >= 0:
-        ends[i] = starts[i]
-    parts: list[bytes | memoryview] = [b""] * (2 * len(status))
-    parts[::2] = map(_STATUS_LENGTH.pack, status, map(operator.sub, ends, starts))
-    parts[1::2] = map(memoryview(opened.data).__getitem__, map(slice, starts, ends))
+    n, offsets, data = len(status), opened.offsets, opened.data
+    texts: list[bytes | bytearray]
+    same = min(lengths) == max(lengths)
+    if same:
+        texts = list(struct.Struct(f"{offsets[1]}s" * n).unpack_from(data))
+    else:
+        starts, ends = offsets[:-1].tolist(), offsets[1:].tolist()
+        texts = [data[a:b] for a, b in zip(starts, ends, strict=True)]
+    i = status.find(Status.DECRYPTION_FAILED)
+    if i < 0 and same:
+        head = _STATUS_LENGTH.pack(Status.OK, offsets[1])
+        return b"".join((head, head.join(texts)))
+    while i >= 0:
+        texts[i] = b""  # its region holds only zeros: no plaintext of a record that failed
+        i = status.find(Status.DECRYPTION_FAILED, i + 1)
+    parts: list[bytes | bytearray] = [b""] * (2 * n)
+    parts[::2] = map(_STATUS_LENGTH.pack, status, map(len, texts))
+    parts[1::2] = texts
     return b"".join(parts)
 
 

@@ -113,9 +113,15 @@ def failures(client: httpx.Client, reason: str) -> float:
     return sum(float(line.split()[-1]) for line in lines if line.startswith(name))
 
 
-def test_failed_records_among_records_of_one_version(client: httpx.Client) -> None:
-    # Every record under the first one's prefix: one engine call answers the batch whole.
-    records = [os.urandom(n) for n in (0, 1, 100, 7, 300, 100, 100, 64)]
+@pytest.mark.parametrize(
+    "sizes", [(0, 1, 100, 7, 300, 100, 100, 64), (100,) * 8], ids=["lengths", "one-length"]
+)
+def test_failed_records_among_records_of_one_version(
+    client: httpx.Client, sizes: tuple[int, ...]
+) -> None:
+    # Every record under the first one's prefix: one engine call answers the batch whole
+    # (records of one length are cut out of its output in one call).
+    records = [os.urandom(n) for n in sizes]
     envelopes = seal(client, "default", records)
     bad = {0, 3, 7}  # the first, one inside, the last
     batch = []
@@ -133,6 +139,8 @@ def test_failed_records_among_records_of_one_version(client: httpx.Client) -> No
         (FAILED, b""),
     ]
     assert failures(client, "authentication") == before + len(bad) + 1
+    got = open_records(client, "/v1/keys/default/decrypt", batch)  # all of one length, or not
+    assert got == [(FAILED, b"") if i in bad else (OK, r) for i, r in enumerate(records)]
     assert open_records(client, "/v1/decrypt", envelopes) == [(OK, r) for r in records]
 
 
