@@ -265,6 +265,27 @@ def test_the_frame_watch_refuses_exactly_the_first_length_beyond_the_limit() -> 
         watch(good[i : i + 1])
 
 
+def test_the_frame_watch_counts_the_records_whose_length_field_arrived() -> None:
+    """``FrameWatch.started`` bounds the records a batch can hold (the sealer's lease asked
+    for beforehand): exactly the length fields seen so far, however the body is cut."""
+    records = [os.urandom(n) for n in (0, 1, 39, 40, 7, 0)]
+    body = framed(records)
+    fields = []  # the offset just past each record's length field
+    pos = 0
+    for r in records:
+        fields.append(pos + 4)
+        pos += 4 + len(r)
+    for cut in range(len(body) + 1):
+        for cut2 in (cut, min(len(body), cut + 3), min(len(body), cut + 45)):
+            watch = FrameWatch(40)
+            fed = 0
+            for piece in (body[:cut], body[cut:cut2], body[cut2:]):
+                watch(piece)
+                fed += len(piece)
+                assert watch.started == sum(end <= fed for end in fields)
+    assert watch.started == len(records)
+
+
 def test_scopes_apply(server: Server) -> None:
     only_encrypt = new_token(server, "encrypt:default")
     with server.client(only_encrypt) as c:
