@@ -107,6 +107,43 @@ def test_one_bad_record_fails_alone(client: httpx.Client) -> None:
     assert all(t == b"" for s, t in got if s != OK)  # no plaintext of a failed record
 
 
+def failures(client: httpx.Client, reason: str) -> float:
+    name = f'sealflow_decryption_failures_total{{reason="{reason}"}}'
+    lines = client.get("/metrics").text.splitlines()
+    return sum(float(line.split()[-1]) for line in lines if line.startswith(name))
+
+
+@pytest.mark.parametrize(
+    "sizes", [(0, 1, 100, 7, 300, 100, 100, 64), (100,) * 8], ids=["lengths", "one-length"]
+)
+def test_failed_records_among_records_of_one_version(
+    client: httpx.Client, sizes: tuple[int, ...]
+) -> None:
+    # Every record under the first one's prefix: one engine call answers the batch whole
+    # (records of one length are cut out of its output in one call).
+    records = [os.urandom(n) for n in sizes]
+    envelopes = seal(client, "default", records)
+    bad = {0, 3, 7}  # the first, one inside, the last
+    batch = []
+    for i, envelope in enumerate(envelopes):
+        if i in bad:
+            tampered = bytearray(envelope)
+            tampered[-1 - i] ^= 1
+            envelope = bytes(tampered)
+        batch.append(envelope)
+    cut = envelopes[2][:-1]  # its prefix whole, its tag cut short
+    before = failures(client, "authentication")
+    got = open_records(client, "/v1/keys/default/decrypt", [*batch, cut])
+    assert got == [
+        *((FAILED, b"") if i in bad else (OK, r) for i, r in enumerate(records)),
+        (FAILED, b""),
+    ]
+    assert failures(client, "authentication") == before + len(bad) + 1
+    got = open_records(client, "/v1/keys/default/decrypt", batch)  # all of one length, or not
+    assert got == [(FAILED, b"") if i in bad else (OK, r) for i, r in enumerate(records)]
+    assert open_records(client, "/v1/decrypt", envelopes) == [(OK, r) for r in records]
+
+
 def test_records_of_several_keys_and_versions(client: httpx.Client) -> None:
     name = f"rec-{uuid.uuid4().hex[:8]}"
     client.post("/v1/keys", json={"name": name}).raise_for_status()
@@ -226,6 +263,27 @@ def test_the_frame_watch_refuses_exactly_the_first_length_beyond_the_limit() -> 
     watch = FrameWatch(limit)
     for i in range(len(good)):  # byte by byte, nothing refused
         watch(good[i : i + 1])
+
+
+def test_the_frame_watch_counts_the_records_whose_length_field_arrived() -> None:
+    """``FrameWatch.started`` bounds the records a batch can hold (the sealer's lease asked
+    for beforehand): exactly the length fields seen so far, however the body is cut."""
+    records = [os.urandom(n) for n in (0, 1, 39, 40, 7, 0)]
+    body = framed(records)
+    fields = []  # the offset just past each record's length field
+    pos = 0
+    for r in records:
+        fields.append(pos + 4)
+        pos += 4 + len(r)
+    for cut in range(len(body) + 1):
+        for cut2 in (cut, min(len(body), cut + 3), min(len(body), cut + 45)):
+            watch = FrameWatch(40)
+            fed = 0
+            for piece in (body[:cut], body[cut:cut2], body[cut2:]):
+                watch(piece)
+                fed += len(piece)
+                assert watch.started == sum(end <= fed for end in fields)
+    assert watch.started == len(records)
 
 
 def test_scopes_apply(server: Server) -> None:
