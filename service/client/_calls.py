@@ -140,7 +140,24 @@ def import_key(
     return _admin("POST", f"{_key(name)}/import", Key.from_json, body, idempotent=False)
 
 
-def create_token(fields: Mapping[str, object]) -> Admin[Token]:
+def create_token(
+    scopes: Sequence[str],
+    label: str,
+    ttl: int | str | None,
+    explicit_max_ttl: int | str,
+    renewable: bool,
+    num_uses: int,
+    orphan: bool,
+) -> Admin[Token]:
+    fields = {
+        "scopes": list(scopes),
+        "label": label,
+        "ttl": ttl,
+        "explicit_max_ttl": explicit_max_ttl,
+        "renewable": renewable,
+        "num_uses": num_uses,
+        "orphan": orphan,
+    }
     body = {k: v for k, v in fields.items() if v is not None}
     return _admin("POST", "/v1/tokens", Token.from_json, body, idempotent=False)
 

@@ -459,16 +459,8 @@ class Client:
     ) -> Token:
         """A new token with ``scopes`` the caller holds (scope ``admin``); its secret is
         ``.secret``, shown this once. Durations: seconds or Vault's text (``"1h30m"``)."""
-        fields = {
-            "scopes": list(scopes),
-            "label": label,
-            "ttl": ttl,
-            "explicit_max_ttl": explicit_max_ttl,
-            "renewable": renewable,
-            "num_uses": num_uses,
-            "orphan": orphan,
-        }
-        return self._admin(calls.create_token(fields))
+        call = calls.create_token(scopes, label, ttl, explicit_max_ttl, renewable, num_uses, orphan)
+        return self._admin(call)
 
     def list_tokens(self) -> list[Token]:
         """Every token's description, never a secret (scope ``admin``)."""
