@@ -57,6 +57,7 @@ from ._provision import (
 )
 from ._public_keys import RSA_TYPES, PublicKeyInfo
 from ._root_scopes import ROOT_SCOPES
+from ._rotate_master import Rotated, current_provider, rotate_master
 from ._seals import PROVIDERS as MASTER_KEY_PROVIDERS
 from ._seals import Seal, seal_for
 from ._snapshot import Snapshot
@@ -132,6 +133,7 @@ __all__ = [
     "RestoredKey",
     "RoleInfo",
     "RoleNotFound",
+    "Rotated",
     "SQLiteKeyStore",
     "Seal",
     "SecretIdInfo",
@@ -152,6 +154,7 @@ __all__ = [
     "backup_keystore",
     "backup_record",
     "create_master_key_file",
+    "current_provider",
     "describe",
     "export_material",
     "hmac_key",
@@ -172,6 +175,7 @@ __all__ = [
     "redact",
     "restore_postgres",
     "restore_sqlite",
+    "rotate_master",
     "seal_for",
     "sealable",
     "valid_accessor",
