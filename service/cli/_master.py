@@ -91,9 +91,10 @@ def rotate(args: argparse.Namespace) -> int:
 
     try:
         rotated = rotate_master(settings, args.to, args.batch_size, batch)
-    except KeyStoreError as exc:
+    except KeyStoreError:
+        # What stopped it goes to stderr (``_main``); the trail says that it stopped.
         if auditor is not None:
-            recording(auditor)("master_rotate", {"status": "failed", "error": str(exc)})
+            recording(auditor)("master_rotate", {"error": "rotation_incomplete"})
             auditor.close()
         raise
     _report(rotated)
@@ -113,13 +114,11 @@ def rotate(args: argparse.Namespace) -> int:
 def _fields(rotated: Rotated) -> dict[str, object]:
     """The audit record's fields: provider names and generations, never a key or a PIN."""
     return {
-        "status": "completed",
         "from_provider": rotated.old.provider,
         "to_provider": rotated.new.provider,
-        "generation": rotated.new.generation,
+        "kek_generation": rotated.new.generation,
         "resumed": rotated.resumed,
         "rows": rotated.progress.rewritten,
-        "refused": len(rotated.progress.refused),
     }
 
 
