@@ -11,6 +11,7 @@ from typing import Any
 from sealflow.service.audit import open_auditor
 from sealflow.service.config import Settings
 from sealflow.service.keystore import (
+    HELD_KEYS,
     MASTER_KEY_PROVIDERS,
     KeyStoreError,
     KeyStoreUnavailable,
@@ -132,6 +133,14 @@ def _report(rotated: Rotated) -> None:
     )
     for what in progress.refused:
         print(f"left as it was (fails its integrity check): {what}", file=sys.stderr)
+    held = {old.provider, new.provider} <= HELD_KEYS  # both read the same key settings
+    if held or (old.provider, old.identity) == (new.provider, new.identity):
+        print(
+            f"the {new.names()} master key seals the new key-encryption key as it sealed the"
+            " old one: keep it",
+            file=sys.stderr,
+        )
+        return
     print(
         f"the {old.names()} master key is no longer needed to open this keystore; keep it"
         " only as long as you keep backups made before this rotation (they open with it)",

@@ -58,8 +58,8 @@ from ._provision import (
 from ._public_keys import RSA_TYPES, PublicKeyInfo
 from ._root_scopes import ROOT_SCOPES
 from ._rotate_master import Rotated, current_provider, rotate_master
+from ._seals import HELD_KEYS, Seal, seal_for
 from ._seals import PROVIDERS as MASTER_KEY_PROVIDERS
-from ._seals import Seal, seal_for
 from ._snapshot import Snapshot
 from ._sqlite import SQLiteKeyStore
 from ._unlock import backup_keys, migration_keys
@@ -90,6 +90,7 @@ from .errors import (
 
 __all__ = [
     "AUDIT_TABLE",
+    "HELD_KEYS",
     "HMAC_MAX_SIZE",
     "HMAC_MIN_SIZE",
     "KDF_COUNTER",

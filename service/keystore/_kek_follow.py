@@ -2,7 +2,7 @@
 provider call: it reads the KEK records each time it reloads its cache and before each of its
 write transactions, and holds what they say.
 
-- The record's generation names the KEK the store was opened with (``Integrity.label``).
+- The first record's generation names the KEK the store was opened with (``Integrity.label``).
 - While a rotation runs, ``master_kek_next`` holds the next KEK wrapped under the current one:
   the store unwraps it with the KEK it holds and writes under it from then on (reading each
   row under the generation written in front of it).
@@ -32,7 +32,10 @@ def follow(integrity: Integrity, values: Mapping[str, object], where: str) -> No
     """Hold the KEK generations the records in ``values`` (by meta key) say are in use."""
     record = values.get(RECORD_META)
     generation = 0 if record is None else Record.decode(record, where).generation
-    integrity.label(generation)
+    if record is not None:
+        # Not before: a store opened on an empty database (a restore's) learns it from the
+        # record the restore writes.
+        integrity.label(generation)
     if not integrity.holds(generation):
         why = (
             f"keystore {where}: its key-encryption key was rotated (rotate-master) while this"

@@ -65,7 +65,7 @@ def test_rotate_master_while_an_sqlite_server_serves(tmp_path: Path) -> None:
             assert proc.returncode == 0, report
             assert served_during > 0
             assert "to generation 1, sealed by the file master-key provider" in report
-            assert "the file master key is no longer needed to open this keystore" in report
+            assert "the file master key seals the new key-encryption key as it sealed" in report
             # The same process: old envelopes open, and what it writes now opens after a restart.
             for name, envelope in envelopes.items():
                 assert client.post("/v1/decrypt", content=envelope).content == name.encode()

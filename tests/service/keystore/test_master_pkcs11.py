@@ -284,7 +284,7 @@ def test_a_postgres_keystore_under_pkcs11(token: Token, tmp_path: Path, pg_url: 
             assert client.post("/v1/decrypt", content=envelope).content == SECRET
     finally:
         again.stop()
-    listed = token.sealflow("keys", "list", keystore_url=pg_url)
+    listed = token.sealflow("keys", "list", "--json", keystore_url=pg_url)
     assert listed.returncode == 0, listed.stderr
     assert '"default"' in listed.stdout
 

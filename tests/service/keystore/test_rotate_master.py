@@ -2,7 +2,8 @@
 on PostgreSQL: a keystore of 1,000 keys x 3 versions, the command killed with SIGKILL at 20
 random points and run again each time, opens after every kill with the provider its record
 names and ends rotated, every version's material as it was; a PostgreSQL replica serving
-through a rotation follows it without a restart."""
+through a rotation follows it without a restart; pkcs11 to a Transit seal (OpenBao), then to a
+key file."""
 
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ from sealflow.service.keystore import (
     prepare,
 )
 from tests.service.conftest import SEALFLOW, start_server
+from tests.service.openbao import run_openbao, seal_key
 
 from .softhsm import Token
 
@@ -255,3 +257,51 @@ def test_a_postgresql_replica_follows_a_rotation_without_a_restart(
     with closing(_open(data, settings, "pkcs11")) as store:
         for name in ("made-during", "made-after", "key-199"):
             assert len(store.key_material(name, 1)) == 32
+
+
+def test_pkcs11_to_transit_then_to_file(tmp_path: Path, token: Token) -> None:
+    """Generation 1 under a Transit seal, then generation 2 under a key file: each rotation
+    needs only the target's settings besides the current provider's, and once it is done the
+    old provider is not asked again (OpenBao stopped, the file key alone opens it)."""
+    data = tmp_path / "data"
+    file_key = base64.b64encode(os.urandom(32)).decode()
+    with run_openbao(tmp_path) as bao:
+        sealing = seal_key(bao.url, bao.token, tmp_path)
+        settings = {**token.settings(), **sealing.settings(bao.url), "master_key": file_key}
+        prepare(Settings(data_dir=data, **settings))  # type: ignore[arg-type]
+        with closing(_open(data, settings, "pkcs11")) as store:
+            for i in range(50):
+                store.create_key(f"key-{i:02d}", Algorithm.CHACHA20_POLY1305)
+                store.rotate_key(f"key-{i:02d}")
+            before = _materials(store)
+        env = _env(data, settings)
+        to_transit = subprocess.run(  # noqa: S603
+            [SEALFLOW, "keystore", "rotate-master", "--to", "transit", "--batch-size", "7"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert to_transit.returncode == 0, to_transit.stderr
+        assert "to generation 1, sealed by the transit (" in to_transit.stderr
+        assert "the pkcs11 (key_label 'sealflow-master'" in to_transit.stderr
+        with closing(_open(data, settings, "transit")) as store:
+            assert _materials(store) == before
+        with pytest.raises(KeyStoreUnavailable, match="sealed by the transit"):
+            _open(data, settings, "pkcs11")
+        to_file = subprocess.run(  # noqa: S603
+            [SEALFLOW, "keystore", "rotate-master", "--to", "file"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert to_file.returncode == 0, to_file.stderr
+        assert "to generation 2, sealed by the file master-key provider" in to_file.stderr
+    with closing(_open(data, settings, "file")) as store:  # OpenBao is gone
+        assert _materials(store) == before
+    head_2 = b"sfk\x00\x00\x00\x02"
+    query = _query(data, settings)
+    assert all(blob.startswith(head_2) for (blob,) in query("SELECT wrapped FROM key_versions"))
