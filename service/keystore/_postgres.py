@@ -139,6 +139,7 @@ class PostgresKeyStore(Writes[Db]):
         self._closed = False
         self.created = False
         self._connections = Connections(url, self._errors)
+        self._follows = False  # not before the schema is there: the first transaction makes it
         try:
             with self._transaction(changes=False) as db:
                 made = db.execute("SELECT to_regclass('sealflow_meta') IS NOT NULL").fetchone()
@@ -151,6 +152,7 @@ class PostgresKeyStore(Writes[Db]):
                         provision(self)
                     finally:
                         self._ambient = None
+            self._follows = True
             self._upgrade_token_macs()  # first: every read of tokens checks the new MAC
             self._grant_root_export()
             self._sync(force=True)
@@ -373,8 +375,11 @@ class PostgresKeyStore(Writes[Db]):
             if changes:
                 db.execute("UPDATE sealflow_changes SET generation = generation + 1")
                 db.execute(f"NOTIFY {_pg_schema.CHANNEL}")
-                # Serialised with every write by the row just locked, a rotation's steps
-                # included: this writes under the KEK every reader will hold (``_kek_follow``).
+            # With ``changes``, serialised with every write by the row just locked, a rotation's
+            # steps included: this writes under the KEK every reader will hold
+            # (``_kek_follow``). Without, the rows such a transaction rewrites (a token's uses)
+            # are locked against a rotation's step, whose rows it then reads as rewritten.
+            if self._follows:
                 self._follow(db)
             yield db
         if changes:

@@ -16,8 +16,9 @@ same step if asked (docs/SERVICE.md, The key hierarchy).
    with the next one, deleting the next record and the copy of KEK_new.
 
 Each transaction is serialised with every other write of the keystore (SQLite's write lock;
-PostgreSQL's changes row, whose bump also tells the replicas), so a row is never rewritten
-from values another writer changed meanwhile. Killed anywhere, the keystore opens with the
+PostgreSQL's changes row, whose bump also tells the replicas, and the rows it reads locked FOR
+UPDATE against the writes that do not bump it), so a row is never rewritten from values
+another writer changed meanwhile. Killed anywhere, the keystore opens with the
 old provider, which reads both generations, and ``rotate-master`` run again resumes.
 """
 
@@ -99,6 +100,7 @@ class Rotation:
         self._batch = batch
         sql = store.sql_dialect
         self._param = sql.param
+        self._lock = sql.for_update
         self._names = {name: _table_name(sql.tables.meta, name) for name in _SOURCES}
         # Where each source's batches got to in this run: rows past it may still be old ones
         # that failed their check, which are skipped rather than read again.
@@ -276,7 +278,9 @@ class Rotation:
             params += after
         names = {"t": source, **(more or {}), "order": ", ".join(key), "limit": str(int(limit))}
         keyword = "" if select.endswith("AND") else " WHERE"
-        text = select + keyword + where + " ORDER BY {order} LIMIT {limit}"
+        # Locked (PostgreSQL): the few writes that do not take the changes row (a token's or a
+        # secret id's uses) wait, and then read the row as rewritten.
+        text = select + keyword + where + " ORDER BY {order} LIMIT {limit}" + self._lock
         rows = [tuple(row) for row in db.execute(self._sql(text, names), params).fetchall()]
         if rows:
             self._after[source] = tuple(rows[-1][: len(key)])
