@@ -1,14 +1,17 @@
 """``sealflow keystore rotate-master`` on an SQLite keystore while its server serves: the server
 follows without a restart, the rotation is a change record on the audit trail, audit trails
 written before and after verify with the same key, and a run that finds another rotation under
-way refuses to start a second one."""
+way refuses to start a second one; a backup taken during a rotation restores with it under way,
+and it finishes there."""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
+import sqlite3
 import subprocess
+from contextlib import closing
 from pathlib import Path
 
 import jsonschema_rs
@@ -130,3 +133,55 @@ def test_a_run_does_not_start_a_second_rotation_while_one_is_under_way(tmp_path:
     listed = sealflow(data, "keys", "list")
     assert listed.returncode == 0, listed.stderr
     assert "default" in listed.stdout
+
+
+def test_a_backup_taken_during_a_rotation_restores_with_it_under_way(tmp_path: Path) -> None:
+    data, copy, backup = tmp_path / "data", tmp_path / "copy", tmp_path / "keystore.bak"
+    srv = start_server(data)
+    try:
+        with srv.client() as client:
+            for i in range(10):
+                client.post("/v1/keys", json={"name": f"k{i}"}).raise_for_status()
+            sealed = client.post("/v1/keys/k9/encrypt", content=b"k9").content
+    finally:
+        srv.stop()
+    proc = subprocess.Popen(  # noqa: S603
+        [SEALFLOW, "keystore", "rotate-master", "--batch-size", "2"],
+        env={**os.environ, "SEALFLOW_DATA_DIR": str(data)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stderr is not None
+    for _ in range(3):
+        assert proc.stderr.readline().startswith("rewrapped 2 rows")
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    proc.stderr.close()
+
+    key_file = str(data / "master.key")
+    saved = sealflow(data, "keystore", "backup", str(backup))
+    assert saved.returncode == 0, saved.stderr
+    restored = sealflow(copy, "keystore", "restore", str(backup), master_key_file=key_file)
+    assert restored.returncode == 0, restored.stderr
+    with closing(sqlite3.connect(copy / "keystore.db")) as db:
+        under_way = db.execute("SELECT key FROM meta WHERE key LIKE 'master_%_next'").fetchall()
+    assert sorted(under_way) == [("master_kek_next",), ("master_seal_next",)]
+    # Rows under both KEKs: the restored keystore serves every key, and the rotation finishes.
+    again = start_server(copy, master_key_file=key_file)
+    try:
+        again.token = srv.token
+        with again.client() as client:
+            assert client.post("/v1/decrypt", content=sealed).content == b"k9"
+    finally:
+        again.stop()
+    done = sealflow(copy, "keystore", "rotate-master", master_key_file=key_file)
+    assert done.returncode == 0, done.stderr
+    assert "to generation 1, sealed by the file master-key provider" in done.stderr
+    last = start_server(copy, master_key_file=key_file)
+    try:
+        last.token = srv.token
+        with last.client() as client:
+            assert client.post("/v1/decrypt", content=sealed).content == b"k9"
+    finally:
+        last.stop()
