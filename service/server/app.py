@@ -161,7 +161,4 @@ async def _sync_metrics(app: FastAPI) -> None:
     assert isinstance(app, SealflowApp)
     while (svc := app.state.services) is not None:
         _metrics.sync_engine(svc.crypto, svc.buffers, app.front.active)
-        # On a thread (it may wait for the keystore's lock): this also keeps an idle process
-        # following a rotate-master of an SQLite keystore (docs/SERVICE.md, The key hierarchy).
-        _metrics.sync_keystore(await asyncio.to_thread(svc.store.health))
         await asyncio.sleep(1)

@@ -185,3 +185,29 @@ def test_a_backup_taken_during_a_rotation_restores_with_it_under_way(tmp_path: P
             assert client.post("/v1/decrypt", content=sealed).content == b"k9"
     finally:
         last.stop()
+
+
+def test_an_idle_sqlite_server_follows_a_rotation(tmp_path: Path) -> None:
+    """No request while the rotation runs: the usage meter's once-a-second read of the key list
+    has it follow, so what it writes afterwards is under the new KEK."""
+    data = tmp_path / "data"
+    srv = start_server(data)
+    try:
+        with srv.client() as client:
+            sealed = client.post("/v1/keys/default/encrypt", content=b"before").content
+        done = sealflow(data, "keystore", "rotate-master")
+        assert done.returncode == 0, done.stderr
+        with srv.client() as client:
+            assert client.post("/v1/decrypt", content=sealed).content == b"before"
+            client.post("/v1/keys", json={"name": "after"}).raise_for_status()
+            later = client.post("/v1/keys/after/encrypt", content=b"after").content
+        assert "was not following" not in srv.log.read_text()
+    finally:
+        srv.stop()
+    again = start_server(data)
+    try:
+        again.token = srv.token
+        with again.client() as client:
+            assert client.post("/v1/decrypt", content=later).content == b"after"
+    finally:
+        again.stop()
