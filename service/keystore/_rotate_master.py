@@ -46,15 +46,18 @@ class Rotated:
 
 def current_provider(settings: Settings) -> str:
     """The provider that seals the keystore's KEK: its record's, else (a keystore made before
-    providers) the configured one."""
+    providers) the configured one; KeyStoreUnavailable if there is no keystore."""
     url = keystore_url(settings)
+    where = str(settings.keystore_path) if url is None else redact(url)
     if url is None:
-        _, value = _kek_rows.read_sqlite(settings.keystore_path)
+        exists, value = _kek_rows.read_sqlite(settings.keystore_path)
     else:
-        _, value = _kek_rows.read_postgres(url, redact(url))
+        exists, value = _kek_rows.read_postgres(url, where)
+    if not exists:
+        # Not made here: a rotation of a keystore that is not there is a wrong path or URL.
+        raise KeyStoreUnavailable(f"no keystore at {where} (`sealflow serve` creates one)")
     if value is None:
         return settings.master_key_provider
-    where = str(settings.keystore_path) if url is None else redact(url)
     return Record.decode(value, where).provider
 
 

@@ -211,3 +211,13 @@ def test_an_idle_sqlite_server_follows_a_rotation(tmp_path: Path) -> None:
             assert client.post("/v1/decrypt", content=later).content == b"after"
     finally:
         again.stop()
+
+
+def test_no_keystore_is_made_to_be_rotated(tmp_path: Path) -> None:
+    done = sealflow(tmp_path / "none", "keystore", "rotate-master")
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [
+        f"sealflow: no keystore at {tmp_path / 'none' / 'keystore.db'} (`sealflow serve` creates"
+        " one)"
+    ]
+    assert not (tmp_path / "none" / "keystore.db").exists()
