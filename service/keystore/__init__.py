@@ -57,8 +57,9 @@ from ._provision import (
 )
 from ._public_keys import RSA_TYPES, PublicKeyInfo
 from ._root_scopes import ROOT_SCOPES
+from ._rotate_master import Rotated, current_provider, rotate_master
+from ._seals import HELD_KEYS, Seal, seal_for
 from ._seals import PROVIDERS as MASTER_KEY_PROVIDERS
-from ._seals import Seal, seal_for
 from ._snapshot import Snapshot
 from ._sqlite import SQLiteKeyStore
 from ._unlock import backup_keys, migration_keys
@@ -89,6 +90,7 @@ from .errors import (
 
 __all__ = [
     "AUDIT_TABLE",
+    "HELD_KEYS",
     "HMAC_MAX_SIZE",
     "HMAC_MIN_SIZE",
     "KDF_COUNTER",
@@ -132,6 +134,7 @@ __all__ = [
     "RestoredKey",
     "RoleInfo",
     "RoleNotFound",
+    "Rotated",
     "SQLiteKeyStore",
     "Seal",
     "SecretIdInfo",
@@ -152,6 +155,7 @@ __all__ = [
     "backup_keystore",
     "backup_record",
     "create_master_key_file",
+    "current_provider",
     "describe",
     "export_material",
     "hmac_key",
@@ -172,6 +176,7 @@ __all__ = [
     "redact",
     "restore_postgres",
     "restore_sqlite",
+    "rotate_master",
     "seal_for",
     "sealable",
     "valid_accessor",

@@ -93,6 +93,7 @@ class Sql:
             # No shared statement holds a literal "?": each one is a parameter.
             return template.format_map(names).replace("?", dialect.param)
 
+        self.dialect = dialect
         self.slots = dialect.slots
         # Keys, with their versions, limits and policy (``_tables.Tables.keys``): all, or one.
         self.keys = sql(_KEY_ROWS + " ORDER BY k.name, v.version")

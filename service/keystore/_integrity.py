@@ -37,9 +37,10 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from sealflow.engine import Algorithm
 
+from ._generations import split, tag
 from ._key_types import KeyType, of
 from ._masterkey import KeyWrapper
-from .errors import KeyStoreCorrupt
+from .errors import KeyStoreCorrupt, KeyStoreUnavailable
 
 log = logging.getLogger("sealflow.keystore")
 
@@ -201,34 +202,133 @@ def _derive(master_key: bytes, row: Row) -> bytes:
     return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(master_key)
 
 
-class Integrity:
-    """The master key's part in a store: wrapping material, MACs of rows, the check value."""
+_ROWS = (
+    KEY_ROW,
+    KEY_IMPORTED_ROW,
+    TOKEN_ROW,
+    LEGACY_TOKEN_ROW,
+    LIMITS_ROW,
+    POLICY_ROW,
+    POLICY_EXPORTABLE_ROW,
+    POLICY_BACKUP_ROW,
+    POLICY_LIFECYCLE_ROW,
+    PUBLIC_KEY_ROW,
+    ROLE_ROW,
+    SECRET_ID_ROW,
+    CERT_ROLE_ROW,
+)
 
-    __slots__ = ("_mac_keys", "_wrapper")
+
+class _Kek:
+    """One KEK generation's keys: its wrapper and its MAC keys."""
+
+    __slots__ = ("key", "mac_keys", "wrapper")
 
     def __init__(self, master_key: bytes) -> None:
-        self._wrapper = KeyWrapper(master_key)
-        rows = (
-            KEY_ROW,
-            KEY_IMPORTED_ROW,
-            TOKEN_ROW,
-            LEGACY_TOKEN_ROW,
-            LIMITS_ROW,
-            POLICY_ROW,
-            POLICY_EXPORTABLE_ROW,
-            POLICY_BACKUP_ROW,
-            POLICY_LIFECYCLE_ROW,
-            PUBLIC_KEY_ROW,
-            ROLE_ROW,
-            SECRET_ID_ROW,
-            CERT_ROLE_ROW,
-        )
-        self._mac_keys = {row: _derive(master_key, row) for row in rows}
+        self.key = master_key
+        self.wrapper = KeyWrapper(master_key)
+        self.mac_keys = {row: _derive(master_key, row) for row in _ROWS}
+
+
+@dataclass(frozen=True, slots=True)
+class _Held:
+    """The KEK generations a store holds, and the one it writes under; replaced whole."""
+
+    keks: dict[int, _Kek]
+    write: int
+    lost: str | None = None  # why writing is refused: a rotation this process missed
+
+
+class Integrity:
+    """The master key's part in a store: wrapping material, MACs of rows, the check value.
+
+    The master key is the keystore's KEK. While ``rotate-master`` runs, a store holds two KEK
+    generations (``_kek_follow``): it writes under the newer, and reads each value under the
+    generation written in front of it (``_generations``).
+    """
+
+    __slots__ = ("_held", "_labelled")
+
+    def __init__(self, master_key: bytes) -> None:
+        self._held = _Held({0: _Kek(master_key)}, 0)
+        self._labelled = False
+
+    # -- generations (``_kek_follow``)
+
+    @property
+    def generation(self) -> int:
+        """The generation this store writes under."""
+        return self._held.write
+
+    def holds(self, generation: int) -> bool:
+        return generation in self._held.keks
+
+    def label(self, generation: int) -> None:
+        """Name the generation of the key this was made with, once (the record says it)."""
+        if self._labelled:
+            return
+        self._labelled = True
+        if generation:
+            self._held = _Held({generation: self._held.keks[0]}, generation)
+
+    def adopt(self, master_key: bytes, generation: int) -> None:
+        """Hold the next generation too, and write under it from now on."""
+        held = self._held
+        self._held = _Held({**held.keks, generation: _Kek(master_key)}, generation)
+
+    def retire(self, generation: int) -> None:
+        """Hold ``generation`` alone (a rotation finished, or none is under way)."""
+        held = self._held
+        if list(held.keks) != [generation]:
+            self._held = _Held({generation: held.keks[generation]}, generation)
+
+    def lose(self, why: str) -> bool:
+        """Refuse every write from now on, saying ``why``; False if that was so already."""
+        held = self._held
+        self._held = _Held(held.keks, held.write, why)
+        return held.lost is None
+
+    def writes_with(self, master_key: bytes, generation: int) -> bool:
+        """Whether this writes under ``master_key`` as ``generation``."""
+        held = self._held
+        kek = held.keks.get(generation)
+        if held.write != generation or kek is None:
+            return False
+        return hmac.compare_digest(kek.key, master_key)
+
+    def _writer(self) -> tuple[int, _Kek]:
+        held = self._held
+        if held.lost is not None:
+            raise KeyStoreUnavailable(held.lost)
+        return held.write, held.keks[held.write]
+
+    def _reader(self, value: object) -> tuple[_Kek, bytes] | None:
+        if not isinstance(value, bytes):
+            return None
+        keks = self._held.keks
+        generation, inner = split(value, keks)
+        kek = keks.get(generation)
+        return None if kek is None else (kek, inner)
+
+    def _wrap(self, aad: bytes, plain: bytes) -> bytes:
+        generation, kek = self._writer()
+        return tag(generation, kek.wrapper.wrap(aad, plain))
+
+    def _unwrap(self, aad: bytes, blob: object) -> bytes:
+        found = self._reader(blob)
+        if found is None:
+            raise KeyStoreCorrupt(
+                "cannot unwrap key material: wrong master key or corrupt keystore"
+            )
+        kek, inner = found
+        return kek.wrapper.unwrap(aad, inner)
+
+    # -- what the stores use
 
     def wrap(
         self, name: str, version: int, algorithm: Kind, exportable: bool, material: bytes
     ) -> bytes:
-        return self._wrapper.wrap(_material_aad(name, version, algorithm, exportable), material)
+        return self._wrap(_material_aad(name, version, algorithm, exportable), material)
 
     def unwrap(
         self, name: str, version: int, algorithm: Kind, exportable: bool, blob: object
@@ -236,7 +336,7 @@ class Integrity:
         """The material, or KeyStoreCorrupt (the master key was checked when the store opened)."""
         aad = _material_aad(name, version, algorithm, exportable)
         try:
-            material = self._wrapper.unwrap(aad, blob)
+            material = self._unwrap(aad, blob)
         except KeyStoreCorrupt:
             raise KeyStoreCorrupt(
                 f"key {name!r} version {version} fails its integrity check"
@@ -247,36 +347,76 @@ class Integrity:
         return material
 
     def mac(self, row: Row, values: Sequence[object]) -> bytes:
-        message = encode(f"sealflow-keystore-{row.label}-row", values)
-        return hmac.digest(self._mac_keys[row], message, "sha256")
+        generation, kek = self._writer()
+        return tag(generation, _mac(kek, row, values))
 
     def verify(self, row: Row, values: Sequence[object], mac: object) -> bool:
-        if not isinstance(mac, bytes) or len(values) != len(row.columns):
+        found = self._reader(mac)
+        if found is None or len(values) != len(row.columns):
             return False
+        kek, inner = found
         try:
-            expected = self.mac(row, values)
+            expected = _mac(kek, row, values)
         except (TypeError, ValueError, OverflowError):
             return False
-        return hmac.compare_digest(expected, mac)
+        return hmac.compare_digest(expected, inner)
+
+    def mac_length(self, value: bytes) -> int:
+        """How many bytes in front of ``value`` are its MAC (a public-key row's)."""
+        return len(value) - len(split(value, self._held.keks)[1]) + _MAC_LEN
 
     def wrap_wrapping_key(self, private_der: bytes) -> bytes:
         """The import wrapping key's private half (PKCS #8 DER), wrapped under the master key."""
-        return self._wrapper.wrap(_WRAPPING_KEY_AAD, private_der)
+        return self._wrap(_WRAPPING_KEY_AAD, private_der)
 
     def unwrap_wrapping_key(self, blob: object) -> bytes:
-        return self._wrapper.unwrap(_WRAPPING_KEY_AAD, blob)
+        return self._unwrap(_WRAPPING_KEY_AAD, blob)
+
+    def wrap_next(self, master_key: bytes, generation: int) -> bytes:
+        """The next generation's KEK, wrapped under this one (``_kek_follow``)."""
+        return self._wrap(_next_aad(generation), master_key)
+
+    def unwrap_next(self, blob: object, generation: int) -> bytes:
+        return self._unwrap(_next_aad(generation), blob)
+
+    def rewrap_material(
+        self, name: str, version: int, column: str, exportable: int, blob: object
+    ) -> bytes | None:
+        """A version's wrapping under the generation written now, or None if it does not unwrap
+        (``_rotation``); ``column`` is the key's stored type."""
+        aad = encode(_MATERIAL_LABEL, [name, version, column, exportable])
+        try:
+            return self._wrap(aad, self._unwrap(aad, blob))
+        except KeyStoreCorrupt:
+            return None
+
+    def rewrap_wrapping_key(self, blob: object) -> bytes | None:
+        try:
+            return self.wrap_wrapping_key(self.unwrap_wrapping_key(blob))
+        except KeyStoreCorrupt:
+            return None
 
     def check_blob(self) -> bytes:
         """Stored with a keystore, so a wrong master key fails at open; binds the schema version."""
-        return self._wrapper.wrap(_CHECK_AAD, _CHECK_VALUE)
+        return self._wrap(_CHECK_AAD, _CHECK_VALUE)
 
     def opens(self, check_blob: object) -> bool:
-        if not isinstance(check_blob, bytes):
-            return False
         try:
-            return self._wrapper.unwrap(_CHECK_AAD, check_blob) == _CHECK_VALUE
+            return self._unwrap(_CHECK_AAD, check_blob) == _CHECK_VALUE
         except KeyStoreCorrupt:
             return False
+
+
+_MAC_LEN = 32
+
+
+def _mac(kek: _Kek, row: Row, values: Sequence[object]) -> bytes:
+    message = encode(f"sealflow-keystore-{row.label}-row", values)
+    return hmac.digest(kek.mac_keys[row], message, "sha256")
+
+
+def _next_aad(generation: int) -> bytes:
+    return encode("sealflow-keystore-next-kek", [generation])
 
 
 def key_row_form(values: Sequence[object]) -> tuple[Row, Sequence[object]]:

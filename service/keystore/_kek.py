@@ -36,6 +36,10 @@ from .errors import KeyStoreCorrupt, KeyStoreUnavailable
 
 # The metadata row (SQLite ``meta``, PostgreSQL ``sealflow_meta``) holding the record.
 RECORD_META = "master_seal"
+# While rotate-master runs (``_rotation``): the next generation's record, sealed by the target
+# provider, and the next KEK wrapped under the current one, for the processes already running.
+NEXT_META = "master_seal_next"
+COPY_META = "master_kek_next"
 _AAD = b"sealflow keystore KEK and secret v1"
 
 
@@ -51,6 +55,11 @@ class Keys:
         return cls(os.urandom(MASTER_KEY_LEN), os.urandom(MASTER_KEY_LEN))
 
     @classmethod
+    def new_kek(cls, secret: bytes) -> Keys:
+        """A new random KEK with the same stable secret: what ``rotate-master`` makes."""
+        return cls(os.urandom(MASTER_KEY_LEN), secret)
+
+    @classmethod
     def of_master_key(cls, key: bytes) -> Keys:
         """A keystore made before providers, or under ``file``/``env``: both are the key."""
         return cls(key, key)
@@ -64,13 +73,19 @@ class Record:
     provider: str
     identity: dict[str, str]
     blob: bytes = field(repr=False)
+    # Which KEK this is: 0 until the first rotate-master, one more at each (``_generations``).
+    generation: int = 0
 
     def encode(self) -> bytes:
         blob = base64.b64encode(self.blob).decode()
-        return orjson.dumps(
-            {"provider": self.provider, "identity": self.identity, "sealed": blob},
-            option=orjson.OPT_SORT_KEYS,
-        )
+        fields: dict[str, object] = {
+            "provider": self.provider,
+            "identity": self.identity,
+            "sealed": blob,
+        }
+        if self.generation:
+            fields["generation"] = self.generation
+        return orjson.dumps(fields, option=orjson.OPT_SORT_KEYS)
 
     @classmethod
     def decode(cls, data: object, where: str) -> Record:
@@ -79,8 +94,12 @@ class Record:
                 raise ValueError("not a blob")
             fields = orjson.loads(bytes(data))
             identity = {str(k): str(v) for k, v in dict(fields["identity"]).items()}
-            return cls(str(fields["provider"]), identity, base64.b64decode(fields["sealed"]))
-        except (ValueError, KeyError, TypeError):
+            generation = fields.get("generation", 0)
+            if not isinstance(generation, int) or not 0 <= generation < 2**32:
+                raise ValueError("bad generation")
+            blob = base64.b64decode(fields["sealed"])
+            return cls(str(fields["provider"]), identity, blob, generation)
+        except (ValueError, KeyError, TypeError, AttributeError):
             raise KeyStoreCorrupt(f"keystore {where}: its sealed key record is damaged") from None
 
     def names(self) -> str:
@@ -89,9 +108,15 @@ class Record:
         return self.provider + (f" ({', '.join(parts)})" if parts else "")
 
 
-def seal(seal: Seal, name: str, keys: Keys) -> Record:
+def seal(seal: Seal, name: str, keys: Keys, generation: int = 0) -> Record:
     """One provider call: the keys wrapped by ``seal`` (the provider ``name``)."""
-    return Record(name, seal.describe(), seal.wrap(keys.kek + keys.secret, _AAD))
+    blob = seal.wrap(keys.kek + keys.secret, _aad(generation))
+    return Record(name, seal.describe(), blob, generation)
+
+
+def _aad(generation: int) -> bytes:
+    # Generation 0's is the AAD records had before rotations; later ones bind their number.
+    return _AAD if generation == 0 else _AAD + b" generation %d" % generation
 
 
 # By provider, its identity and the record. The file and env providers are not kept: their
@@ -114,7 +139,7 @@ def unseal(seal: Seal, name: str, record: Record) -> Keys:
         known = None if cached is None else _unsealed.get(cached)
     if known is not None:
         return known
-    plain = seal.unwrap(record.blob, _AAD)
+    plain = seal.unwrap(record.blob, _aad(record.generation))
     if len(plain) != 2 * MASTER_KEY_LEN:
         raise KeyStoreUnavailable(f"the {record.names()} key unwrapped a record of the wrong size")
     keys = Keys(plain[:MASTER_KEY_LEN], plain[MASTER_KEY_LEN:])

@@ -15,8 +15,9 @@ from ._kek import RECORD_META
 from .errors import DriverErrors
 
 
-def read_sqlite(path: Path) -> tuple[bool, object]:
-    """(whether the file holds a keystore, its record's value or None)."""
+def read_sqlite(path: Path, key: str = RECORD_META) -> tuple[bool, object]:
+    """(whether the file holds a keystore, its record's value or None; ``key``: another meta
+    row's, such as the next record of a rotation under way)."""
     if not os.path.lexists(path) or os.stat(path).st_size == 0:
         return False, None
     with (
@@ -27,7 +28,7 @@ def read_sqlite(path: Path) -> tuple[bool, object]:
         tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master")}
         if "meta" not in tables:
             return True, None  # not a keystore: the store says so when it opens
-        row = db.execute("SELECT value FROM meta WHERE key = ?", (RECORD_META,)).fetchone()
+        row = db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
     return True, None if row is None else row[0]
 
 

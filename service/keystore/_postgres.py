@@ -32,6 +32,7 @@ from ._base import KeyInfo, KeyStoreHealth, Slot, TokenInfo
 from ._cert_rows import CertTables
 from ._dialect import Dialect, Sql, TableNames
 from ._integrity import Integrity
+from ._kek_follow import FOLLOWED, follow
 from ._pg_connections import Connections
 from ._pg_watch import Watcher
 from ._rows import MAX_VERSION, forget_replaced, live_token, present, usable
@@ -138,8 +139,12 @@ class PostgresKeyStore(Writes[Db]):
         self._closed = False
         self.created = False
         self._connections = Connections(url, self._errors)
+        self._follows = False  # not before the schema is there: the first transaction makes it
         try:
             with self._transaction(changes=False) as db:
+                made = db.execute("SELECT to_regclass('sealflow_meta') IS NOT NULL").fetchone()
+                if made is not None and made[0]:
+                    self._follow(db)
                 self.created = _pg_schema.migrate(db, self._integrity, self._where, meta)
                 if self.created and provision is not None:
                     self._ambient = db
@@ -147,6 +152,7 @@ class PostgresKeyStore(Writes[Db]):
                         provision(self)
                     finally:
                         self._ambient = None
+            self._follows = True
             self._upgrade_token_macs()  # first: every read of tokens checks the new MAC
             self._grant_root_export()
             self._sync(force=True)
@@ -318,6 +324,7 @@ class PostgresKeyStore(Writes[Db]):
                 generation = int(row[0]) if row else 0
                 if generation == self._generation and not force:
                     return
+                self._follow(db)
                 keys = self._tables.keys(db)
                 material = self._unwrapped(db, keys)
                 tokens = self._tables.tokens(db)
@@ -368,11 +375,23 @@ class PostgresKeyStore(Writes[Db]):
             if changes:
                 db.execute("UPDATE sealflow_changes SET generation = generation + 1")
                 db.execute(f"NOTIFY {_pg_schema.CHANNEL}")
+            # With ``changes``, serialised with every write by the row just locked, a rotation's
+            # steps included: this writes under the KEK every reader will hold
+            # (``_kek_follow``). Without, the rows such a transaction rewrites (a token's uses)
+            # are locked against a rotation's step, whose rows it then reads as rewritten.
+            if self._follows:
+                self._follow(db)
             yield db
         if changes:
             # Written; if the reload fails the watcher reloads once the database answers again.
             with contextlib.suppress(KeyStoreUnavailable):
                 self._sync()
+
+    def _follow(self, db: Db) -> None:
+        rows = db.execute(
+            "SELECT key, value FROM sealflow_meta WHERE key IN (%s, %s)", FOLLOWED
+        ).fetchall()
+        follow(self._integrity, {key: bytes(value) for key, value in rows}, self._where)
 
     def _connection(self) -> AbstractContextManager[Db]:
         return self._transaction(changes=False)

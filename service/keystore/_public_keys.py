@@ -36,7 +36,6 @@ EXISTING = (
     "the import path cannot be used with an existing key; use import-version to rotate an"
     " existing imported key"
 )
-_MAC_BYTES = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,7 +167,9 @@ class PublicKeys(StoreAccess):
         return info
 
     def _public_checked(self, name: str, value: bytes) -> PublicKeyInfo | None:
-        mac, payload = value[:_MAC_BYTES], value[_MAC_BYTES:]
+        # The MAC, with its KEK generation in front once the KEK was rotated (``_generations``).
+        size = self._tables.integrity.mac_length(value)
+        mac, payload = value[:size], value[size:]
         try:
             fields = json.loads(payload)
             row = (name, *(fields[column] for column in PUBLIC_KEY_ROW.columns[1:]))

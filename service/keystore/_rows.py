@@ -164,7 +164,7 @@ def with_policy(
         if info is None:
             continue
         values = tuple(row[:7])
-        if integrity.verify(*_policy_form(values), row[7]):
+        if integrity.verify(*policy_form(values), row[7]):
             keys[name] = replace(
                 info,
                 min_encryption_version=row[1],
@@ -185,7 +185,7 @@ def with_policy(
 PolicyRow = tuple[str, int, int, int, int, int, int]
 
 
-def _policy_form(values: Sequence[Any]) -> tuple[Row, Sequence[Any]]:
+def policy_form(values: Sequence[Any]) -> tuple[Row, Sequence[Any]]:
     # A row is MAC'd as rows were before the columns it leaves at 0 existed (_integrity).
     if values[5] != 0 or values[6] != 0:
         return POLICY_LIFECYCLE_ROW, values
@@ -197,7 +197,7 @@ def _policy_form(values: Sequence[Any]) -> tuple[Row, Sequence[Any]]:
 
 
 def policy_mac(integrity: Integrity, row: PolicyRow) -> bytes:
-    return integrity.mac(*_policy_form(row))
+    return integrity.mac(*policy_form(row))
 
 
 def policy_row(

@@ -77,12 +77,15 @@ TABLES = (
     Table("cert_roles", (*CERT_ROLE_ROW.columns, "mac"), "name"),
     # The import wrapping key's private half, wrapped under the master key (``_imports``), and
     # the public-key-only keys, MAC'd (``_public_keys``: ``public-key/<name>``), and the sealed
-    # key record (``_kek``), so that a restored keystore has the KEK its rows are wrapped under.
+    # key record (``_kek``), so that a restored keystore has the KEK its rows are wrapped under;
+    # taken while a rotate-master runs, also the next record and the copy of the next KEK
+    # (``_rotation``), so that the rows already rewrapped open too, and the rotation resumes.
     Table(
         "meta",
         ("key", "value"),
         "key",
-        where="key = 'import_wrapping_key' OR key LIKE 'public-key/%' OR key = 'master_seal'",
+        where="key = 'import_wrapping_key' OR key LIKE 'public-key/%'"
+        " OR key IN ('master_seal', 'master_seal_next', 'master_kek_next')",
     ),
 )
 

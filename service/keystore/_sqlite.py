@@ -23,6 +23,7 @@ from ._base import KeyInfo, KeyStoreHealth, Slot, TokenInfo
 from ._cert_rows import CertTables
 from ._dialect import Dialect, Sql, TableNames
 from ._integrity import Integrity
+from ._kek_follow import FOLLOWED, follow
 from ._masterkey import KeyWrapper
 from ._rows import MAX_VERSION, forget_replaced, live_token, present, usable
 from ._snapshot import Snapshot, Store
@@ -98,6 +99,8 @@ class SQLiteKeyStore(Writes[sqlite3.Connection]):
             self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         try:
             with self._connection() as db:
+                if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone():
+                    self._follow(db)
                 _sqlite_file.open_file(db, path, self._integrity, KeyWrapper(master_key))
             self._upgrade_token_macs()  # first: every read of tokens checks the new MAC
             self._grant_root_export()
@@ -285,6 +288,12 @@ class SQLiteKeyStore(Writes[sqlite3.Connection]):
         if version != self._data_version:
             self._data_version = version
             self._keys = self._tokens = None
+            self._follow(self._conn)
+
+    def _follow(self, db: sqlite3.Connection) -> None:
+        """The KEK generations the records say are in use (``_kek_follow``)."""
+        rows = db.execute("SELECT key, value FROM meta WHERE key IN (?, ?)", FOLLOWED).fetchall()
+        follow(self._integrity, dict(rows), str(self._path))
 
     # -- connection
 
@@ -301,6 +310,9 @@ class SQLiteKeyStore(Writes[sqlite3.Connection]):
             # IMMEDIATE takes the write lock up front, so read-then-write cannot race.
             db.execute("BEGIN IMMEDIATE")
             try:
+                # Under the write lock: a rotation's step is a write too, so this writes under
+                # the KEK every reader will hold (``_kek_follow``).
+                self._follow(db)
                 yield db
                 db.execute("COMMIT")
             except BaseException:

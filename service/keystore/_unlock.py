@@ -10,7 +10,7 @@ from pathlib import Path
 from sealflow.service.config import Settings
 
 from . import _kek, _kek_rows
-from ._kek import RECORD_META, Keys, Record
+from ._kek import NEXT_META, RECORD_META, Keys, Record
 from ._key_seal import KeySeal
 from ._postgres import redact
 from ._seals import HELD_KEYS, seal_for
@@ -91,6 +91,11 @@ def migration_keys(settings: Settings, source: Path, held: Callable[[], bytes]) 
     """The KEK of the SQLite keystore at ``source`` and the record to give its PostgreSQL copy:
     a keystore sealed by a key file (or made before providers) opens with ``held()``, its own
     master key, as before; one sealed by another provider with that provider."""
+    if _kek_rows.read_sqlite(source, NEXT_META)[1] is not None:
+        # Its rows are under two KEKs: run rotate-master again to finish, then migrate.
+        raise KeyStoreUnavailable(
+            f"keystore {source}: a rotate-master is under way; finish it first (run it again)"
+        )
     _, value = _kek_rows.read_sqlite(source)
     if value is None:
         return Migration(held(), {})

@@ -32,8 +32,9 @@ from ._base import (
     valid_secret,
 )
 from ._cert_roles import CertRoles
-from ._dialect import Connection
+from ._dialect import Connection, Dialect
 from ._imports import Imports, rotatable
+from ._integrity import Integrity
 from ._key_types import KeyType, fresh_material
 from ._key_types import of as key_type_of
 from ._lifecycle import Lifecycle, in_use
@@ -73,6 +74,22 @@ class Writes(Imports, Lifecycle, PublicKeys, AppRoles, CertRoles, ABC, Generic[D
         """One write transaction, the only writer of what it locks (SQLite: BEGIN IMMEDIATE;
         PostgreSQL: the changes row and the rows read FOR UPDATE), its driver's errors mapped.
         ``changes``: whether it changes what the caches hold (usage counts do not)."""
+
+    def exclusive(self) -> AbstractContextManager[Db]:
+        """A write transaction, serialised with every other write, for ``_rotation``."""
+        return self._transaction()
+
+    @property
+    def integrity(self) -> Integrity:
+        return self._tables.integrity
+
+    @property
+    def where(self) -> str:
+        return self._tables.where
+
+    @property
+    def sql_dialect(self) -> Dialect:
+        return self._tables.sql.dialect
 
     @abstractmethod
     def _connection(self) -> AbstractContextManager[Db]:

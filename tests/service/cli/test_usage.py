@@ -70,6 +70,7 @@ def test_help_works_whatever_the_environment_says() -> None:
         ["keystore", "backup"],
         ["keystore", "restore"],
         ["keystore", "init-master"],
+        ["keystore", "rotate-master"],
     ],
 )
 def test_help_reads_as_words(command: list[str]) -> None:

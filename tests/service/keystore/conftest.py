@@ -1,4 +1,5 @@
-"""One ``store`` fixture over every keystore implementation: SQLite and a real PostgreSQL."""
+"""One ``store`` fixture over every keystore implementation: SQLite and a real PostgreSQL; and
+a SoftHSM2 ``token`` of a test's own (``softhsm``)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import pytest
 
 from sealflow.service.keystore import KeyStore, PostgresKeyStore, SQLiteKeyStore
 from tests.postgres import Cluster
+
+from .softhsm import Token, make_token
 
 BACKENDS = ["sqlite", "postgresql"]
 
@@ -72,3 +75,9 @@ def store(open_store: Callable[[bytes], KeyStore], master_key: bytes) -> KeyStor
 @pytest.fixture
 def pg_url(postgres: Cluster) -> str:
     return postgres.new_database()
+
+
+@pytest.fixture
+def token(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Token:
+    monkeypatch.setenv("SOFTHSM2_CONF", str(tmp_path / "hsm" / "softhsm2.conf"))
+    return make_token(tmp_path / "hsm")

@@ -23,15 +23,9 @@ from sealflow.service.keystore import (
 )
 from tests.service.conftest import SEALFLOW, Server, start_server
 
-from .softhsm import LIBRARY, Token, make_token
+from .softhsm import LIBRARY, Token
 
 SECRET = b"sealed under a key on the token"
-
-
-@pytest.fixture
-def token(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Token:
-    monkeypatch.setenv("SOFTHSM2_CONF", str(tmp_path / "hsm" / "softhsm2.conf"))
-    return make_token(tmp_path / "hsm")
 
 
 @pytest.fixture

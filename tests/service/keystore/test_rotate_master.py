@@ -1,0 +1,307 @@
+"""``sealflow keystore rotate-master`` from the file provider to a SoftHSM2 token, on SQLite and
+on PostgreSQL: a keystore of 1,000 keys x 3 versions, the command killed with SIGKILL at 20
+random points and run again each time, opens after every kill with the provider its record
+names and ends rotated, every version's material as it was; a PostgreSQL replica serving
+through a rotation follows it without a restart; pkcs11 to a Transit seal (OpenBao), then to a
+key file."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from sealflow.engine import Algorithm
+from sealflow.service.config import Settings
+from sealflow.service.keystore import (
+    KeyStore,
+    KeyStoreUnavailable,
+    current_provider,
+    open_store,
+    prepare,
+)
+from tests.service.conftest import SEALFLOW, start_server
+from tests.service.openbao import run_openbao, seal_key
+
+from .softhsm import Token
+
+MASTER_B64 = base64.b64encode(os.urandom(32)).decode()
+KEYS = 1000
+KILLS = 20
+# The head of a value under the KEK of generation 1 (``_generations``), as stored.
+HEAD_1 = b"sfk\x00\x00\x00\x01"
+
+Materials = dict[tuple[str, int], bytes]
+Query = Callable[[str], list[tuple[Any, ...]]]
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def settings(backend: str, token: Token, request: pytest.FixtureRequest) -> dict[str, object]:
+    """The file provider in use, and the token's settings ready for --to pkcs11."""
+    given = token.settings(master_key_provider="file", master_key=MASTER_B64)
+    if backend == "postgresql":
+        given["keystore_url"] = request.getfixturevalue("pg_url")
+    return given
+
+
+def _env(data: Path, settings: dict[str, object]) -> dict[str, str]:
+    env = {f"SEALFLOW_{k.upper()}": str(v) for k, v in settings.items()}
+    return {**os.environ, **env, "SEALFLOW_DATA_DIR": str(data)}
+
+
+def _query(data: Path, settings: dict[str, object]) -> Query:
+    """SQL on the keystore as stored (table names as SQLite has them)."""
+    url = settings.get("keystore_url")
+
+    def query(sql: str) -> list[tuple[Any, ...]]:
+        if url is None:
+            with closing(sqlite3.connect(data / "keystore.db")) as db:
+                return [tuple(row) for row in db.execute(sql).fetchall()]
+        for table in ("meta", "keys", "key_versions"):
+            sql = sql.replace(f" {table}", f" sealflow_{table}")
+        with psycopg.connect(str(url)) as pg:
+            return [
+                tuple(bytes(v) if isinstance(v, memoryview) else v for v in row)
+                for row in pg.execute(sql).fetchall()
+            ]
+
+    return query
+
+
+def _open(data: Path, settings: dict[str, object], provider: str) -> KeyStore:
+    opened = Settings(data_dir=data, **{**settings, "master_key_provider": provider})  # type: ignore[arg-type]
+    return open_store(opened, watch=False)
+
+
+def _materials(store: KeyStore) -> Materials:
+    return {
+        (info.name, v.version): store.key_material(info.name, v.version)
+        for info in store.list_keys()
+        for v in info.versions
+    }
+
+
+def _fill(data: Path, settings: dict[str, object], keys: int) -> Materials:
+    """The keystore with ``keys`` keys of three versions each (through the keystore's API)."""
+    prepare(Settings(data_dir=data, **settings))  # type: ignore[arg-type]
+    with closing(_open(data, settings, "file")) as store:
+        for i in range(keys):
+            name = f"key-{i:04d}"
+            store.create_key(name, Algorithm.AES_256_GCM)
+            store.rotate_key(name)
+            store.rotate_key(name)
+        return _materials(store)
+
+
+def _kill_run(env: dict[str, str], rng: random.Random) -> int | None:
+    """rotate-master killed with SIGKILL at a random point: a third of the time a random delay
+    after it started (while it starts, asks the token, begins, or in its first batches), else
+    a random moment after a random number of batches (mostly inside the next one's
+    transaction); its exit status if it ended first."""
+    proc = subprocess.Popen(  # noqa: S603
+        [SEALFLOW, "keystore", "rotate-master", "--to", "pkcs11", "--batch-size", "25"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stderr is not None
+    try:
+        if rng.random() < 1 / 3:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                return proc.wait(rng.uniform(0.0, 0.8))
+        else:
+            batches = rng.randint(1, 6)
+            for line in proc.stderr:
+                batches -= line.startswith("rewrapped ")
+                if batches == 0:
+                    time.sleep(rng.uniform(0.0, 0.01))
+                    break
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        return None if proc.returncode == -signal.SIGKILL else proc.returncode
+    finally:
+        proc.stderr.close()
+
+
+def test_rotate_master_file_to_pkcs11_killed_20_times(
+    tmp_path: Path, settings: dict[str, object]
+) -> None:
+    data = tmp_path / "data"
+    before = _fill(data, settings, KEYS)
+    assert len(before) == 3 * KEYS + 1  # and key default
+    env = _env(data, settings)
+    query = _query(data, settings)
+    seed = random.randrange(2**32)
+    rng = random.Random(seed)
+    under_way = 0
+    for kill in range(KILLS):
+        status = _kill_run(env, rng)
+        assert status is None, (seed, kill, status)
+        # The keystore opens with the provider its record names, every version as it was.
+        provider = current_provider(Settings(data_dir=data, **settings))  # type: ignore[arg-type]
+        assert provider == "file", (seed, kill)
+        with closing(_open(data, settings, provider)) as store:
+            assert _materials(store) == before, (seed, kill)
+        under_way += bool(query("SELECT key FROM meta WHERE key = 'master_seal_next'"))
+    assert under_way > 0, seed  # some kill fell inside the rotation, not all before it
+
+    done = subprocess.run(  # noqa: S603
+        [SEALFLOW, "keystore", "rotate-master", "--to", "pkcs11", "--batch-size", "25"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "to generation 1, sealed by the pkcs11 (key_label" in done.stderr
+    assert "the file master key is no longer needed to open this keystore" in done.stderr
+
+    assert current_provider(Settings(data_dir=data, **settings)) == "pkcs11"  # type: ignore[arg-type]
+    with closing(_open(data, settings, "pkcs11")) as store:
+        assert _materials(store) == before
+    with pytest.raises(KeyStoreUnavailable, match="sealed by the pkcs11"):
+        _open(data, settings, "file")
+    # Every row is under the new KEK, and nothing of the rotation is left behind.
+    keys = [key for (key,) in query("SELECT key FROM meta")]
+    assert "master_seal_next" not in keys
+    assert "master_kek_next" not in keys
+    assert all(mac.startswith(HEAD_1) for (mac,) in query("SELECT mac FROM keys"))
+    wrapped = query("SELECT wrapped FROM key_versions")
+    assert len(wrapped) == 3 * KEYS + 1
+    assert all(blob.startswith(HEAD_1) for (blob,) in wrapped)
+    (check,) = query("SELECT value FROM meta WHERE key = 'check'")
+    assert check[0].startswith(HEAD_1)
+
+
+@pytest.fixture
+def replica(
+    tmp_path: Path, token: Token, pg_url: str
+) -> Iterator[tuple[Path, dict[str, object], Any]]:
+    settings = token.settings(master_key_provider="file", master_key=MASTER_B64)
+    settings["keystore_url"] = pg_url
+    data = tmp_path / "replica"
+    srv = start_server(data, **settings)
+    try:
+        yield data, settings, srv
+    finally:
+        srv.stop()
+
+
+def test_a_postgresql_replica_follows_a_rotation_without_a_restart(
+    replica: tuple[Path, dict[str, object], Any],
+) -> None:
+    data, settings, srv = replica
+    with closing(_open(data, settings, "file")) as store:
+        for i in range(200):
+            store.create_key(f"key-{i:03d}", Algorithm.AES_256_GCM)
+    pid = srv.proc.pid
+    query = _query(data, settings)
+    with srv.client() as client:
+        envelopes = {
+            name: client.post(f"/v1/keys/{name}/encrypt", content=name.encode()).content
+            for name in ("default", "key-000", "key-199")
+        }
+        proc = subprocess.Popen(  # noqa: S603
+            [SEALFLOW, "keystore", "rotate-master", "--to", "pkcs11", "--batch-size", "5"],
+            env=_env(data, settings),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        served, made = 0, False
+        while proc.poll() is None:
+            for name, envelope in envelopes.items():
+                reply = client.post("/v1/decrypt", content=envelope)
+                assert reply.status_code == 200, reply.text
+                assert reply.content == name.encode()
+                served += 1
+            if not made and query("SELECT key FROM meta WHERE key = 'master_seal_next'"):
+                # A write while the rotation runs: under the new KEK (the replica followed).
+                reply = client.post("/v1/keys", json={"name": "made-during"})
+                assert reply.status_code == 201, reply.text
+                made = True
+        assert proc.stderr is not None
+        assert proc.wait() == 0, proc.stderr.read()
+        proc.stderr.close()
+        assert made
+        assert served > 0
+        # After: the same process, serving old envelopes and writing under the new KEK.
+        for name, envelope in envelopes.items():
+            assert client.post("/v1/decrypt", content=envelope).content == name.encode()
+        assert client.post("/v1/keys", json={"name": "made-after"}).status_code == 201
+        sealed = client.post("/v1/keys/made-after/encrypt", content=b"after").content
+        assert client.post("/v1/decrypt", content=sealed).content == b"after"
+    assert srv.proc.pid == pid
+    assert srv.proc.poll() is None
+    assert "was not following" not in srv.log.read_text()
+    # What the replica wrote opens with the new provider alone.
+    with closing(_open(data, settings, "pkcs11")) as store:
+        for name in ("made-during", "made-after", "key-199"):
+            assert len(store.key_material(name, 1)) == 32
+
+
+def test_pkcs11_to_transit_then_to_file(tmp_path: Path, token: Token) -> None:
+    """Generation 1 under a Transit seal, then generation 2 under a key file: each rotation
+    needs only the target's settings besides the current provider's, and once it is done the
+    old provider is not asked again (OpenBao stopped, the file key alone opens it)."""
+    data = tmp_path / "data"
+    file_key = base64.b64encode(os.urandom(32)).decode()
+    with run_openbao(tmp_path) as bao:
+        sealing = seal_key(bao.url, bao.token, tmp_path)
+        settings = {**token.settings(), **sealing.settings(bao.url), "master_key": file_key}
+        prepare(Settings(data_dir=data, **settings))  # type: ignore[arg-type]
+        with closing(_open(data, settings, "pkcs11")) as store:
+            for i in range(50):
+                store.create_key(f"key-{i:02d}", Algorithm.CHACHA20_POLY1305)
+                store.rotate_key(f"key-{i:02d}")
+            before = _materials(store)
+        env = _env(data, settings)
+        to_transit = subprocess.run(  # noqa: S603
+            [SEALFLOW, "keystore", "rotate-master", "--to", "transit", "--batch-size", "7"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert to_transit.returncode == 0, to_transit.stderr
+        assert "to generation 1, sealed by the transit (" in to_transit.stderr
+        assert "the pkcs11 (key_label 'sealflow-master'" in to_transit.stderr
+        with closing(_open(data, settings, "transit")) as store:
+            assert _materials(store) == before
+        with pytest.raises(KeyStoreUnavailable, match="sealed by the transit"):
+            _open(data, settings, "pkcs11")
+        to_file = subprocess.run(  # noqa: S603
+            [SEALFLOW, "keystore", "rotate-master", "--to", "file"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert to_file.returncode == 0, to_file.stderr
+        assert "to generation 2, sealed by the file master-key provider" in to_file.stderr
+    with closing(_open(data, settings, "file")) as store:  # OpenBao is gone
+        assert _materials(store) == before
+    head_2 = b"sfk\x00\x00\x00\x02"
+    query = _query(data, settings)
+    assert all(blob.startswith(head_2) for (blob,) in query("SELECT wrapped FROM key_versions"))
