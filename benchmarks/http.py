@@ -2,7 +2,7 @@
 
     python -m benchmarks.http            (needs wrk and curl: apt-get install -y wrk curl)
     python -m benchmarks.http huge       (only the named parts: small, records, megabyte, huge,
-                                          audit, ttl, hmac;
+                                          audit, ttl, hmac, master;
                                           huge, the 256 MiB round trips, needs curl, not wrk)
 
 Only the standard library and the service's own dependencies: it runs after the
@@ -428,6 +428,12 @@ def hmac(report: Report, peer: Server, ours: Server, work: Path, script: Path) -
     hmac_part(report, ours, work, script)
 
 
+def master(report: Report, peer: Server, ours: Server, work: Path, script: Path) -> None:
+    from .master_key import master_part  # it imports this module
+
+    master_part(report, ours, work, script)
+
+
 def ttl(report: Report, peer: Server, ours: Server, work: Path, script: Path) -> None:
     from .token_ttl import ttl_part  # it imports this module
 
@@ -442,6 +448,7 @@ PARTS: dict[str, Part] = {
     "audit": audit,
     "ttl": ttl,
     "hmac": hmac,
+    "master": master,
 }
 
 
