@@ -145,6 +145,10 @@ class PostgresKeyStore(Writes[Db]):
                 made = db.execute("SELECT to_regclass('sealflow_meta') IS NOT NULL").fetchone()
                 if made is not None and made[0]:
                     self._follow(db)
+                elif meta is not None:
+                    # A new keystore given a record (migrate): its check value is written under
+                    # the generation the record names, as the copied rows are.
+                    follow(self._integrity, meta, self._where)
                 self.created = _pg_schema.migrate(db, self._integrity, self._where, meta)
                 if self.created and provision is not None:
                     self._ambient = db

@@ -2,10 +2,12 @@
 follows without a restart, the rotation is a change record on the audit trail, audit trails
 written before and after verify with the same key, and a run that finds another rotation under
 way refuses to start a second one; a backup taken during a rotation restores with it under way,
-and it finishes there."""
+and it finishes there; migrate refuses a keystore mid-rotation; a token with a use limit, spent
+on a PostgreSQL server while a rotation runs, keeps its exact count."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
@@ -15,8 +17,11 @@ from contextlib import closing
 from pathlib import Path
 
 import jsonschema_rs
+import psycopg
+import pytest
 
 from sealflow.service.audit import SCHEMA
+from tests.postgres import Cluster
 from tests.service.conftest import SEALFLOW, start_server
 
 
@@ -135,6 +140,112 @@ def test_a_run_does_not_start_a_second_rotation_while_one_is_under_way(tmp_path:
     assert "default" in listed.stdout
 
 
+def _killed_after(data: Path, batches: int, *flags: str, **env: str) -> None:
+    """rotate-master (batches of one row) killed with SIGKILL after its ``batches``-th batch."""
+    variables = {f"SEALFLOW_{k.upper()}": v for k, v in env.items()}
+    proc = subprocess.Popen(  # noqa: S603
+        [SEALFLOW, "keystore", "rotate-master", "--batch-size", "1", *flags],
+        env={**os.environ, "SEALFLOW_DATA_DIR": str(data), **variables},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stderr is not None
+    for _ in range(batches):
+        assert proc.stderr.readline().startswith("rewrapped 1 rows")
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    proc.stderr.close()
+
+
+def test_migrate_refuses_a_keystore_mid_rotation(postgres: Cluster, tmp_path: Path) -> None:
+    """Its rows are under two KEKs: nothing is copied until the rotation is finished."""
+    data = tmp_path / "data"
+    srv = start_server(data)
+    try:
+        with srv.client() as client:
+            sealed = client.post("/v1/keys/default/encrypt", content=b"moved").content
+    finally:
+        srv.stop()
+    _killed_after(data, 2)
+    url = postgres.new_database()
+    keystore = data / "keystore.db"
+    refused = sealflow(data, "keystore", "migrate", "--from", f"sqlite:{keystore}", "--to", url)
+    assert refused.returncode == 1
+    assert refused.stderr.splitlines() == [
+        f"sealflow: keystore {keystore}: a rotate-master is under way; finish it first (run it"
+        " again)"
+    ]
+    with closing(psycopg.connect(url)) as pg:
+        tables = pg.execute("SELECT count(*) FROM pg_tables WHERE tablename LIKE 'sealflow%'")
+        assert tables.fetchone() == (0,)  # nothing written to the target
+
+    finished = sealflow(data, "keystore", "rotate-master")
+    assert finished.returncode == 0, finished.stderr
+    moved = sealflow(data, "keystore", "migrate", "--from", f"sqlite:{keystore}", "--to", url)
+    assert moved.returncode == 0, moved.stderr
+    copy = start_server(tmp_path / "pg", keystore_url=url, master_key_file=data / "master.key")
+    try:
+        copy.token = srv.token
+        with copy.client() as client:
+            assert client.post("/v1/decrypt", content=sealed).content == b"moved"
+    finally:
+        copy.stop()
+
+
+def test_a_use_limited_token_keeps_its_count_through_a_rotation_on_postgresql(
+    postgres: Cluster, tmp_path: Path
+) -> None:
+    """A token's uses are written without bumping the change counter: each such write and each
+    rotation batch are serialised on the token's row, so no use is lost or counted twice and
+    the row's MAC stays valid under whichever KEK wrote it last."""
+    data, url = tmp_path / "data", postgres.new_database()
+    master = base64.b64encode(os.urandom(32)).decode()
+    srv = start_server(data, keystore_url=url, master_key=master)
+    limit = 100_000
+    try:
+        made = srv.cli("tokens", "create", "--scope", "encrypt:default", "--num-uses", str(limit))
+        assert made.returncode == 0, made.stderr
+        secret = made.stdout.decode().strip()
+        proc = subprocess.Popen(  # noqa: S603
+            [SEALFLOW, "keystore", "rotate-master", "--batch-size", "1"],
+            env={
+                **os.environ,
+                "SEALFLOW_DATA_DIR": str(data),
+                "SEALFLOW_KEYSTORE_URL": url,
+                "SEALFLOW_MASTER_KEY": master,
+            },
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        spent = 0
+        with srv.client(secret) as client:
+            while proc.poll() is None or spent < 20:
+                reply = client.post("/v1/keys/default/encrypt", content=b"x")
+                assert reply.status_code == 200, reply.text
+                spent += 1
+        assert proc.stderr is not None
+        report = proc.stderr.read()
+        proc.stderr.close()
+        assert proc.returncode == 0, report
+        assert "was not following" not in srv.log.read_text()
+    finally:
+        srv.stop()
+    # A new process (the KEK unsealed afresh) reads the row: its MAC verifies, its count is
+    # exact, and the token goes on working.
+    again = start_server(data, keystore_url=url, master_key=master)
+    try:
+        with again.client(secret) as client:
+            assert client.post("/v1/keys/default/encrypt", content=b"y").status_code == 200
+        listed = again.cli("tokens", "list", "--json")
+        assert listed.returncode == 0, listed.stderr
+        (row,) = [t for t in json.loads(listed.stdout) if t.get("num_uses") == limit]
+        assert row["uses_left"] == limit - spent - 1
+    finally:
+        again.stop()
+
+
 def test_a_backup_taken_during_a_rotation_restores_with_it_under_way(tmp_path: Path) -> None:
     data, copy, backup = tmp_path / "data", tmp_path / "copy", tmp_path / "keystore.bak"
     srv = start_server(data)
@@ -185,6 +296,51 @@ def test_a_backup_taken_during_a_rotation_restores_with_it_under_way(tmp_path: P
             assert client.post("/v1/decrypt", content=sealed).content == b"k9"
     finally:
         last.stop()
+
+
+@pytest.mark.parametrize("into", ["sqlite", "postgresql"])
+def test_a_rotated_keystore_moves_by_backup_and_by_migrate(
+    postgres: Cluster, tmp_path: Path, into: str
+) -> None:
+    """After a rotation every value is under generation 1: a new keystore made from it (a
+    restore into either store, a migrate into PostgreSQL) writes its check value under that
+    generation too, and opens."""
+    data, backup = tmp_path / "data", tmp_path / "keystore.bak"
+    srv = start_server(data)
+    try:
+        with srv.client() as client:
+            sealed = client.post("/v1/keys/default/encrypt", content=b"kept").content
+    finally:
+        srv.stop()
+    done = sealflow(data, "keystore", "rotate-master")
+    assert done.returncode == 0, done.stderr
+    key_file = str(data / "master.key")
+    target: dict[str, object] = {"master_key_file": key_file}
+    if into == "postgresql":
+        target["keystore_url"] = postgres.new_database()
+    copy = tmp_path / "restored"
+    env = {k: str(v) for k, v in target.items()}
+    saved = sealflow(data, "keystore", "backup", str(backup))
+    assert saved.returncode == 0, saved.stderr
+    restored = sealflow(copy, "keystore", "restore", str(backup), **env)
+    assert restored.returncode == 0, restored.stderr
+    moved_to = {}
+    if into == "postgresql":
+        moved_to["keystore_url"] = postgres.new_database()
+        source = f"sqlite:{data / 'keystore.db'}"
+        url = str(moved_to["keystore_url"])
+        moved = sealflow(data, "keystore", "migrate", "--from", source, "--to", url)
+        assert moved.returncode == 0, moved.stderr
+    for where, settings in (("restored", target), ("migrated", {**target, **moved_to})):
+        if where == "migrated" and not moved_to:
+            continue
+        again = start_server(tmp_path / where, **settings)
+        try:
+            again.token = srv.token
+            with again.client() as client:
+                assert client.post("/v1/decrypt", content=sealed).content == b"kept", where
+        finally:
+            again.stop()
 
 
 def test_an_idle_sqlite_server_follows_a_rotation(tmp_path: Path) -> None:
