@@ -37,6 +37,24 @@ def sealflow(data: Path, *args: str, **env: str) -> subprocess.CompletedProcess[
     )
 
 
+def _killed_after(data: Path, batches: int, size: int = 1) -> None:
+    """rotate-master (batches of ``size`` rows) killed with SIGKILL after its ``batches``-th
+    batch: a rotation left under way."""
+    proc = subprocess.Popen(  # noqa: S603
+        [SEALFLOW, "keystore", "rotate-master", "--batch-size", str(size)],
+        env={**os.environ, "SEALFLOW_DATA_DIR": str(data)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stderr is not None
+    for _ in range(batches):
+        assert proc.stderr.readline().startswith(f"rewrapped {size} rows")
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    proc.stderr.close()
+
+
 def test_rotate_master_while_an_sqlite_server_serves(tmp_path: Path) -> None:
     data = tmp_path / "data"
     served, trail = tmp_path / "server-audit.log", tmp_path / "cli-audit.log"
@@ -113,18 +131,7 @@ def test_a_run_does_not_start_a_second_rotation_while_one_is_under_way(tmp_path:
     data = tmp_path / "data"
     start_server(data).stop()
     key = (data / "master.key").read_text().strip()
-    proc = subprocess.Popen(  # noqa: S603
-        [SEALFLOW, "keystore", "rotate-master", "--batch-size", "1"],
-        env={**os.environ, "SEALFLOW_DATA_DIR": str(data)},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stderr is not None
-    assert proc.stderr.readline().startswith("rewrapped 1 rows")
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    proc.stderr.close()
+    _killed_after(data, 1)
 
     other = sealflow(data, "keystore", "rotate-master", "--to", "env", master_key=key)
     assert other.returncode == 1
@@ -138,24 +145,6 @@ def test_a_run_does_not_start_a_second_rotation_while_one_is_under_way(tmp_path:
     listed = sealflow(data, "keys", "list")
     assert listed.returncode == 0, listed.stderr
     assert "default" in listed.stdout
-
-
-def _killed_after(data: Path, batches: int, *flags: str, **env: str) -> None:
-    """rotate-master (batches of one row) killed with SIGKILL after its ``batches``-th batch."""
-    variables = {f"SEALFLOW_{k.upper()}": v for k, v in env.items()}
-    proc = subprocess.Popen(  # noqa: S603
-        [SEALFLOW, "keystore", "rotate-master", "--batch-size", "1", *flags],
-        env={**os.environ, "SEALFLOW_DATA_DIR": str(data), **variables},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stderr is not None
-    for _ in range(batches):
-        assert proc.stderr.readline().startswith("rewrapped 1 rows")
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    proc.stderr.close()
 
 
 def test_migrate_refuses_a_keystore_mid_rotation(postgres: Cluster, tmp_path: Path) -> None:
@@ -256,19 +245,7 @@ def test_a_backup_taken_during_a_rotation_restores_with_it_under_way(tmp_path: P
             sealed = client.post("/v1/keys/k9/encrypt", content=b"k9").content
     finally:
         srv.stop()
-    proc = subprocess.Popen(  # noqa: S603
-        [SEALFLOW, "keystore", "rotate-master", "--batch-size", "2"],
-        env={**os.environ, "SEALFLOW_DATA_DIR": str(data)},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stderr is not None
-    for _ in range(3):
-        assert proc.stderr.readline().startswith("rewrapped 2 rows")
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    proc.stderr.close()
+    _killed_after(data, 3, size=2)
 
     key_file = str(data / "master.key")
     saved = sealflow(data, "keystore", "backup", str(backup))
