@@ -37,6 +37,18 @@ def sealflow(data: Path, *args: str, **env: str) -> subprocess.CompletedProcess[
     )
 
 
+def _opens(data: Path, token: str, envelope: bytes, plain: bytes, **settings: object) -> None:
+    """A new server on ``data`` (``settings`` its own), as ``token``, decrypts ``envelope``."""
+    srv = start_server(data, **settings)
+    try:
+        srv.token = token
+        with srv.client() as client:
+            reply = client.post("/v1/decrypt", content=envelope)
+            assert (reply.status_code, reply.content) == (200, plain)
+    finally:
+        srv.stop()
+
+
 def _killed_after(data: Path, batches: int, size: int = 1) -> None:
     """rotate-master (batches of ``size`` rows) killed with SIGKILL after its ``batches``-th
     batch: a rotation left under way."""
@@ -100,13 +112,7 @@ def test_rotate_master_while_an_sqlite_server_serves(tmp_path: Path) -> None:
         assert "was not following" not in srv.log.read_text()
     finally:
         srv.stop()
-    again = start_server(data, audit_file=served)
-    try:
-        again.token = srv.token
-        with again.client() as client:
-            assert client.post("/v1/decrypt", content=sealed).content == b"after"
-    finally:
-        again.stop()
+    _opens(data, srv.token, sealed, b"after", audit_file=served)
 
     records = [json.loads(line) for line in trail.read_text().splitlines()]
     validator = jsonschema_rs.validator_for(json.loads(SCHEMA.read_text()))
@@ -173,13 +179,14 @@ def test_migrate_refuses_a_keystore_mid_rotation(postgres: Cluster, tmp_path: Pa
     assert finished.returncode == 0, finished.stderr
     moved = sealflow(data, "keystore", "migrate", "--from", f"sqlite:{keystore}", "--to", url)
     assert moved.returncode == 0, moved.stderr
-    copy = start_server(tmp_path / "pg", keystore_url=url, master_key_file=data / "master.key")
-    try:
-        copy.token = srv.token
-        with copy.client() as client:
-            assert client.post("/v1/decrypt", content=sealed).content == b"moved"
-    finally:
-        copy.stop()
+    _opens(
+        tmp_path / "pg",
+        srv.token,
+        sealed,
+        b"moved",
+        keystore_url=url,
+        master_key_file=data / "master.key",
+    )
 
 
 def test_a_use_limited_token_keeps_its_count_through_a_rotation_on_postgresql(
@@ -256,23 +263,11 @@ def test_a_backup_taken_during_a_rotation_restores_with_it_under_way(tmp_path: P
         under_way = db.execute("SELECT key FROM meta WHERE key LIKE 'master_%_next'").fetchall()
     assert sorted(under_way) == [("master_kek_next",), ("master_seal_next",)]
     # Rows under both KEKs: the restored keystore serves every key, and the rotation finishes.
-    again = start_server(copy, master_key_file=key_file)
-    try:
-        again.token = srv.token
-        with again.client() as client:
-            assert client.post("/v1/decrypt", content=sealed).content == b"k9"
-    finally:
-        again.stop()
+    _opens(copy, srv.token, sealed, b"k9", master_key_file=key_file)
     done = sealflow(copy, "keystore", "rotate-master", master_key_file=key_file)
     assert done.returncode == 0, done.stderr
     assert "to generation 1, sealed by the file master-key provider" in done.stderr
-    last = start_server(copy, master_key_file=key_file)
-    try:
-        last.token = srv.token
-        with last.client() as client:
-            assert client.post("/v1/decrypt", content=sealed).content == b"k9"
-    finally:
-        last.stop()
+    _opens(copy, srv.token, sealed, b"k9", master_key_file=key_file)
 
 
 @pytest.mark.parametrize("into", ["sqlite", "postgresql"])
@@ -311,13 +306,7 @@ def test_a_rotated_keystore_moves_by_backup_and_by_migrate(
     for where, settings in (("restored", target), ("migrated", {**target, **moved_to})):
         if where == "migrated" and not moved_to:
             continue
-        again = start_server(tmp_path / where, **settings)
-        try:
-            again.token = srv.token
-            with again.client() as client:
-                assert client.post("/v1/decrypt", content=sealed).content == b"kept", where
-        finally:
-            again.stop()
+        _opens(tmp_path / where, srv.token, sealed, b"kept", **settings)
 
 
 def test_an_idle_sqlite_server_follows_a_rotation(tmp_path: Path) -> None:
@@ -337,13 +326,7 @@ def test_an_idle_sqlite_server_follows_a_rotation(tmp_path: Path) -> None:
         assert "was not following" not in srv.log.read_text()
     finally:
         srv.stop()
-    again = start_server(data)
-    try:
-        again.token = srv.token
-        with again.client() as client:
-            assert client.post("/v1/decrypt", content=later).content == b"after"
-    finally:
-        again.stop()
+    _opens(data, srv.token, later, b"after")
 
 
 def test_no_keystore_is_made_to_be_rotated(tmp_path: Path) -> None:
