@@ -66,6 +66,20 @@ def test_order_is_kept_across_batch_boundaries(api: Client) -> None:
     assert list(opened) == plain
 
 
+def test_values_of_one_length_are_framed_with_the_head_first(api: Client) -> None:
+    """Values of one length take the one-join framing (the request head, then the shared
+    length prefix before each value): every batch's first and last value, bytes-like ones
+    among them, seal to envelopes that open alone to themselves, in order."""
+    plain: list[bytes | bytearray | memoryview] = [b"%07d" % i for i in range(10_000)]
+    plain[0], plain[4096] = bytearray(plain[0]), memoryview(plain[4096])
+    sealed = list(api.encrypt_many("default", plain, batch_records=4096))
+    assert len(sealed) == len(plain)
+    assert {len(e) for e in sealed} == {len(sealed[0])}
+    for i in (0, 4095, 4096, 8191, 8192, 9999):
+        assert api.decrypt(sealed[i]) == bytes(plain[i])
+    assert list(api.decrypt_many(sealed, batch_records=3000)) == [bytes(p) for p in plain]
+
+
 def test_async_order_is_kept_across_batch_boundaries(server: Server) -> None:
     plain = values(20_001)
 
