@@ -229,7 +229,7 @@ def sealed(answer: bytes, batch: Batch) -> Sequence[bytes]:
 
 def opened(
     answer: bytes, batch: Batch, errors: Errors
-) -> tuple[list[bytes | SealflowError], SealflowError | None]:
+) -> tuple[Sequence[bytes | SealflowError], SealflowError | None]:
     """The plaintexts of a decrypt's answer (``u8 status || u32 length || bytes`` each); a
     failed record's exception in its place, named by its index; when ``errors`` is "raise",
     the records before the first failure and its exception (to raise once they are given).
@@ -240,7 +240,7 @@ def opened(
         n = batch.same - overhead
         fields = _cut(answer, f"BI{n}s", count)
         if fields is not None and fields[0::3].count(0) == count and fields[1::3].count(n) == count:
-            return list(fields[2::3]), None
+            return fields[2::3], None  # a tuple, as in sealed()
     out: list[bytes | SealflowError] = []
     unpack = _STATUS_LENGTH.unpack_from
     append, offset, end = out.append, 0, len(answer)
