@@ -144,23 +144,21 @@ class Batch:
         self, head: Callable[[int], bytes], group: Group, first: int, overhead: int | None
     ) -> None:
         values, lengths = group
+        self.count, self.first, self.overhead = len(values), first, overhead
         try:
-            self._frame(head, values, lengths, first, overhead)
+            if not self._frame(head, values, lengths):
+                # A memoryview of wider items: its len() counts items, the join takes its
+                # bytes (the framing would have declared fewer than it sent).
+                self._frame(head, values, [memoryview(v).nbytes for v in values])
         except TypeError:
             raise not_bytes(values) from None
 
-    def _frame(
-        self,
-        head: Callable[[int], bytes],
-        values: list[Value],
-        lengths: list[int],
-        first: int,
-        overhead: int | None,
-    ) -> None:
-        count = len(values)
-        self.count, self.first, self.overhead = count, first, overhead
+    def _frame(self, head: Callable[[int], bytes], values: list[Value], lengths: list[int]) -> bool:
+        """Frame the body; whether its values held the bytes ``lengths`` says."""
+        count = self.count
         self.same = lengths[0] if count and lengths.count(lengths[0]) == count else None
-        first_part = head(sum(lengths) + 4 * count)
+        size = sum(lengths) + 4 * count
+        first_part = head(size)
         self.start = len(first_part)
         if self.same is not None:
             # The one prefix between the head and each value: one join with it as the
@@ -168,12 +166,13 @@ class Batch:
             parts: list[Value] = [first_part]
             parts += values
             self.body = _U32.pack(self.same).join(parts)
-            return
-        # head, then prefix and value by turns: two slice assignments, one join.
-        parts = [first_part] * (2 * count + 1)
-        parts[1::2] = map(_U32.pack, lengths)
-        parts[2::2] = values
-        self.body = b"".join(parts)
+        else:
+            # head, then prefix and value by turns: two slice assignments, one join.
+            parts = [first_part] * (2 * count + 1)
+            parts[1::2] = map(_U32.pack, lengths)
+            parts[2::2] = values
+            self.body = b"".join(parts)
+        return len(self.body) == self.start + size
 
 
 def overhead(key: str) -> int:
