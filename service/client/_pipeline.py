@@ -23,33 +23,36 @@ from ._records import DEPTH, Batch, Records, Value, batches
 def results(
     pool: Pool, endpoint: Endpoint, call: Records, values: Iterable[Value], limits: tuple[int, int]
 ) -> Iterator[Any]:
-    """One result per value, in order, as the answers come."""
+    """One result per value, in order, as the answers come.
+
+    One generator between the caller and each batch's results, which it delegates to: a
+    helper generator per batch put a second frame on every value's way out
+    (docs/BENCHMARKS.md, "Issue 30, the records path")."""
     prefix, prelude = endpoint.target, endpoint.prelude
     inflight: deque[Exchange] = deque()
     sent: deque[Batch] = deque()
+    groups = batches(values, *limits)
     first = 0
     try:
-        for group in batches(values, *limits):
-            batch = call.batch(prefix, prelude, group, first)
-            first += batch.count
-            inflight.append(_send(pool, endpoint, batch, fresh=False))
-            sent.append(batch)
-            if len(inflight) >= DEPTH:
-                yield from _results(pool, endpoint, call, sent.popleft(), inflight.popleft())
-        while inflight:
-            yield from _results(pool, endpoint, call, sent.popleft(), inflight.popleft())
+        while True:
+            group = next(groups, None)
+            if group is not None:
+                batch = call.batch(prefix, prelude, group, first)
+                first += batch.count
+                inflight.append(_send(pool, endpoint, batch, fresh=False))
+                sent.append(batch)
+                if len(inflight) < DEPTH:
+                    continue
+            elif not inflight:
+                return
+            batch, ex = sent.popleft(), inflight.popleft()
+            got, error = call.results(_receive(pool, endpoint, batch, ex), batch)
+            yield from got
+            if error is not None:
+                raise error
     finally:
         for ex in inflight:  # stopped early, or failed: their answers are not read
             pool.release(ex.conn, False)
-
-
-def _results(
-    pool: Pool, endpoint: Endpoint, call: Records, batch: Batch, ex: Exchange
-) -> Iterator[Any]:
-    results, error = call.results(_receive(pool, endpoint, batch, ex), batch)
-    yield from results
-    if error is not None:
-        raise error
 
 
 def _send(pool: Pool, endpoint: Endpoint, batch: Batch, *, fresh: bool) -> Exchange:

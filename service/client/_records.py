@@ -2,9 +2,10 @@
 batches, a batch framed as one request body, an answer read back into one result per record.
 
 Framing and parsing are a value's whole client-side cost, so neither loops in Python per
-value where it can be helped: a body is one ``b"".join`` (values of one length: joined with
-their shared 4-byte prefix as the separator; others: interleaved with ``struct``-packed
-prefixes by two slice assignments), and an answer whose records all have the expected length
+value where it can be helped: a body is one join, one copy of the values (values of one
+length: the request head and the values joined with their shared 4-byte prefix as the
+separator; others: interleaved with ``struct``-packed prefixes by two slice assignments,
+then joined), and an answer whose records all have the expected length
 is cut by one ``struct.unpack`` of a repeated format (its length fields then checked); any
 other answer by a loop of ``unpack_from`` and slices. One copy per result either way
 (docs/BENCHMARKS.md, "Client: batches of records").
@@ -16,7 +17,14 @@ import bisect
 import functools
 import itertools
 import struct
-from collections.abc import AsyncGenerator, AsyncIterable, Callable, Iterable, Iterator
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterable,
+    Callable,
+    Iterable,
+    Iterator,
+    Sequence,
+)
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -136,33 +144,35 @@ class Batch:
         self, head: Callable[[int], bytes], group: Group, first: int, overhead: int | None
     ) -> None:
         values, lengths = group
+        self.count, self.first, self.overhead = len(values), first, overhead
         try:
-            self._frame(head, values, lengths, first, overhead)
+            if not self._frame(head, values, lengths):
+                # A memoryview of wider items: its len() counts items, the join takes its
+                # bytes (the framing would have declared fewer than it sent).
+                self._frame(head, values, [memoryview(v).nbytes for v in values])
         except TypeError:
             raise not_bytes(values) from None
 
-    def _frame(
-        self,
-        head: Callable[[int], bytes],
-        values: list[Value],
-        lengths: list[int],
-        first: int,
-        overhead: int | None,
-    ) -> None:
-        count = len(values)
-        self.count, self.first, self.overhead = count, first, overhead
+    def _frame(self, head: Callable[[int], bytes], values: list[Value], lengths: list[int]) -> bool:
+        """Frame the body; whether its values held the bytes ``lengths`` says."""
+        count = self.count
         self.same = lengths[0] if count and lengths.count(lengths[0]) == count else None
-        first_part = head(sum(lengths) + 4 * count)
+        size = sum(lengths) + 4 * count
+        first_part = head(size)
         self.start = len(first_part)
-        if self.same is not None:  # the one prefix between the values: a join with it
-            prefix = _U32.pack(self.same)
-            self.body = b"".join((first_part, prefix, prefix.join(values)))
-            return
-        # head, then prefix and value by turns: two slice assignments, one join.
-        parts: list[Value] = [first_part] * (2 * count + 1)
-        parts[1::2] = map(_U32.pack, lengths)
-        parts[2::2] = values
-        self.body = b"".join(parts)
+        if self.same is not None:
+            # The one prefix between the head and each value: one join with it as the
+            # separator writes the body in one copy (a join of a join made two).
+            parts: list[Value] = [first_part]
+            parts += values
+            self.body = _U32.pack(self.same).join(parts)
+        else:
+            # head, then prefix and value by turns: two slice assignments, one join.
+            parts = [first_part] * (2 * count + 1)
+            parts[1::2] = map(_U32.pack, lengths)
+            parts[2::2] = values
+            self.body = b"".join(parts)
+        return len(self.body) == self.start + size
 
 
 def overhead(key: str) -> int:
@@ -190,7 +200,7 @@ def _cut(answer: bytes, unit: str, count: int) -> tuple[Any, ...] | None:
     return layout.unpack(answer)
 
 
-def sealed(answer: bytes, batch: Batch) -> list[bytes]:
+def sealed(answer: bytes, batch: Batch) -> Sequence[bytes]:
     """The envelopes of an encrypt's answer: ``u32 length || envelope`` per record. With
     values of one length and the batch's ``overhead`` (a guess, checked), the answer is cut
     by one ``struct`` call."""
@@ -199,7 +209,7 @@ def sealed(answer: bytes, batch: Batch) -> list[bytes]:
         n = batch.same + overhead
         fields = _cut(answer, f"I{n}s", count)
         if fields is not None and fields[0::2].count(n) == count:
-            return list(fields[1::2])
+            return fields[1::2]  # a tuple: the caller only iterates over it
     out: list[bytes] = []
     unpack = _U32.unpack_from
     append, offset, end = out.append, 0, len(answer)
@@ -218,7 +228,7 @@ def sealed(answer: bytes, batch: Batch) -> list[bytes]:
 
 def opened(
     answer: bytes, batch: Batch, errors: Errors
-) -> tuple[list[bytes | SealflowError], SealflowError | None]:
+) -> tuple[Sequence[bytes | SealflowError], SealflowError | None]:
     """The plaintexts of a decrypt's answer (``u8 status || u32 length || bytes`` each); a
     failed record's exception in its place, named by its index; when ``errors`` is "raise",
     the records before the first failure and its exception (to raise once they are given).
@@ -229,7 +239,7 @@ def opened(
         n = batch.same - overhead
         fields = _cut(answer, f"BI{n}s", count)
         if fields is not None and fields[0::3].count(0) == count and fields[1::3].count(n) == count:
-            return list(fields[2::3]), None
+            return fields[2::3], None  # a tuple, as in sealed()
     out: list[bytes | SealflowError] = []
     unpack = _STATUS_LENGTH.unpack_from
     append, offset, end = out.append, 0, len(answer)
@@ -287,7 +297,7 @@ class Records:
         guess = overhead(self.key) if self.key is not None else envelope_overhead(values[0])
         return Batch(head, group, first, guess)
 
-    def results(self, answer: bytes, batch: Batch) -> tuple[list[Any], SealflowError | None]:
+    def results(self, answer: bytes, batch: Batch) -> tuple[Sequence[Any], SealflowError | None]:
         """The batch's results, and the exception to raise after them (if any)."""
         if self.key is not None:
             return sealed(answer, batch), None

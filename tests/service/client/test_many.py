@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 import uuid
+from array import array
 from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import Any
 
@@ -64,6 +65,30 @@ def test_order_is_kept_across_batch_boundaries(api: Client) -> None:
         assert api.decrypt(sealed[i]) == plain[i]
     opened = api.decrypt_many(sealed, batch_records=5000, batch_bytes=64 << 10)
     assert list(opened) == plain
+
+
+def test_values_of_one_length_are_framed_with_the_head_first(api: Client) -> None:
+    """Values of one length take the one-join framing (the request head, then the shared
+    length prefix before each value): every batch's first and last value, bytes-like ones
+    among them, seal to envelopes that open alone to themselves, in order."""
+    plain: list[bytes | bytearray | memoryview] = [b"%07d" % i for i in range(10_000)]
+    plain[0], plain[4096] = bytearray(plain[0]), memoryview(plain[4096])
+    sealed = list(api.encrypt_many("default", plain, batch_records=4096))
+    assert len(sealed) == len(plain)
+    assert {len(e) for e in sealed} == {len(sealed[0])}
+    for i in (0, 4095, 4096, 8191, 8192, 9999):
+        assert api.decrypt(sealed[i]) == bytes(plain[i])
+    assert list(api.decrypt_many(sealed, batch_records=3000)) == [bytes(p) for p in plain]
+
+
+def test_a_memoryview_of_wider_items_is_sealed_as_its_bytes(api: Client) -> None:
+    """len() of a memoryview of 4-byte items counts items: the framing takes its bytes, as
+    ``encrypt`` does, alone in its batch, among values of its length in bytes or not."""
+    wide = memoryview(array("I", range(25)))  # 25 items, 100 bytes
+    batches: list[list[bytes | memoryview]] = [[wide], [wide, b"x" * 100], [b"a", wide, b"bcd"]]
+    for batch in batches:
+        sealed = list(api.encrypt_many("default", batch))
+        assert [api.decrypt(e) for e in sealed] == [bytes(v) for v in batch]
 
 
 def test_async_order_is_kept_across_batch_boundaries(server: Server) -> None:
