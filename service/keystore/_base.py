@@ -27,7 +27,7 @@ from sealflow.service.envelope import valid_name
 
 from ._approle_api import AppRoleStore
 from ._cert_api import CertRoleStore
-from ._key_types import KeyType
+from ._key_types import AEAD_NAMES, KeyType
 from .errors import (
     MISSING_CONTEXT,
     SOFT_DELETED,
@@ -109,11 +109,12 @@ class KeyInfo:
         key of another type (hmac, signing keys) and for a derived key, whose material is never
         used but through a per-context derivation. Every encryption path asks this, so such a
         key fails closed wherever it has not been given a path of its own."""
-        aead = self.key_type.aead
+        key_type = self.key_type
+        aead = AEAD_NAMES.get(key_type.name)  # KeyType.aead, without a call: every sealing asks
         if aead is None:
-            kind = self.key_type.name
+            kind = key_type.name
             raise WrongKeyType(f"message encryption not supported for key type {kind}")
-        if self.key_type.derived:
+        if key_type.derived:
             raise WrongKeyType(MISSING_CONTEXT)
         return aead
 
@@ -125,7 +126,7 @@ class KeyInfo:
         return self.created_at
 
     def slot(self, version: int) -> Slot:
-        return Slot(self.name, self.born, version)
+        return Slot(self.name, self.created_at, version)  # ``born``, without a call
 
 
 class Slot(NamedTuple):
