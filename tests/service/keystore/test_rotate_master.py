@@ -23,8 +23,10 @@ from typing import Any
 import psycopg
 import pytest
 
+from sealflow import Client, engine
 from sealflow.engine import Algorithm
 from sealflow.service.config import Settings
+from sealflow.service.envelope import Mode, Prefix
 from sealflow.service.keystore import (
     KeyStore,
     KeyStoreUnavailable,
@@ -98,6 +100,22 @@ def _materials(store: KeyStore) -> Materials:
     }
 
 
+def _envelopes(data: Path, settings: dict[str, object]) -> dict[bytes, bytes]:
+    """One single-shot envelope under every version of every key (sealed here with the version's
+    material, as the service seals), by its plaintext."""
+    sealed = {}
+    with closing(_open(data, settings, "file")) as store:
+        for info in store.list_keys():
+            for v in info.versions:
+                prefix = Prefix(Mode.SINGLE, info.algorithm, v.version, info.name).encode()
+                nonce = os.urandom(engine.NONCE_LEN)
+                plain = f"{info.name} version {v.version}".encode()
+                material = store.key_material(info.name, v.version)
+                body = engine.seal(info.algorithm, material, nonce, prefix, plain)
+                sealed[plain] = prefix + nonce + body
+    return sealed
+
+
 def _fill(data: Path, settings: dict[str, object], keys: int) -> Materials:
     """The keystore with ``keys`` keys of three versions each (through the keystore's API)."""
     prepare(Settings(data_dir=data, **settings))  # type: ignore[arg-type]
@@ -147,6 +165,8 @@ def test_rotate_master_file_to_pkcs11_killed_20_times(
     data = tmp_path / "data"
     before = _fill(data, settings, KEYS)
     assert len(before) == 3 * KEYS + 1  # and key default
+    envelopes = _envelopes(data, settings)
+    assert len(envelopes) == len(before)
     env = _env(data, settings)
     query = _query(data, settings)
     seed = random.randrange(2**32)
@@ -178,6 +198,16 @@ def test_rotate_master_file_to_pkcs11_killed_20_times(
     assert current_provider(Settings(data_dir=data, **settings)) == "pkcs11"  # type: ignore[arg-type]
     with closing(_open(data, settings, "pkcs11")) as store:
         assert _materials(store) == before
+    # Every envelope sealed before the rotation opens on a server under the new provider.
+    srv = start_server(data, **{**settings, "master_key_provider": "pkcs11"})
+    try:
+        made = srv.cli("tokens", "create", "--scope", "decrypt:*")
+        assert made.returncode == 0, made.stderr
+        with Client(srv.url, made.stdout.decode().strip()) as client:
+            opened = list(client.decrypt_many(envelopes.values()))
+        assert opened == list(envelopes)
+    finally:
+        srv.stop()
     with pytest.raises(KeyStoreUnavailable, match="sealed by the pkcs11"):
         _open(data, settings, "file")
     # Every row is under the new KEK, and nothing of the rotation is left behind.
