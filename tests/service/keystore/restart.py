@@ -1,0 +1,40 @@
+"""Serve, restart, decrypt: a keystore's first server seals an envelope, and a later server on
+the same keystore (a restart, a replica, a restored copy) opens it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from tests.service.conftest import Server, start_server
+
+
+def seal(srv: Server, secret: bytes) -> bytes:
+    """An envelope of ``secret`` under key default."""
+    with srv.client() as client:
+        return client.post("/v1/keys/default/encrypt", content=secret).content
+
+
+def unseal(srv: Server, envelope: bytes) -> bytes:
+    with srv.client() as client:
+        return client.post("/v1/decrypt", content=envelope).content
+
+
+@contextmanager
+def restarted(first: Server, data_dir: Path, **settings: object) -> Iterator[Server]:
+    """``first`` stopped, a server on ``data_dir`` with ``settings``, stopped after; it takes
+    ``first``'s root token (a keystore prints one on its first start only)."""
+    first.stop()
+    again = start_server(data_dir, **settings)
+    try:
+        again.token = first.token
+        yield again
+    finally:
+        again.stop()
+
+
+def reopened(first: Server, data_dir: Path, envelope: bytes, **settings: object) -> bytes:
+    """What a server ``restarted`` after ``first`` decrypts ``envelope`` to."""
+    with restarted(first, data_dir, **settings) as again:
+        return unseal(again, envelope)
