@@ -107,7 +107,7 @@ def stored(data_dir: Path, settings: Mapping[str, object]) -> Query:
                 return [tuple(row) for row in db.execute(sql.replace("%s", "?"), args)]
         sql = re.sub(r"\b(FROM|INTO|UPDATE)\s+(\w+)", r"\1 sealflow_\2", sql)
         with psycopg.connect(str(url), autocommit=True) as pg:
-            cur = pg.execute(sql, args)
+            cur = pg.execute(sql, args or None)
             rows = cur.fetchall() if cur.description else []
         return [tuple(bytes(v) if isinstance(v, memoryview) else v for v in row) for row in rows]
 

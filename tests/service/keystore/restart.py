@@ -1,11 +1,14 @@
 """Serve, restart, decrypt: a keystore's first server seals an envelope, and a later server on
-the same keystore (a restart, a replica, a restored copy) opens it."""
+the same keystore (a restart, a replica, a restored copy) opens it; and envelopes, one per key,
+that a server must go on opening (while a rotation runs, after it)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+
+import httpx
 
 from tests.service.conftest import Server, start_server
 
@@ -18,7 +21,9 @@ def seal(srv: Server, secret: bytes) -> bytes:
 
 def unseal(srv: Server, envelope: bytes) -> bytes:
     with srv.client() as client:
-        return client.post("/v1/decrypt", content=envelope).content
+        reply = client.post("/v1/decrypt", content=envelope)
+        assert reply.status_code == 200, reply.text
+        return reply.content
 
 
 @contextmanager
@@ -38,3 +43,20 @@ def reopened(first: Server, data_dir: Path, envelope: bytes, **settings: object)
     """What a server ``restarted`` after ``first`` decrypts ``envelope`` to."""
     with restarted(first, data_dir, **settings) as again:
         return unseal(again, envelope)
+
+
+def seal_names(client: httpx.Client, *names: str) -> dict[str, bytes]:
+    """Each key's name, sealed under that key."""
+    return {
+        name: client.post(f"/v1/keys/{name}/encrypt", content=name.encode()).content
+        for name in names
+    }
+
+
+def open_each(client: httpx.Client, envelopes: Mapping[str, bytes]) -> int:
+    """Every envelope of ``seal_names`` opens to its key's name; how many were opened."""
+    for name, envelope in envelopes.items():
+        reply = client.post("/v1/decrypt", content=envelope)
+        assert reply.status_code == 200, reply.text
+        assert reply.content == name.encode()
+    return len(envelopes)

@@ -34,6 +34,7 @@ from tests.service.conftest import SEALFLOW, start_server
 from tests.service.openbao import run_openbao, seal_key
 
 from .conftest import stored
+from .restart import open_each, seal_names
 from .softhsm import Token
 
 MASTER_B64 = base64.b64encode(os.urandom(32)).decode()
@@ -195,10 +196,7 @@ def test_a_postgresql_replica_follows_a_rotation_without_a_restart(
     pid = srv.proc.pid
     query = stored(data, settings)
     with srv.client() as client:
-        envelopes = {
-            name: client.post(f"/v1/keys/{name}/encrypt", content=name.encode()).content
-            for name in ("default", "key-000", "key-199")
-        }
+        envelopes = seal_names(client, "default", "key-000", "key-199")
         proc = subprocess.Popen(  # noqa: S603
             [SEALFLOW, "keystore", "rotate-master", "--to", "pkcs11", "--batch-size", "5"],
             env=_env(data, settings),
@@ -208,11 +206,7 @@ def test_a_postgresql_replica_follows_a_rotation_without_a_restart(
         )
         served, made = 0, False
         while proc.poll() is None:
-            for name, envelope in envelopes.items():
-                reply = client.post("/v1/decrypt", content=envelope)
-                assert reply.status_code == 200, reply.text
-                assert reply.content == name.encode()
-                served += 1
+            served += open_each(client, envelopes)
             if not made and query("SELECT key FROM meta WHERE key = 'master_seal_next'"):
                 # A write while the rotation runs: under the new KEK (the replica followed).
                 reply = client.post("/v1/keys", json={"name": "made-during"})
@@ -224,8 +218,7 @@ def test_a_postgresql_replica_follows_a_rotation_without_a_restart(
         assert made
         assert served > 0
         # After: the same process, serving old envelopes and writing under the new KEK.
-        for name, envelope in envelopes.items():
-            assert client.post("/v1/decrypt", content=envelope).content == name.encode()
+        open_each(client, envelopes)
         assert client.post("/v1/keys", json={"name": "made-after"}).status_code == 201
         sealed = client.post("/v1/keys/made-after/encrypt", content=b"after").content
         assert client.post("/v1/decrypt", content=sealed).content == b"after"
