@@ -11,8 +11,8 @@ import base64
 import json
 import os
 import signal
-import sqlite3
 import subprocess
+from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
 
@@ -22,7 +22,9 @@ import pytest
 
 from sealflow.service.audit import SCHEMA
 from tests.postgres import Cluster
-from tests.service.conftest import SEALFLOW, start_server
+from tests.service.conftest import SEALFLOW, Server, start_server
+from tests.service.keystore.conftest import stored
+from tests.service.keystore.restart import open_each, reopened, seal, seal_names
 
 
 def sealflow(data: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -35,18 +37,6 @@ def sealflow(data: Path, *args: str, **env: str) -> subprocess.CompletedProcess[
         timeout=300,
         check=False,
     )
-
-
-def _opens(data: Path, token: str, envelope: bytes, plain: bytes, **settings: object) -> None:
-    """A new server on ``data`` (``settings`` its own), as ``token``, decrypts ``envelope``."""
-    srv = start_server(data, **settings)
-    try:
-        srv.token = token
-        with srv.client() as client:
-            reply = client.post("/v1/decrypt", content=envelope)
-            assert (reply.status_code, reply.content) == (200, plain)
-    finally:
-        srv.stop()
 
 
 def _killed_after(data: Path, batches: int, size: int = 1) -> None:
@@ -75,10 +65,7 @@ def test_rotate_master_while_an_sqlite_server_serves(tmp_path: Path) -> None:
         with srv.client() as client:
             for i in range(40):
                 client.post("/v1/keys", json={"name": f"k{i}"}).raise_for_status()
-            envelopes = {
-                name: client.post(f"/v1/keys/{name}/encrypt", content=name.encode()).content
-                for name in ("default", "k0", "k39")
-            }
+            envelopes = seal_names(client, "default", "k0", "k39")
             proc = subprocess.Popen(  # noqa: S603
                 [SEALFLOW, "keystore", "rotate-master", "--batch-size", "2"],
                 env={
@@ -92,11 +79,7 @@ def test_rotate_master_while_an_sqlite_server_serves(tmp_path: Path) -> None:
             )
             served_during = 0
             while proc.poll() is None:
-                for name, envelope in envelopes.items():
-                    reply = client.post("/v1/decrypt", content=envelope)
-                    assert reply.status_code == 200, reply.text
-                    assert reply.content == name.encode()
-                    served_during += 1
+                served_during += open_each(client, envelopes)
             assert proc.stderr is not None
             report = proc.stderr.read()
             proc.stderr.close()
@@ -105,14 +88,13 @@ def test_rotate_master_while_an_sqlite_server_serves(tmp_path: Path) -> None:
             assert "to generation 1, sealed by the file master-key provider" in report
             assert "the file master key seals the new key-encryption key as it sealed" in report
             # The same process: old envelopes open, and what it writes now opens after a restart.
-            for name, envelope in envelopes.items():
-                assert client.post("/v1/decrypt", content=envelope).content == name.encode()
+            open_each(client, envelopes)
             client.post("/v1/keys", json={"name": "after"}).raise_for_status()
             sealed = client.post("/v1/keys/after/encrypt", content=b"after").content
         assert "was not following" not in srv.log.read_text()
     finally:
         srv.stop()
-    _opens(data, srv.token, sealed, b"after", audit_file=served)
+    assert reopened(srv, data, sealed, audit_file=served) == b"after"
 
     records = [json.loads(line) for line in trail.read_text().splitlines()]
     validator = jsonschema_rs.validator_for(json.loads(SCHEMA.read_text()))
@@ -153,15 +135,14 @@ def test_a_run_does_not_start_a_second_rotation_while_one_is_under_way(tmp_path:
     assert "default" in listed.stdout
 
 
-def test_migrate_refuses_a_keystore_mid_rotation(postgres: Cluster, tmp_path: Path) -> None:
+def test_migrate_refuses_a_keystore_mid_rotation(
+    postgres: Cluster, tmp_path: Path, make_server: Callable[..., Server]
+) -> None:
     """Its rows are under two KEKs: nothing is copied until the rotation is finished."""
-    data = tmp_path / "data"
-    srv = start_server(data)
-    try:
-        with srv.client() as client:
-            sealed = client.post("/v1/keys/default/encrypt", content=b"moved").content
-    finally:
-        srv.stop()
+    srv = make_server()
+    data = srv.data_dir
+    sealed = seal(srv, b"moved")
+    srv.stop()
     _killed_after(data, 2)
     url = postgres.new_database()
     keystore = data / "keystore.db"
@@ -179,14 +160,8 @@ def test_migrate_refuses_a_keystore_mid_rotation(postgres: Cluster, tmp_path: Pa
     assert finished.returncode == 0, finished.stderr
     moved = sealflow(data, "keystore", "migrate", "--from", f"sqlite:{keystore}", "--to", url)
     assert moved.returncode == 0, moved.stderr
-    _opens(
-        tmp_path / "pg",
-        srv.token,
-        sealed,
-        b"moved",
-        keystore_url=url,
-        master_key_file=data / "master.key",
-    )
+    settings = {"keystore_url": url, "master_key_file": data / "master.key"}
+    assert reopened(srv, tmp_path / "pg", sealed, **settings) == b"moved"
 
 
 def test_a_use_limited_token_keeps_its_count_through_a_rotation_on_postgresql(
@@ -259,31 +234,28 @@ def test_a_backup_taken_during_a_rotation_restores_with_it_under_way(tmp_path: P
     assert saved.returncode == 0, saved.stderr
     restored = sealflow(copy, "keystore", "restore", str(backup), master_key_file=key_file)
     assert restored.returncode == 0, restored.stderr
-    with closing(sqlite3.connect(copy / "keystore.db")) as db:
-        under_way = db.execute("SELECT key FROM meta WHERE key LIKE 'master_%_next'").fetchall()
+    under_way = stored(copy, {})("SELECT key FROM meta WHERE key LIKE 'master_%_next'")
     assert sorted(under_way) == [("master_kek_next",), ("master_seal_next",)]
     # Rows under both KEKs: the restored keystore serves every key, and the rotation finishes.
-    _opens(copy, srv.token, sealed, b"k9", master_key_file=key_file)
+    assert reopened(srv, copy, sealed, master_key_file=key_file) == b"k9"
     done = sealflow(copy, "keystore", "rotate-master", master_key_file=key_file)
     assert done.returncode == 0, done.stderr
     assert "to generation 1, sealed by the file master-key provider" in done.stderr
-    _opens(copy, srv.token, sealed, b"k9", master_key_file=key_file)
+    assert reopened(srv, copy, sealed, master_key_file=key_file) == b"k9"
 
 
 @pytest.mark.parametrize("into", ["sqlite", "postgresql"])
 def test_a_rotated_keystore_moves_by_backup_and_by_migrate(
-    postgres: Cluster, tmp_path: Path, into: str
+    postgres: Cluster, tmp_path: Path, into: str, make_server: Callable[..., Server]
 ) -> None:
     """After a rotation every value is under generation 1: a new keystore made from it (a
     restore into either store, a migrate into PostgreSQL) writes its check value under that
     generation too, and opens."""
-    data, backup = tmp_path / "data", tmp_path / "keystore.bak"
-    srv = start_server(data)
-    try:
-        with srv.client() as client:
-            sealed = client.post("/v1/keys/default/encrypt", content=b"kept").content
-    finally:
-        srv.stop()
+    backup = tmp_path / "keystore.bak"
+    srv = make_server()
+    data = srv.data_dir
+    sealed = seal(srv, b"kept")
+    srv.stop()
     done = sealflow(data, "keystore", "rotate-master")
     assert done.returncode == 0, done.stderr
     key_file = str(data / "master.key")
@@ -306,27 +278,23 @@ def test_a_rotated_keystore_moves_by_backup_and_by_migrate(
     for where, settings in (("restored", target), ("migrated", {**target, **moved_to})):
         if where == "migrated" and not moved_to:
             continue
-        _opens(tmp_path / where, srv.token, sealed, b"kept", **settings)
+        assert reopened(srv, tmp_path / where, sealed, **settings) == b"kept", where
 
 
-def test_an_idle_sqlite_server_follows_a_rotation(tmp_path: Path) -> None:
+def test_an_idle_sqlite_server_follows_a_rotation(make_server: Callable[..., Server]) -> None:
     """No request while the rotation runs: the usage meter's once-a-second read of the key list
     has it follow, so what it writes afterwards is under the new KEK."""
-    data = tmp_path / "data"
-    srv = start_server(data)
-    try:
-        with srv.client() as client:
-            sealed = client.post("/v1/keys/default/encrypt", content=b"before").content
-        done = sealflow(data, "keystore", "rotate-master")
-        assert done.returncode == 0, done.stderr
-        with srv.client() as client:
-            assert client.post("/v1/decrypt", content=sealed).content == b"before"
-            client.post("/v1/keys", json={"name": "after"}).raise_for_status()
-            later = client.post("/v1/keys/after/encrypt", content=b"after").content
-        assert "was not following" not in srv.log.read_text()
-    finally:
-        srv.stop()
-    _opens(data, srv.token, later, b"after")
+    srv = make_server()
+    data = srv.data_dir
+    sealed = seal(srv, b"before")
+    done = sealflow(data, "keystore", "rotate-master")
+    assert done.returncode == 0, done.stderr
+    with srv.client() as client:
+        assert client.post("/v1/decrypt", content=sealed).content == b"before"
+        client.post("/v1/keys", json={"name": "after"}).raise_for_status()
+        later = client.post("/v1/keys/after/encrypt", content=b"after").content
+    assert "was not following" not in srv.log.read_text()
+    assert reopened(srv, data, later) == b"after"
 
 
 def test_no_keystore_is_made_to_be_rotated(tmp_path: Path) -> None:

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import base64
 import os
-import sqlite3
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
 
@@ -21,20 +20,18 @@ from sealflow.service.keystore import (
     open_store,
     prepare,
 )
-from tests.service.conftest import SEALFLOW, Server, start_server
+from tests.service.conftest import SEALFLOW, Server
 
+from .conftest import stored
+from .restart import reopened, seal, unseal
 from .softhsm import LIBRARY, Token
 
 SECRET = b"sealed under a key on the token"
 
 
 @pytest.fixture
-def served(tmp_path: Path, token: Token) -> Iterator[Server]:
-    srv = start_server(tmp_path / "data", **token.settings())
-    try:
-        yield srv
-    finally:
-        srv.stop()
+def served(token: Token, make_server: Callable[..., Server]) -> Server:
+    return make_server(**token.settings())
 
 
 def _kek(data_dir: Path, token: Token) -> bytes:
@@ -55,9 +52,7 @@ def _forms(secret: bytes) -> list[bytes]:
 def test_serve_with_pkcs11_keeps_no_master_key_outside_the_token(
     served: Server, token: Token
 ) -> None:
-    with served.client() as client:
-        envelope = client.post("/v1/keys/default/encrypt", content=SECRET).content
-        assert client.post("/v1/decrypt", content=envelope).content == SECRET
+    assert unseal(served, seal(served, SECRET)) == SECRET
     assert sorted(p.name for p in served.data_dir.iterdir() if p.is_file()) == [
         "keystore.db",
         "keystore.db-shm",
@@ -84,19 +79,9 @@ def test_serve_with_pkcs11_keeps_no_master_key_outside_the_token(
     assert opened  # the keystore at least
 
 
-def test_a_restart_opens_the_keystore_and_old_envelopes(
-    served: Server, token: Token, tmp_path: Path
-) -> None:
-    with served.client() as client:
-        envelope = client.post("/v1/keys/default/encrypt", content=SECRET).content
-    served.stop()
-    again = start_server(served.data_dir, **token.settings())
-    try:
-        again.token = served.token
-        with again.client() as client:
-            assert client.post("/v1/decrypt", content=envelope).content == SECRET
-    finally:
-        again.stop()
+def test_a_restart_opens_the_keystore_and_old_envelopes(served: Server, token: Token) -> None:
+    envelope = seal(served, SECRET)
+    assert reopened(served, served.data_dir, envelope, **token.settings()) == SECRET
 
 
 @pytest.mark.parametrize(
@@ -167,8 +152,7 @@ def test_a_file_keystore_is_not_opened_by_pkcs11(token: Token, tmp_path: Path) -
     listed = token.sealflow("keys", "list", "--data-dir", str(data))
     assert listed.returncode == 1
     assert "sealed by the file master-key provider" in listed.stderr
-    with closing(sqlite3.connect(data / "keystore.db")) as db:
-        (record,) = db.execute("SELECT value FROM meta WHERE key = 'master_seal'").fetchone()
+    [(record,)] = stored(data, {})("SELECT value FROM meta WHERE key = 'master_seal'")
     assert b'"provider":"file"' in record
 
 
@@ -219,8 +203,7 @@ def test_a_backup_restores_with_the_token_alone(
 ) -> None:
     """The keystore lost, its backup (format 2, the sealed record in its header) restores into
     a new data directory with the token's settings only, and old envelopes decrypt."""
-    with served.client() as client:
-        envelope = client.post("/v1/keys/default/encrypt", content=SECRET).content
+    envelope = seal(served, SECRET)
     backup = tmp_path / "keystore.sfkb"
     made = token.sealflow("keystore", "backup", str(backup), "--data-dir", str(served.data_dir))
     assert made.returncode == 0, made.stderr
@@ -229,13 +212,7 @@ def test_a_backup_restores_with_the_token_alone(
     elsewhere = tmp_path / "restored"
     done = token.sealflow("keystore", "restore", str(backup), "--data-dir", str(elsewhere))
     assert done.returncode == 0, done.stderr
-    again = start_server(elsewhere, **token.settings())
-    try:
-        again.token = served.token
-        with again.client() as client:
-            assert client.post("/v1/decrypt", content=envelope).content == SECRET
-    finally:
-        again.stop()
+    assert reopened(served, elsewhere, envelope, **token.settings()) == SECRET
     # Without the token's key, the backup opens to nobody.
     other = token.sealflow(
         "keystore",
@@ -249,41 +226,29 @@ def test_a_backup_restores_with_the_token_alone(
     assert "no PKCS#11 key 'another-key'" in other.stderr
 
 
-def test_each_worker_unseals_its_own(token: Token, tmp_path: Path) -> None:
+def test_each_worker_unseals_its_own(token: Token, make_server: Callable[..., Server]) -> None:
     """--workers 2: every worker serves, and none has a master key or the KEK in its
     environment (each asked the token itself)."""
-    srv = start_server(tmp_path / "data", **token.settings(workers=2))
-    try:
-        with srv.client() as client:
-            for _ in range(8):  # over new connections: both workers answer some
-                envelope = client.post("/v1/keys/default/encrypt", content=SECRET).content
-                assert client.post("/v1/decrypt", content=envelope).content == SECRET
-        kek = _kek(srv.data_dir, token)
-        children = Path(f"/proc/{srv.proc.pid}/task/{srv.proc.pid}/children").read_text().split()
-        assert len(children) >= 2
-        for pid in [str(srv.proc.pid), *children]:
-            environ = Path(f"/proc/{pid}/environ").read_bytes()
-            assert b"SEALFLOW_MASTER_KEY=" not in environ
-            assert not any(form in environ for form in _forms(kek)), pid
-    finally:
-        srv.stop()
+    srv = make_server(**token.settings(workers=2))
+    for _ in range(8):  # over new connections: both workers answer some
+        assert unseal(srv, seal(srv, SECRET)) == SECRET
+    kek = _kek(srv.data_dir, token)
+    children = Path(f"/proc/{srv.proc.pid}/task/{srv.proc.pid}/children").read_text().split()
+    assert len(children) >= 2
+    for pid in [str(srv.proc.pid), *children]:
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+        assert b"SEALFLOW_MASTER_KEY=" not in environ
+        assert not any(form in environ for form in _forms(kek)), pid
 
 
-def test_a_postgres_keystore_under_pkcs11(token: Token, tmp_path: Path, pg_url: str) -> None:
+def test_a_postgres_keystore_under_pkcs11(
+    token: Token, tmp_path: Path, pg_url: str, make_server: Callable[..., Server]
+) -> None:
     """A new shared keystore made under the token: restart, and a replica's CLI, open it."""
-    srv = start_server(tmp_path / "data", **token.settings(keystore_url=pg_url))
-    try:
-        with srv.client() as client:
-            envelope = client.post("/v1/keys/default/encrypt", content=SECRET).content
-    finally:
-        srv.stop()
-    again = start_server(tmp_path / "data2", **token.settings(keystore_url=pg_url))
-    try:
-        again.token = srv.token
-        with again.client() as client:
-            assert client.post("/v1/decrypt", content=envelope).content == SECRET
-    finally:
-        again.stop()
+    settings = token.settings(keystore_url=pg_url)
+    srv = make_server(**settings)
+    envelope = seal(srv, SECRET)
+    assert reopened(srv, tmp_path / "data2", envelope, **settings) == SECRET
     listed = token.sealflow("keys", "list", "--json", keystore_url=pg_url)
     assert listed.returncode == 0, listed.stderr
     assert '"default"' in listed.stdout
@@ -294,16 +259,10 @@ def test_keystore_migrate_takes_the_record_along(
 ) -> None:
     """An SQLite keystore sealed by the token moves to PostgreSQL with its sealed record: the
     replicas open it with the token, and old envelopes decrypt."""
-    with served.client() as client:
-        envelope = client.post("/v1/keys/default/encrypt", content=SECRET).content
+    envelope = seal(served, SECRET)
     served.stop()
     source = f"sqlite:{served.data_dir / 'keystore.db'}"
     moved = token.sealflow("keystore", "migrate", "--from", source, "--to", pg_url)
     assert moved.returncode == 0, moved.stderr
-    replica = start_server(tmp_path / "replica", **token.settings(keystore_url=pg_url))
-    try:
-        replica.token = served.token
-        with replica.client() as client:
-            assert client.post("/v1/decrypt", content=envelope).content == SECRET
-    finally:
-        replica.stop()
+    replica = tmp_path / "replica"
+    assert reopened(served, replica, envelope, **token.settings(keystore_url=pg_url)) == SECRET

@@ -6,31 +6,30 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
-from tests.service.conftest import SEALFLOW, start_server
+from tests.service.conftest import SEALFLOW, Server
 from tests.service.openbao import run_openbao, seal_key
+
+from .restart import restarted, seal, unseal
 
 SECRET = b"sealed under a KEK that another Transit wraps"
 
 
-def test_serve_restart_and_openbao_going_away(tmp_path: Path) -> None:
+def test_serve_restart_and_openbao_going_away(
+    tmp_path: Path, make_server: Callable[..., Server]
+) -> None:
     with run_openbao(tmp_path) as bao:
         sealing = seal_key(bao.url, bao.token, tmp_path)
         settings = {"master_key_provider": "transit", **sealing.settings(bao.url)}
-        data = tmp_path / "data"
-        first = start_server(data, **settings)
-        try:
-            with first.client() as client:
-                envelope = client.post("/v1/keys/default/encrypt", content=SECRET).content
-        finally:
-            first.stop()
+        first = make_server(**settings)
+        data = first.data_dir
+        envelope = seal(first, SECRET)
+        first.stop()
         assert not (data / "master.key").exists()
-        again = start_server(data, **settings)
-        again.token = first.token
-        try:
-            with again.client() as client:
-                assert client.post("/v1/decrypt", content=envelope).content == SECRET
+        with restarted(first, data, **settings) as again:
+            assert unseal(again, envelope) == SECRET
             bao.stop()
             # The request path never asks OpenBao: using and making key material goes on.
             with again.client() as client:
@@ -38,8 +37,6 @@ def test_serve_restart_and_openbao_going_away(tmp_path: Path) -> None:
                 assert client.post("/v1/keys/default/rotate").status_code == 200
                 newer = client.post("/v1/keys/default/encrypt", content=SECRET).content
                 assert client.post("/v1/decrypt", content=newer).content == SECRET
-        finally:
-            again.stop()
     env = {
         **os.environ,
         "SEALFLOW_DATA_DIR": str(data),

@@ -6,13 +6,10 @@ from __future__ import annotations
 
 import base64
 import os
-import sqlite3
-from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 from pydantic import SecretStr
 
@@ -21,84 +18,37 @@ from sealflow.service.config import Settings
 from sealflow.service.keystore import KeyStoreUnavailable, keystore_keys, open_store, prepare
 from tests.service.conftest import start_server
 
-SECRET = b"an envelope made before providers"
+from .conftest import PreProvider
+from .restart import reopened
+
 MASTER = os.urandom(32)
 MASTER_B64 = base64.b64encode(MASTER).decode()
 
-Query = Callable[[str, tuple[Any, ...]], list[tuple[Any, ...]]]
 
-
-def _sqlite(path: Path) -> Query:
-    def query(sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        with closing(sqlite3.connect(path, isolation_level=None)) as db:
-            return [tuple(row) for row in db.execute(sql.replace("%s", "?"), args).fetchall()]
-
-    return query
-
-
-def _postgres(url: str) -> Query:
-    def query(sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        sql = sql.replace("meta", "sealflow_meta").replace("key_versions", "sealflow_key_versions")
-        with psycopg.connect(url, autocommit=True) as db:
-            cur = db.execute(sql, args)
-            return (
-                [
-                    tuple(bytes(v) if isinstance(v, memoryview) else v for v in row)
-                    for row in cur.fetchall()
-                ]
-                if cur.description
-                else []
-            )
-
-    return query
-
-
-@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 def test_a_keystore_made_before_providers_upgrades_in_place(
-    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+    pre_provider: PreProvider, master_key: bytes
 ) -> None:
-    settings: dict[str, object] = {"master_key": MASTER_B64}
-    data = tmp_path / "data"
-    if backend == "postgresql":
-        url = request.getfixturevalue("pg_url")
-        settings["keystore_url"] = url
-        query = _postgres(url)
-    else:
-        query = _sqlite(data / "keystore.db")
-    first = start_server(data, **settings)
-    try:
-        with first.client() as client:
-            envelope = client.post("/v1/keys/default/encrypt", content=SECRET).content
-    finally:
-        first.stop()
-    # What this sealflow's predecessor left: the same rows, without the sealed key record.
-    query("DELETE FROM meta WHERE key = %s", ("master_seal",))
-    versions = query("SELECT name, version, wrapped FROM key_versions ORDER BY name, version", ())
-    meta = query("SELECT key, value FROM meta ORDER BY key", ())
+    old = pre_provider
+    versions = old.query("SELECT name, version, wrapped FROM key_versions ORDER BY name, version")
+    meta = old.query("SELECT key, value FROM meta ORDER BY key")
     assert [k for k, _ in meta] == ["check", "schema_version"] or "master_seal" not in dict(meta)
 
-    again = start_server(data, **settings)
-    try:
-        again.token = first.token
-        with again.client() as client:
-            assert client.post("/v1/decrypt", content=envelope).content == SECRET
-    finally:
-        again.stop()
+    assert reopened(old.first, old.data_dir, old.envelope, **old.settings) == old.secret
     # No row rewritten: only the record is new.
     assert (
-        query("SELECT name, version, wrapped FROM key_versions ORDER BY name, version", ())
+        old.query("SELECT name, version, wrapped FROM key_versions ORDER BY name, version")
         == versions
     )
-    after: dict[Any, Any] = dict(query("SELECT key, value FROM meta ORDER BY key", ()))
+    after: dict[Any, Any] = dict(old.query("SELECT key, value FROM meta ORDER BY key"))
     record = after.pop("master_seal")
     assert after == dict(meta)
     assert b'"provider":"file"' in bytes(record)
     # The KEK and the stable secret are the old master key: old audit trails still verify.
-    opened = Settings(data_dir=data, **settings)  # type: ignore[arg-type]
+    opened = Settings(data_dir=old.data_dir, **old.settings)  # type: ignore[arg-type]
     keys = keystore_keys(opened)
-    assert keys.kek == MASTER
-    assert keys.secret == MASTER
-    assert audit_key(keys.secret) == audit_key(MASTER)
+    assert keys.kek == master_key
+    assert keys.secret == master_key
+    assert audit_key(keys.secret) == audit_key(master_key)
 
 
 def test_a_new_file_keystore_is_sealed_by_its_master_key(tmp_path: Path) -> None:

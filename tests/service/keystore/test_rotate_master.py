@@ -12,15 +12,13 @@ import contextlib
 import os
 import random
 import signal
-import sqlite3
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 
 from sealflow import Client, engine
@@ -37,6 +35,8 @@ from sealflow.service.keystore import (
 from tests.service.conftest import SEALFLOW, start_server
 from tests.service.openbao import run_openbao, seal_key
 
+from .conftest import stored
+from .restart import open_each, seal_names
 from .softhsm import Token
 
 MASTER_B64 = base64.b64encode(os.urandom(32)).decode()
@@ -46,12 +46,6 @@ KILLS = 20
 HEAD_1 = b"sfk\x00\x00\x00\x01"
 
 Materials = dict[tuple[str, int], bytes]
-Query = Callable[[str], list[tuple[Any, ...]]]
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
 
 
 @pytest.fixture
@@ -66,25 +60,6 @@ def settings(backend: str, token: Token, request: pytest.FixtureRequest) -> dict
 def _env(data: Path, settings: dict[str, object]) -> dict[str, str]:
     env = {f"SEALFLOW_{k.upper()}": str(v) for k, v in settings.items()}
     return {**os.environ, **env, "SEALFLOW_DATA_DIR": str(data)}
-
-
-def _query(data: Path, settings: dict[str, object]) -> Query:
-    """SQL on the keystore as stored (table names as SQLite has them)."""
-    url = settings.get("keystore_url")
-
-    def query(sql: str) -> list[tuple[Any, ...]]:
-        if url is None:
-            with closing(sqlite3.connect(data / "keystore.db")) as db:
-                return [tuple(row) for row in db.execute(sql).fetchall()]
-        for table in ("meta", "keys", "key_versions"):
-            sql = sql.replace(f" {table}", f" sealflow_{table}")
-        with psycopg.connect(str(url)) as pg:
-            return [
-                tuple(bytes(v) if isinstance(v, memoryview) else v for v in row)
-                for row in pg.execute(sql).fetchall()
-            ]
-
-    return query
 
 
 def _open(data: Path, settings: dict[str, object], provider: str) -> KeyStore:
@@ -128,6 +103,18 @@ def _fill(data: Path, settings: dict[str, object], keys: int) -> Materials:
         return _materials(store)
 
 
+def _rotate(env: dict[str, str], *flags: str) -> subprocess.CompletedProcess[str]:
+    """``sealflow keystore rotate-master`` run to its end."""
+    return subprocess.run(  # noqa: S603
+        [SEALFLOW, "keystore", "rotate-master", *flags],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
 def _kill_run(env: dict[str, str], rng: random.Random) -> int | None:
     """rotate-master killed with SIGKILL at a random point: a third of the time a random delay
     after it started (while it starts, asks the token, begins, or in its first batches), else
@@ -168,7 +155,7 @@ def test_rotate_master_file_to_pkcs11_killed_20_times(
     envelopes = _envelopes(data, settings)
     assert len(envelopes) == len(before)
     env = _env(data, settings)
-    query = _query(data, settings)
+    query = stored(data, settings)
     seed = random.randrange(2**32)
     rng = random.Random(seed)
     under_way = 0
@@ -183,14 +170,7 @@ def test_rotate_master_file_to_pkcs11_killed_20_times(
         under_way += bool(query("SELECT key FROM meta WHERE key = 'master_seal_next'"))
     assert under_way > 0, seed  # some kill fell inside the rotation, not all before it
 
-    done = subprocess.run(  # noqa: S603
-        [SEALFLOW, "keystore", "rotate-master", "--to", "pkcs11", "--batch-size", "25"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    done = _rotate(env, "--to", "pkcs11", "--batch-size", "25")
     assert done.returncode == 0, done.stderr
     assert "to generation 1, sealed by the pkcs11 (key_label" in done.stderr
     assert "the file master key is no longer needed to open this keystore" in done.stderr
@@ -244,12 +224,9 @@ def test_a_postgresql_replica_follows_a_rotation_without_a_restart(
         for i in range(200):
             store.create_key(f"key-{i:03d}", Algorithm.AES_256_GCM)
     pid = srv.proc.pid
-    query = _query(data, settings)
+    query = stored(data, settings)
     with srv.client() as client:
-        envelopes = {
-            name: client.post(f"/v1/keys/{name}/encrypt", content=name.encode()).content
-            for name in ("default", "key-000", "key-199")
-        }
+        envelopes = seal_names(client, "default", "key-000", "key-199")
         proc = subprocess.Popen(  # noqa: S603
             [SEALFLOW, "keystore", "rotate-master", "--to", "pkcs11", "--batch-size", "5"],
             env=_env(data, settings),
@@ -259,11 +236,7 @@ def test_a_postgresql_replica_follows_a_rotation_without_a_restart(
         )
         served, made = 0, False
         while proc.poll() is None:
-            for name, envelope in envelopes.items():
-                reply = client.post("/v1/decrypt", content=envelope)
-                assert reply.status_code == 200, reply.text
-                assert reply.content == name.encode()
-                served += 1
+            served += open_each(client, envelopes)
             if not made and query("SELECT key FROM meta WHERE key = 'master_seal_next'"):
                 # A write while the rotation runs: under the new KEK (the replica followed).
                 reply = client.post("/v1/keys", json={"name": "made-during"})
@@ -275,8 +248,7 @@ def test_a_postgresql_replica_follows_a_rotation_without_a_restart(
         assert made
         assert served > 0
         # After: the same process, serving old envelopes and writing under the new KEK.
-        for name, envelope in envelopes.items():
-            assert client.post("/v1/decrypt", content=envelope).content == name.encode()
+        open_each(client, envelopes)
         assert client.post("/v1/keys", json={"name": "made-after"}).status_code == 201
         sealed = client.post("/v1/keys/made-after/encrypt", content=b"after").content
         assert client.post("/v1/decrypt", content=sealed).content == b"after"
@@ -305,14 +277,7 @@ def test_pkcs11_to_transit_then_to_file(tmp_path: Path, token: Token) -> None:
                 store.rotate_key(f"key-{i:02d}")
             before = _materials(store)
         env = _env(data, settings)
-        to_transit = subprocess.run(  # noqa: S603
-            [SEALFLOW, "keystore", "rotate-master", "--to", "transit", "--batch-size", "7"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
+        to_transit = _rotate(env, "--to", "transit", "--batch-size", "7")
         assert to_transit.returncode == 0, to_transit.stderr
         assert "to generation 1, sealed by the transit (" in to_transit.stderr
         assert "the pkcs11 (key_label 'sealflow-master'" in to_transit.stderr
@@ -320,18 +285,11 @@ def test_pkcs11_to_transit_then_to_file(tmp_path: Path, token: Token) -> None:
             assert _materials(store) == before
         with pytest.raises(KeyStoreUnavailable, match="sealed by the transit"):
             _open(data, settings, "pkcs11")
-        to_file = subprocess.run(  # noqa: S603
-            [SEALFLOW, "keystore", "rotate-master", "--to", "file"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
+        to_file = _rotate(env, "--to", "file")
         assert to_file.returncode == 0, to_file.stderr
         assert "to generation 2, sealed by the file master-key provider" in to_file.stderr
     with closing(_open(data, settings, "file")) as store:  # OpenBao is gone
         assert _materials(store) == before
     head_2 = b"sfk\x00\x00\x00\x02"
-    query = _query(data, settings)
+    query = stored(data, settings)
     assert all(blob.startswith(head_2) for (blob,) in query("SELECT wrapped FROM key_versions"))
