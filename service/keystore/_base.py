@@ -27,7 +27,7 @@ from sealflow.service.envelope import valid_name
 
 from ._approle_api import AppRoleStore
 from ._cert_api import CertRoleStore
-from ._key_types import AEAD_NAMES, KeyType
+from ._key_types import KeyType
 from .errors import (
     MISSING_CONTEXT,
     SOFT_DELETED,
@@ -110,7 +110,7 @@ class KeyInfo:
         used but through a per-context derivation. Every encryption path asks this, so such a
         key fails closed wherever it has not been given a path of its own."""
         key_type = self.key_type
-        aead = AEAD_NAMES.get(key_type.name)  # KeyType.aead, without a call: every sealing asks
+        aead = key_type.aead
         if aead is None:
             kind = key_type.name
             raise WrongKeyType(f"message encryption not supported for key type {kind}")
@@ -126,7 +126,7 @@ class KeyInfo:
         return self.created_at
 
     def slot(self, version: int) -> Slot:
-        return Slot(self.name, self.created_at, version)  # ``born``, without a call
+        return Slot(self.name, self.born, version)
 
 
 class Slot(NamedTuple):
