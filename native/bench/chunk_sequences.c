@@ -22,25 +22,11 @@
 #include <openssl/params.h>
 #include <openssl/rand.h>
 
+#include "bench.h"
+
 #define CHUNK 16384
 #define TAG 16
 #define SLICE 4096
-
-static void check(int ok, const char *what)
-{
-    if (!ok) {
-        fprintf(stderr, "%s failed\n", what);
-        ERR_print_errors_fp(stderr);
-        exit(1);
-    }
-}
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static void nonce_for(unsigned char nonce[12], const unsigned char base[12], size_t counter)
 {

@@ -25,6 +25,8 @@
 #include <openssl/params.h>
 #include <openssl/rand.h>
 
+#include "bench.h"
+
 #define RECORD 100
 #define AAD 19 /* a single-shot prefix of the key "default" (docs/API.md) */
 #define TAG 16
@@ -44,22 +46,6 @@ static const char *names[STEPS] = {
     "EVP_CIPHER_CTX_get_iv_length alone",
     "RAND_bytes, 12 B a record in blocks of 1024",
 };
-
-static void check(int ok, const char *what)
-{
-    if (!ok) {
-        fprintf(stderr, "%s failed\n", what);
-        ERR_print_errors_fp(stderr);
-        exit(1);
-    }
-}
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void run(EVP_CIPHER_CTX *ctx, int step, const unsigned char *in, unsigned char *out,
                 unsigned char *nonces)
