@@ -1,5 +1,5 @@
 """The whole small request in-process: sealflow's own HTTP protocol fed request bytes through a
-transport that goes nowhere (as tests/service/server/http/conftest.py does), the real app,
+transport that goes nowhere (the in-process protocol tests' ``Wire``), the real app,
 keystore, audit setting and access log behind it; no sockets, no load generator.
 
     taskset -c 0 python -m benchmarks.wire [--profile ROUTE] [ROUTE ...]
@@ -29,51 +29,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+
+from tests.service.server.http.wire import Wire
 
 from .cpu_per_request import ROUTES
 
 N = int(os.environ.get("SEALFLOW_BENCH_N", "3000"))
-
-
-class _Wire:
-    """A transport that keeps what is written."""
-
-    def __init__(self) -> None:
-        self.data = bytearray()
-        self.closed = False
-
-    def write(self, data: bytes) -> None:
-        self.data += data
-
-    def writelines(self, pieces: Any) -> None:
-        for piece in pieces:
-            self.data += piece
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return {"sockname": ("127.0.0.1", 8080), "peername": ("127.0.0.1", 50000)}.get(
-            name, default
-        )
-
-    def is_closing(self) -> bool:
-        return self.closed
-
-    def close(self) -> None:
-        self.closed = True
-
-    abort = close
-
-    def can_write_eof(self) -> bool:
-        return True
-
-    def write_eof(self) -> None:
-        pass
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
 
 
 def _request(path: str, body: bytes, token: str) -> bytes:
@@ -106,7 +67,7 @@ async def _main(routes: list[str], profile: str | None, data: Path) -> None:
     config.load()
     async with app.router.lifespan_context(app) as state:
         protocol = http.HttpProtocol(config, ServerState(), dict(state or {}))
-        wire = _Wire()
+        wire = Wire()
         protocol.connection_made(wire)  # type: ignore[arg-type]
 
         async def one(request: bytes) -> None:
