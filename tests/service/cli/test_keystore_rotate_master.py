@@ -262,22 +262,19 @@ def test_a_rotated_keystore_moves_by_backup_and_by_migrate(
     target: dict[str, object] = {"master_key_file": key_file}
     if into == "postgresql":
         target["keystore_url"] = postgres.new_database()
-    copy = tmp_path / "restored"
     env = {k: str(v) for k, v in target.items()}
     saved = sealflow(data, "keystore", "backup", str(backup))
     assert saved.returncode == 0, saved.stderr
-    restored = sealflow(copy, "keystore", "restore", str(backup), **env)
+    restored = sealflow(tmp_path / "restored", "keystore", "restore", str(backup), **env)
     assert restored.returncode == 0, restored.stderr
-    moved_to = {}
+    copies = {"restored": target}
     if into == "postgresql":
-        moved_to["keystore_url"] = postgres.new_database()
+        url = postgres.new_database()
         source = f"sqlite:{data / 'keystore.db'}"
-        url = str(moved_to["keystore_url"])
         moved = sealflow(data, "keystore", "migrate", "--from", source, "--to", url)
         assert moved.returncode == 0, moved.stderr
-    for where, settings in (("restored", target), ("migrated", {**target, **moved_to})):
-        if where == "migrated" and not moved_to:
-            continue
+        copies["migrated"] = {**target, "keystore_url": url}
+    for where, settings in copies.items():
         assert reopened(srv, tmp_path / where, sealed, **settings) == b"kept", where
 
 
