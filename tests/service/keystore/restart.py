@@ -16,7 +16,9 @@ from tests.service.conftest import Server, start_server
 def seal(srv: Server, secret: bytes) -> bytes:
     """An envelope of ``secret`` under key default."""
     with srv.client() as client:
-        return client.post("/v1/keys/default/encrypt", content=secret).content
+        reply = client.post("/v1/keys/default/encrypt", content=secret)
+        assert reply.status_code == 200, reply.text
+        return reply.content
 
 
 def unseal(srv: Server, envelope: bytes) -> bytes:
