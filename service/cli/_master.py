@@ -172,9 +172,16 @@ def add_commands(store: Any, common: argparse.ArgumentParser) -> None:
     )
     turn.add_argument(
         "--batch-size",
-        type=int,
+        type=_rows,
         default=500,
         metavar="ROWS",
         help="rows rewrapped per transaction (default 500)",
     )
     turn.set_defaults(func=rotate)
+
+
+def _rows(text: str) -> int:
+    """A batch size: a whole number of rows, at least 1 (argparse says so and exits 2)."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number, 1 or more")
+    return int(text)

@@ -294,6 +294,17 @@ def test_an_idle_sqlite_server_follows_a_rotation(make_server: Callable[..., Ser
     assert reopened(srv, data, later) == b"after"
 
 
+def test_a_batch_size_below_one_is_refused_by_name(tmp_path: Path) -> None:
+    for size in ("0", "-3", "many"):
+        done = sealflow(tmp_path / "none", "keystore", "rotate-master", "--batch-size", size)
+        assert done.returncode == 2
+        assert done.stderr.splitlines()[-1] == (
+            "sealflow keystore rotate-master: error: argument --batch-size: "
+            f"{size!r} is not a whole number, 1 or more"
+        )
+        assert "Traceback" not in done.stderr
+
+
 def test_no_keystore_is_made_to_be_rotated(tmp_path: Path) -> None:
     done = sealflow(tmp_path / "none", "keystore", "rotate-master")
     assert done.returncode == 1
