@@ -6,11 +6,13 @@ request of a route, read from /proc/PID/stat around a wrk run (far steadier than
 ``sealflow serve`` (``python -m sealflow`` with ``PYTHONPATH=DIR``: DIR is a tree's ``src``,
 so an older commit's worktree can be measured by the same command) runs pinned to core 0 with
 its defaults; wrk (1 thread, 16 connections) loads it from core 1. Routes (``ROUTES``; none
-given: all): ``transit-encrypt`` and ``transit-hmac`` (a 1 KiB input, base64 in JSON, under
-the key ``default``), ``native-encrypt`` (1 KiB raw, ``mode=single``), ``transit-batch``
-(1,000 items of 100 B; its figure is per request, not per item). Routes run in the order
-given, on one server, and may repeat. A route the tree lacks (a 404 or 405) is reported as
-missing. Each figure is the median of ``--rounds`` runs, with every run shown.
+given: all but the batch): ``transit-encrypt`` and ``transit-hmac`` (a 1 KiB input, base64 in
+JSON, under the key ``default``), ``native-encrypt`` (1 KiB raw, ``mode=single``),
+``transit-sign`` (``sign/:name`` of a 1 KiB input under an ed25519 key, made first:
+``SETUP``), ``transit-batch`` (1,000 items of 100 B; its figure is per request, not per item).
+Routes run in the order given, on one server, and may repeat. A route the tree lacks (a 404
+or 405) is reported as missing. Each figure is the median of ``--rounds`` runs, with every run
+shown.
 """
 
 from __future__ import annotations
@@ -49,6 +51,12 @@ ROUTES = {
         JSON_LUA,
     ),
     "native-encrypt": ("/v1/keys/default/encrypt?mode=single", ONE_KIB, RAW_LUA),
+    # benchmarks.transit's sign row: an ed25519 key (``SETUP`` makes it first).
+    "transit-sign": (
+        "/v1/transit/sign/bench-sign",
+        json.dumps({"input": base64.b64encode(ONE_KIB).decode()}).encode(),
+        JSON_LUA,
+    ),
     # benchmarks.transit's batch row (1,000 items of 100 B), which it runs between its 1 KiB
     # encrypt and 1 KiB hmac rows: put between two routes, it shows whether it changes them.
     "transit-batch": (
@@ -59,6 +67,8 @@ ROUTES = {
         JSON_LUA,
     ),
 }
+# What a route needs made before its first request: (path, JSON body), sent with the token.
+SETUP = {"transit-sign": ("/v1/transit/keys/bench-sign", b'{"type": "ed25519"}')}
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -129,6 +139,8 @@ def main() -> None:
                 path, body, lua = ROUTES[name]
                 (work / "body").write_bytes(body)
                 (work / "script.lua").write_text(lua)
+                if name in SETUP:
+                    _status(url + SETUP[name][0], SETUP[name][1], token)
                 check = _status(url + path, body, token)
                 if check != "200":
                     print(f"{name}: missing ({check})")

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from tests.service.server.http.wire import Wire
 
-from .cpu_per_request import ROUTES
+from .cpu_per_request import ROUTES, SETUP
 
 N = int(os.environ.get("SEALFLOW_BENCH_N", "3000"))
 
@@ -79,6 +79,8 @@ async def _main(routes: list[str], profile: str | None, data: Path) -> None:
 
         for name in routes:
             path, body, _ = ROUTES[name]
+            if name in SETUP:
+                await one(_request(SETUP[name][0], SETUP[name][1], token))
             request = _request(path, body, token)
             wire.data.clear()
             await one(request)
