@@ -374,25 +374,47 @@ def text_size(
     return int(total[0])
 
 
+# Lengths one scan writes at most (256 KiB of them): a batch of 256 KiB takes one call, a
+# larger buffer one call per this many records.
+_SCAN_ROOM = 1 << 16
+_FRAME_LEN = lib.SF_FRAME_LEN
+_frames_scan = lib.sf_frames_scan
+
+
+def scan_frames(data: BytesLike, max_len: int) -> tuple[array[int], int]:
+    """The lengths of the ``u32 big-endian length || bytes`` records complete at the start of
+    data, and the bytes they take, in one native pass over data (``sf_frames_scan``);
+    ValueError as soon as one declares more than max_len bytes."""
+    n = len(data)
+    room = min(n // _FRAME_LEN, _SCAN_ROOM)
+    scratch = new_bytearray(4 * room)  # the C side writes each length before it is read
+    found = ffi.new("size_t[2]")
+    p, out, lengths, pos = _from_buffer(data), _from_buffer("uint32_t[]", scratch), array("I"), 0
+    while True:
+        if _frames_scan(p + pos, n - pos, max_len, out, room, found, found + 1):
+            raise ValueError(f"records: a record declares more than {max_len} bytes")
+        count = found[0]
+        lengths.frombytes(memoryview(scratch)[: 4 * count])
+        pos += found[1]
+        if count < room or count == 0:
+            return lengths, pos
+
+
 def frame_lengths(data: BytesLike) -> array[int]:
     """The lengths of the ``u32 big-endian length || bytes`` records that fill data exactly."""
-    count = ffi.new("size_t *")
-    buf = _in(data)
-    if lib.sf_frames_count(buf, len(data), count):
+    lengths, used = scan_frames(data, 0xFFFFFFFF)
+    if used != len(data):
         raise ValueError("records: the u32 length framing is truncated or overruns the buffer")
-    lengths = array("I", bytes(4 * count[0]))
-    if lib.sf_frames_lengths(buf, len(data), _from_buffer("uint32_t[]", lengths), count[0]):
-        raise ValueError("records: the buffer changed while its framing was read")
     return lengths
 
 
 def complete_frames(data: BytesLike, max_len: int) -> tuple[int, int]:
     """How many ``u32 length || bytes`` records are complete at the start of data, and the
     bytes they take; ValueError as soon as one declares more than max_len bytes."""
-    count, used = ffi.new("size_t *"), ffi.new("size_t *")
-    if lib.sf_frames_complete(_in(data), len(data), max_len, count, used):
+    found = ffi.new("size_t[2]")
+    if _frames_scan(_in(data), len(data), max_len, NULL, 0, found, found + 1):
         raise ValueError(f"records: a record declares more than {max_len} bytes")
-    return int(count[0]), int(used[0])
+    return int(found[0]), int(found[1])
 
 
 def records_size(lengths: array[int], frame: int, fixed: int, opened: bool) -> int:

@@ -25,6 +25,17 @@ def _size_class(records: Records) -> SizeClass:
     return SizeClass.RECORDS_SMALL if small or n == 0 else SizeClass.RECORDS_LARGE
 
 
+def _sealed_size(batch: Records, frame: int, fixed: int) -> int:
+    """Bytes of the sealed records: frame + fixed + length each. From the buffer's size, with
+    no pass over the lengths, when no record can outgrow a ``u32`` length field (none is
+    longer than the buffer); the C side checks the layout against the lengths either way."""
+    n = len(batch.lengths)
+    payload = len(batch.data) - (FRAME_LEN * n if batch.is_framed else 0)
+    if payload + fixed <= 0xFFFFFFFF:
+        return payload + n * (frame + fixed)
+    return _binding.records_size(batch.lengths, frame, fixed, False)
+
+
 def _bound(prefix: BytesLike | None, aad: BytesLike | None) -> tuple[bytes, int]:
     """The AAD of every record (prefix || aad), and the prefix's length."""
     p, a = as_bytes_view(prefix, "prefix"), as_bytes_view(aad, "aad")
@@ -53,9 +64,7 @@ def seal_many(
     # Every byte of out is written (the layout has no gaps), so it need not be zeroed first;
     # a large one comes in huge pages: 4 KiB faults of a fresh 8 MiB batch cost about as much
     # as sealing it (docs/BENCHMARKS.md, "Batches of records").
-    out = _binding.new_bytearray(
-        _binding.records_size(batch.lengths, frame, prefix_len + _FIXED, False)
-    )
+    out = _binding.new_bytearray(_sealed_size(batch, frame, prefix_len + _FIXED))
     offsets = bytearray(8 * (len(batch) + 1))
     select(spec, _size_class(batch)).seal_many(
         spec, key, bound, prefix_len, batch, framed, out, offsets

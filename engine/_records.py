@@ -127,7 +127,7 @@ class Records:
     def from_framed(cls, data: BytesLike) -> Records:
         """Records framed as ``u32 big-endian length || bytes``, filling data exactly."""
         data = as_bytes_view(data, "records")
-        return cls(data, _binding.frame_lengths(data), True)
+        return cls._parsed(data, _binding.frame_lengths(data))
 
     @staticmethod
     def complete_frames(data: BytesLike, max_len: int) -> tuple[int, int]:
@@ -142,9 +142,16 @@ class Records:
         record may still be arriving), and the bytes they take. ValueError as soon as a
         record declares more than max_len bytes, before its bytes arrive."""
         data = as_bytes_view(data, "records")
-        _, used = _binding.complete_frames(data, max_len)
-        whole = data if used == len(data) else memoryview(data)[:used]
-        return cls(whole, _binding.frame_lengths(whole), True), used
+        lengths, used = _binding.scan_frames(data, max_len)
+        return cls._parsed(data if used == len(data) else memoryview(data)[:used], lengths), used
+
+    @classmethod
+    def _parsed(cls, data: BytesLike, lengths: array[int]) -> Records:
+        """Framed records whose lengths the C side has just read from data's own framing, in
+        the same pass that found where they end: nothing to check again."""
+        records = cls.__new__(cls)
+        records.data, records.lengths, records.is_framed = data, lengths, True
+        return records
 
     def __len__(self) -> int:
         return len(self.lengths)

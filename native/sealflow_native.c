@@ -437,7 +437,7 @@ int sf_chunks_open(int alg, const char *key, const char *base_nonce, uint64_t co
  * Records are described by a lengths array (u32 each) over one input buffer,
  * in which each record is preceded by a 4-byte big-endian length when
  * `in_framed` is set (the lengths array is then the parse of those fields, made
- * by sf_frames_lengths; the loops never read a length field from the input).
+ * by sf_frames_scan; the loops never read a length field from the input).
  * Every size is computed, with overflow checks, in one pass before the cipher
  * loop (sf_plan); the loop itself checks no bounds.
  */
@@ -459,30 +459,15 @@ static void sf_put_be32(unsigned char *p, uint32_t v)
     p[3] = (unsigned char)v;
 }
 
-/* How many `u32 length || bytes` records fill in exactly; SF_ERR_ARG if the last is cut short. */
-int sf_frames_count(const char *in, size_t inlen, size_t *count)
-{
-    const unsigned char *p = (const unsigned char *)in;
-    size_t pos = 0, n = 0;
-    while (inlen - pos >= SF_FRAME_LEN) {
-        size_t len = sf_be32(p + pos);
-        pos += SF_FRAME_LEN;
-        if (len > inlen - pos)
-            return SF_ERR_ARG;
-        pos += len;
-        n++;
-    }
-    if (pos != inlen)
-        return SF_ERR_ARG;
-    *count = n;
-    return SF_OK;
-}
-
-/* The framed records complete at the start of in (a stream's batch: the last one may be cut
-   off): their count and the bytes they take. SF_ERR_ARG as soon as a record declares more
-   than max_len bytes, before its bytes are waited for. */
-int sf_frames_complete(const char *in, size_t inlen, uint32_t max_len, size_t *count,
-                       size_t *used)
+/*
+ * One pass over the `u32 length || bytes` records complete at the start of in (a stream's
+ * batch: the last one may be cut off): their count and the bytes they take, and, with lens,
+ * each one's length. With lens, the pass stops after room records (the caller goes on from
+ * *used). SF_ERR_ARG as soon as a record declares more than max_len bytes, before its bytes
+ * are waited for. A caller that needs in filled exactly compares *used with inlen.
+ */
+int sf_frames_scan(const char *in, size_t inlen, uint32_t max_len, uint32_t *lens, size_t room,
+                   size_t *count, size_t *used)
 {
     const unsigned char *p = (const unsigned char *)in;
     size_t pos = 0, n = 0;
@@ -492,30 +477,17 @@ int sf_frames_complete(const char *in, size_t inlen, uint32_t max_len, size_t *c
             return SF_ERR_ARG;
         if (len > inlen - pos - SF_FRAME_LEN)
             break;
+        if (lens != NULL) {
+            if (n == room)
+                break;
+            lens[n] = len;
+        }
         pos += SF_FRAME_LEN + len;
         n++;
     }
     *count = n;
     *used = pos;
     return SF_OK;
-}
-
-/* The lengths of exactly `count` framed records that fill in; SF_ERR_ARG otherwise. */
-int sf_frames_lengths(const char *in, size_t inlen, uint32_t *lens, size_t count)
-{
-    const unsigned char *p = (const unsigned char *)in;
-    size_t pos = 0;
-    for (size_t i = 0; i < count; i++) {
-        if (inlen - pos < SF_FRAME_LEN)
-            return SF_ERR_ARG;
-        uint32_t len = sf_be32(p + pos);
-        pos += SF_FRAME_LEN;
-        if (len > inlen - pos)
-            return SF_ERR_ARG;
-        lens[i] = len;
-        pos += len;
-    }
-    return pos == inlen ? SF_OK : SF_ERR_ARG;
 }
 
 /*

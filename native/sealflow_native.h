@@ -76,10 +76,8 @@ int sf_chunks_seal(int alg, const char *key, const char *base_nonce, uint64_t co
                    const char *in, size_t inlen, int final, char *out);
 int sf_chunks_open(int alg, const char *key, const char *base_nonce, uint64_t counter,
                    const char *in, size_t inlen, int final, char *out);
-int sf_frames_count(const char *in, size_t inlen, size_t *count);
-int sf_frames_complete(const char *in, size_t inlen, uint32_t max_len, size_t *count,
-                       size_t *used);
-int sf_frames_lengths(const char *in, size_t inlen, uint32_t *lens, size_t count);
+int sf_frames_scan(const char *in, size_t inlen, uint32_t max_len, uint32_t *lens, size_t room,
+                   size_t *count, size_t *used);
 int sf_records_size(const uint32_t *lens, size_t count, size_t frame, size_t fixed, int open,
                     uint64_t *total);
 int sf_seal_many(int alg, const char *key, const char *aad, size_t aadlen, size_t prefixlen,

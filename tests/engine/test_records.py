@@ -336,6 +336,25 @@ def test_bad_inputs_are_value_errors_before_any_cipher_call(
     assert engine.context_stats() == before
 
 
+def test_framing_of_more_records_than_one_native_pass_holds() -> None:
+    """The C side reads a batch's lengths 65,536 records a call: a batch of more is read whole,
+    a last record cut short is left for later, and one over the limit is refused wherever it
+    is, past the first call's records too."""
+    lengths = [i % 4 for i in range(70_000)]
+    body = framed([bytes(n) for n in lengths])
+    assert Records.from_framed(body).lengths.tolist() == lengths
+    batch, used = Records.from_stream(body + b"\x00\x00\x00\x09abc", 9)
+    assert (batch.lengths.tolist(), used, len(batch.data)) == (lengths, len(body), len(body))
+    assert Records.complete_frames(body + b"\x00\x00", 9) == (len(lengths), len(body))
+    with pytest.raises(ValueError, match="more than 8 bytes"):
+        Records.from_stream(body + b"\x00\x00\x00\x09", 8)
+    for cut in (body + b"\x00", body[:-1]):
+        with pytest.raises(ValueError, match="framing is truncated"):
+            Records.from_framed(cut)
+    sealed = engine.seal_many("aes-256-gcm", bytes(32), b"", batch, prefix=b"p", framed=True)
+    assert [len(r) for r in sealed] == [1 + FIXED + n for n in lengths]
+
+
 @pytest.mark.parametrize(
     "records", [b"abc", bytearray(b"abc"), memoryview(b"abc"), "abc", [b"a", "b"], [1, 2]]
 )

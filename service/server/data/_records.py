@@ -165,6 +165,8 @@ class RecordSealer(Framed):
         super().__init__(max_record, max_records, log)
         self._lease, self._aad, self._add_bytes = lease, aad, add_bytes
         self._ready, self._watch = ready, watch
+        self._version: tuple[engine.Algorithm, int, str] | None = None  # of the last prefix
+        self._prefix = b""
 
     def inline(self, size: int) -> bool:
         # The batch holds at most the records whose length field the watch has seen and no
@@ -180,14 +182,22 @@ class RecordSealer(Framed):
             lease = self._lease(len(rest))
             self._log.used(lease.version)
             part, rest = _split(rest, lease.sealings)
-            alg, version, name = lease.key.algorithm, lease.version, lease.key.name
-            prefix = Prefix(Mode.SINGLE, alg, version, name).encode()
             sealed = engine.seal_many(
-                alg, lease.material, self._aad, part, prefix=prefix, framed=True
-            ).data
+                lease.key.algorithm, lease.material, self._aad, part,
+                prefix=self._prefix_of(lease), framed=True,
+            ).data  # fmt: skip
             self._add_bytes(lease, len(part.data) - FRAME_LEN * len(part))
             out = sealed if not out else out + sealed
         return out
+
+    def _prefix_of(self, lease: Lease) -> bytes:
+        """The envelope prefix of lease's version, made once while the batches go on under it."""
+        key = lease.key
+        version = (key.algorithm, lease.version, key.name)
+        if version != self._version:
+            self._version = version
+            self._prefix = Prefix(Mode.SINGLE, *version).encode()
+        return self._prefix
 
 
 def _split(batch: engine.Records, n: int) -> tuple[engine.Records, engine.Records | None]:
