@@ -7,12 +7,12 @@ request of a route, read from /proc/PID/stat around a wrk run (far steadier than
 so an older commit's worktree can be measured by the same command) runs pinned to core 0 with
 its defaults; wrk (1 thread, 16 connections) loads it from core 1. Routes (``ROUTES``; none
 given: all but the batch): ``transit-encrypt`` and ``transit-hmac`` (a 1 KiB input, base64 in
-JSON, under the key ``default``), ``native-encrypt`` (1 KiB raw, ``mode=single``),
-``transit-sign`` (``sign/:name`` of a 1 KiB input under an ed25519 key, made first:
-``SETUP``), ``transit-batch`` (1,000 items of 100 B; its figure is per request, not per item).
-Routes run in the order given, on one server, and may repeat. A route the tree lacks (a 404
-or 405) is reported as missing. Each figure is the median of ``--rounds`` runs, with every run
-shown.
+JSON, under the key ``default``), ``native-encrypt`` and ``native-hmac`` (1 KiB raw; the
+encrypt ``mode=single``), ``transit-sign`` (``sign/:name`` of a 1 KiB input under an ed25519
+key, made first: ``SETUP``), ``transit-batch`` (1,000 items of 100 B; its figure is per
+request, not per item). Routes run in the order given, on one server, and may repeat. A route
+the tree lacks (a 404 or 405) is reported as missing. Each figure is the median of
+``--rounds`` runs, with every run shown.
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ ROUTES = {
         JSON_LUA,
     ),
     "native-encrypt": ("/v1/keys/default/encrypt?mode=single", ONE_KIB, RAW_LUA),
+    "native-hmac": ("/v1/keys/default/hmac", ONE_KIB, RAW_LUA),
     # benchmarks.transit's sign row: an ed25519 key (``SETUP`` makes it first).
     "transit-sign": (
         "/v1/transit/sign/bench-sign",
