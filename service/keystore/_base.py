@@ -126,7 +126,7 @@ class KeyInfo:
         return self.created_at
 
     def slot(self, version: int) -> Slot:
-        return Slot(self.name, self.born, version)
+        return Slot(self.name, self.created_at, version)  # ``born``, without its call
 
 
 class Slot(NamedTuple):

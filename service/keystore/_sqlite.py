@@ -145,10 +145,15 @@ class SQLiteKeyStore(Writes[sqlite3.Connection]):
         return False  # a local file, read directly: never out of date for long
 
     # -- reads, from the cache
+    #
+    # A cache may be read as it is, without the lock, while it was checked against the
+    # database less than ``max_staleness`` ago (``_refresh``): the test spelled out in each
+    # read below (``# fresh``), a call less per read on every small request. A cache is
+    # replaced whole, never changed in place, so a reader holds one consistent snapshot.
 
     def get_key(self, name: str) -> KeyInfo:
         keys = self._keys
-        if keys is None or not self._fresh():
+        if keys is None or time.monotonic() - self._checked >= self._max_staleness:  # fresh
             with self._connection():
                 keys = self._key_cache()
         return present(keys, name)
@@ -175,7 +180,7 @@ class SQLiteKeyStore(Writes[sqlite3.Connection]):
         if not 1 <= version <= MAX_VERSION:
             raise KeyNotFound(f"key {name!r} version {version} not found")
         keys = self._keys
-        if keys is not None and self._fresh():
+        if keys is not None and time.monotonic() - self._checked < self._max_staleness:  # fresh
             # The common case, without the lock: a fresh cache and a version seen before.
             info = present(keys, name)
             usable(info, version, in_use)
@@ -204,7 +209,7 @@ class SQLiteKeyStore(Writes[sqlite3.Connection]):
 
     def find_token(self, secret: str) -> TokenInfo | None:
         tokens = self._tokens
-        if tokens is None or not self._fresh():
+        if tokens is None or time.monotonic() - self._checked >= self._max_staleness:  # fresh
             with self._connection():
                 tokens = self._token_cache()
         return live_token(tokens, secret)
@@ -271,12 +276,6 @@ class SQLiteKeyStore(Writes[sqlite3.Connection]):
         if self._tokens is None:
             self._tokens = self._tables.tokens(self._conn)
         return self._tokens
-
-    def _fresh(self) -> bool:
-        """Whether the caches may be read as they are, without the lock: checked against the
-        database less than ``max_staleness`` ago (``_refresh``). A cache is replaced whole,
-        never changed in place, so a reader holds one consistent snapshot."""
-        return time.monotonic() - self._checked < self._max_staleness
 
     def _refresh(self) -> None:
         now = time.monotonic()

@@ -170,7 +170,8 @@ class Front:
             # The Transit API: Vault's tokens and refusals (403), its own body limit.
             token = None
             if svc is not None and vault.token:
-                self._fresh(svc)
+                if self.refuse_stale:
+                    self._fresh(svc)
                 token = transit.authenticate(svc.store, head.vault_token, authorization)
             if length > self.max_json_bytes:
                 raise errors.too_large(self.max_json_bytes)
@@ -179,7 +180,8 @@ class Front:
         elif svc is None:
             raise errors.keystore_unavailable()
         else:
-            self._fresh(svc)
+            if self.refuse_stale:
+                self._fresh(svc)
             token = _auth.authenticate(svc.store, authorization)
             if route is None and (path.startswith(_ADMIN) or _manages_tokens(path)):
                 _auth.require_admin(token)

@@ -18,7 +18,7 @@ connection was made; None without TLS, without ``--tls-client-ca`` or when the c
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from . import _request_id
@@ -110,18 +110,29 @@ class Head:
 
     def add(self, name: bytes, value: bytes) -> None:
         """One header, its name lowercased."""
-        self.headers.append((name, value))
-        self.size += len(name) + len(value)
-        slot = _ONCE.get(name)
-        if slot is not None:
-            if getattr(self, slot) is not None:
-                self.error = f"more than one {name.decode('latin-1')} header"
-            else:
-                setattr(self, slot, value)
-            return
-        noted = _NOTED.get(name)
-        if noted is None:
-            return
+        self.add_all(((name, value),))
+
+    def add_all(self, pairs: Iterable[tuple[bytes, bytes]]) -> None:
+        """Headers in order, their names lowercased: the protocol's whole head in one call
+        (a call per header cost more than its checks)."""
+        headers = self.headers
+        size = self.size
+        for name, value in pairs:
+            headers.append((name, value))
+            size += len(name) + len(value)
+            slot = _ONCE.get(name)
+            if slot is not None:
+                if getattr(self, slot) is not None:
+                    self.error = f"more than one {name.decode('latin-1')} header"
+                else:
+                    setattr(self, slot, value)
+                continue
+            noted = _NOTED.get(name)
+            if noted is not None:
+                self._note(noted, value)
+        self.size = size
+
+    def _note(self, noted: int, value: bytes) -> None:
         if noted == _DUPLEX:
             self.duplex = value.strip() == b"1"
         elif noted == _CHUNKED:
@@ -166,6 +177,5 @@ class Head:
             scope["path"],
             None if not client else str(client[0]),
         )
-        for name, value in scope["headers"]:
-            head.add(name, value)
+        head.add_all(scope["headers"])
         return head.complete()

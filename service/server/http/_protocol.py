@@ -225,7 +225,7 @@ class HttpProtocol(asyncio.Protocol):
         self._begun = False  # a head's request line has begun (the parser said so)
         self._fed_body = 0  # data bytes the parser found in the chunked read being fed
         self._body_ended = -1  # where in that read (in data bytes) the body ended, if it did
-        self._head: Head | None = None  # the head being read
+        self._fields: list[tuple[bytes, bytes]] = []  # the head's headers so far, as read
         self._reader: Cycle | _Whole | None = None  # where the body being read goes
         self._busy: Cycle | _Whole | None = None  # the request whose answer is under way
         self._queue: deque[Cycle] = deque()  # pipelined requests waiting for it
@@ -392,6 +392,7 @@ class HttpProtocol(asyncio.Protocol):
 
     def on_message_begin(self) -> None:
         self._url = []
+        self._fields = []
         self._begun = True
 
     def on_url(self, url: bytes) -> None:
@@ -403,12 +404,10 @@ class HttpProtocol(asyncio.Protocol):
     def on_header(self, name: bytes, value: bytes) -> None:
         if self._phase == _CHUNKED_PHASE:
             return  # a trailer field: dropped (the module's docstring)
-        head = self._head
-        if head is None:
-            head = self._head = self._new_head()
-        head.add(name.lower(), value)
+        self._fields.append((name.lower(), value))
 
     def _new_head(self) -> Head:
+        """The head read: its request line, then its headers in one call."""
         url = b"".join(self._url)
         self._url = []
         if not url.startswith(b"/"):
@@ -422,7 +421,10 @@ class HttpProtocol(asyncio.Protocol):
             method = LIST_METHOD
         text = raw_path.decode("ascii", "replace")
         path = urllib.parse.unquote(text) if b"%" in raw_path else text
-        return Head(method, raw_path, query, path, self._peer, self._peer_cert)
+        head = Head(method, raw_path, query, path, self._peer, self._peer_cert)
+        fields, self._fields = self._fields, []
+        head.add_all(fields)
+        return head.complete()
 
     def on_headers_complete(self) -> None:
         try:
@@ -439,10 +441,10 @@ class HttpProtocol(asyncio.Protocol):
         self._close()
 
     def _headers_complete(self) -> None:
-        head = (self._head or self._new_head()).complete()
-        self._head = None
+        head = self._new_head()
         self._begun = False
-        self._cancel_head_timer()
+        if self._head_timer is not None:
+            self._cancel_head_timer()
         self._count = 0
         if head.chunked:
             self._phase = _CHUNKED_PHASE
@@ -510,7 +512,8 @@ class HttpProtocol(asyncio.Protocol):
         if isinstance(reader, Cycle):
             reader.ended()
         elif reader is not None:
-            self._forget(reader)
+            if reader.timer is not None:
+                self._forget(reader)
             planner = self.options.planner
             assert planner is not None
             pieces = reader.pieces
@@ -526,9 +529,12 @@ class HttpProtocol(asyncio.Protocol):
 
     def _write_answer(self, answer: Answer, head: Head, close: bool) -> None:
         close = close or answer.close or self._last
+        source, defaults = _defaults  # ``default_lines``, its call saved while they hold
+        if source is not self.server_state.default_headers:
+            defaults = self.default_lines()
         lines = [
             STATUS_LINES.get(answer.status) or status_line(answer.status),
-            self.default_lines(),
+            defaults,
             _request_id.line(head.request_id),
             answer.headers,
             b"connection: close\r\n\r\n" if close else b"\r\n",
@@ -891,7 +897,8 @@ class HttpProtocol(asyncio.Protocol):
             and not self._draining
             and self._phase == _HEAD_PHASE
         ):
-            self._cancel_head_timer()
+            if self._head_timer is not None:
+                self._cancel_head_timer()
             self._idle_since = self.loop.time()
             if self._idle_timer is None:
                 self._idle_timer = self.loop.call_later(self.keepalive_timeout, self._idle)

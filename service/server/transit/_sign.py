@@ -63,7 +63,14 @@ class _ItemError(Exception):
 
 
 def options(fields: Body, url_algorithm: str) -> Options:
-    """The signing options, checked in OpenBao's order."""
+    """The signing options, checked in OpenBao's order; those of a request that names none,
+    made once (``_DEFAULTS``)."""
+    if not url_algorithm and _OPTION_FIELDS.isdisjoint(fields):
+        return _DEFAULTS
+    return _options(fields, url_algorithm)
+
+
+def _options(fields: Body, url_algorithm: str) -> Options:
     hash_name = url_algorithm or _wire.as_str(fields, "hash_algorithm", DEFAULT_HASH)
     if not hash_name:
         hash_name = _wire.as_str(fields, "algorithm", DEFAULT_HASH) or DEFAULT_HASH
@@ -99,6 +106,15 @@ def _bool(fields: Body, name: str) -> bool:
     raise _wire.user_error(
         f"Field validation failed: error converting input for field \"{name}\": '' {why}"
     )
+
+
+# The fields ``_options`` reads: a request with none of them (and no algorithm in its path) has
+# the defaults.
+_OPTION_FIELDS = frozenset(
+    ("hash_algorithm", "algorithm", "marshaling_algorithm", "prehashed", "signature_algorithm",
+     "salt_length")
+)  # fmt: skip
+_DEFAULTS = _options({}, "")
 
 
 def _key(store: KeyStore, name: str, missing: str, verb: str, opts: Options) -> KeyInfo:
