@@ -1,8 +1,9 @@
 """A request's head, scanned once: what every later decision about the request reads.
 
-The protocol fills one ``Head`` per request as its parser hands over the request line and each
-header (``add``); an ASGI scope that did not come through the protocol is scanned the same way
-(``from_scope``). Nothing else walks a request's headers to decide something about it.
+The protocol fills one ``Head`` per request once its parser has handed over the request line and
+every header (``add_all``, one call for the whole head); an ASGI scope that did not come through
+the protocol is scanned the same way (``from_scope``). Nothing else walks a request's headers to
+decide something about it.
 
 A header that must appear once (``Authorization``, ``X-Vault-Token``, ``X-AAD``,
 ``Content-Length``, ``Host``) appearing twice makes the head ``error``: refused with 400 before
