@@ -71,7 +71,7 @@ _chunks_seal, _chunks_open = lib.sf_chunks_seal, lib.sf_chunks_open
 _seal_small, _open_small, _unpack = lib.sf_seal_small, lib.sf_open_small, ffi.unpack
 _seal_many, _open_many = lib.sf_seal_many, lib.sf_open_many
 _base64_column, _seal_many_text = lib.sf_base64_column, lib.sf_seal_many_text
-_hmac_many = lib.sf_hmac_many
+_hmac_many, _hmac_small = lib.sf_hmac_many, lib.sf_hmac_small
 NULL = ffi.NULL
 # Largest message the small variants take (the C scratch buffer).
 SCRATCH_LIMIT = lib.SF_SCRATCH_LEN - TAG_LEN
@@ -323,6 +323,16 @@ def hmac_many(
     )  # fmt: skip
     if rc:
         _raise(rc)
+
+
+def hmac_one(digest: int, size: int, key: BytesLike, data: BytesLike) -> bytes:
+    """The HMAC of one message of under 4 GiB (``sf_hmac_small``), size bytes (its digest's
+    ``sf_digest_size``)."""
+    p = _hmac_small(digest, _in(key), len(key), _in(data), len(data))
+    if p == NULL:
+        _raise(lib.sf_scratch_error())
+    tag: bytes = _unpack(p, size)
+    return tag
 
 
 def digest_sizes() -> tuple[int, ...]:

@@ -10,7 +10,6 @@ cost does not matter for one tag.
 from __future__ import annotations
 
 import enum
-from array import array
 from collections.abc import Callable, Iterable
 
 from cryptography.hazmat.primitives import hashes
@@ -41,6 +40,7 @@ class Digest(enum.StrEnum):
 
 
 _INDEX = {d: i for i, d in enumerate(Digest)}
+_BY_NAME: dict[str, int] = {d.value: i for d, i in _INDEX.items()}
 _ONE_MAX = (1 << 32) - 1  # a record's length is a u32
 _SIZES = _binding.digest_sizes()
 _PYCA: dict[Digest, Callable[[], hashes.HashAlgorithm]] = {
@@ -85,14 +85,14 @@ def hmac_many(
 
 
 def hmac(name: Digest | str, key: BytesLike, data: BytesLike) -> bytes:
-    """The HMAC of one message (a batch of one, in the same native call)."""
-    d = digest(name)
+    """The HMAC of one message, through the records' loops (``sf_hmac_small``)."""
+    index = _BY_NAME.get(name)  # a Digest is its str: one lookup, no enum call
+    if index is None:
+        index = _INDEX[digest(name)]
     key, data = as_bytes_view(key, "key"), as_bytes_view(data, "data")
     if len(data) > _ONE_MAX:
         raise ValueError("hmac: a message of 4 GiB or more takes HmacStream")
-    out = _binding.new_bytearray(d.size)
-    _binding.hmac_many(_INDEX[d], key, data, array("I", (len(data),)), False, False, out)
-    return bytes(out)
+    return _binding.hmac_one(index, _SIZES[index], key, data)
 
 
 class HmacStream:

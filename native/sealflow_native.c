@@ -1271,6 +1271,25 @@ static int sf_hmac_batch(int digest, const char *key, size_t keylen, const char 
     return rc;
 }
 
+/*
+ * One message: the same loops as a batch of one, with no length array to copy and the tag
+ * in the scratch buffer. hashlib's one-shot HMAC (OpenSSL 3's HMAC(), which fetches the MAC
+ * and its digest and builds a context on every call) cost 2.5-3 us more for 1 KiB.
+ */
+const char *sf_hmac_small(int digest, const char *key, size_t keylen, const char *in,
+                          size_t inlen)
+{
+    uint32_t len = (uint32_t)inlen;
+    size_t size = (size_t)sf_digest_size(digest);
+    if (size == 0 || inlen > UINT32_MAX) {
+        sf_scratch_rc = SF_ERR_ARG;
+        return NULL;
+    }
+    sf_scratch_rc =
+        sf_hmac_batch(digest, key, keylen, in, inlen, &len, 1, 0, 0, (char *)sf_scratch, size);
+    return sf_scratch_rc == SF_OK ? (const char *)sf_scratch : NULL;
+}
+
 int sf_hmac_many(int digest, const char *key, size_t keylen, const char *in, size_t inlen,
                  const uint32_t *lens, size_t count, int in_framed, int out_framed, char *out,
                  size_t outlen)

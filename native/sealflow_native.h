@@ -106,6 +106,10 @@ int sf_digest_size(int digest);
 int sf_hmac_many(int digest, const char *key, size_t keylen, const char *in, size_t inlen,
                  const uint32_t *lens, size_t count, int in_framed, int out_framed, char *out,
                  size_t outlen);
+/* The HMAC of one message of under 4 GiB, in the thread's scratch buffer (NULL on failure,
+ * reason in sf_scratch_error); its size is sf_digest_size(digest). */
+const char *sf_hmac_small(int digest, const char *key, size_t keylen, const char *in,
+                          size_t inlen);
 void sf_cleanse(char *buf, size_t len);
 void sf_advise_huge(char *buf, size_t len);
 
