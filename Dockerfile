@@ -21,9 +21,12 @@ COPY engine engine
 COPY service service
 # The top-level package and its symlinks to the three folders above (see pyproject.toml).
 COPY src src
-# The cffi extension is compiled here, against the image's own OpenSSL headers, with the locked
-# setuptools and cffi: build isolation would fetch unpinned ones without checking a hash.
+# The cffi extension and the mypyc-compiled modules (setup.py) are built here, against the
+# image's own OpenSSL headers, with the locked setuptools, cffi and mypy: build isolation would
+# fetch unpinned ones without checking a hash. mypy and what only it needs are not for the
+# running image: uninstalled once the build is done.
 RUN /opt/sealflow/bin/pip install --no-cache-dir --no-deps --no-build-isolation . \
+    && /opt/sealflow/bin/pip uninstall -y mypy mypy-extensions librt pathspec ast-serialize \
     && /opt/sealflow/bin/sealflow selftest
 
 FROM python:${PYTHON}-slim-trixie

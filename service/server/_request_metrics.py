@@ -203,11 +203,11 @@ def publish() -> None:
             if new := _grown(("latency", route, slot), total):
                 _SHARED_LATENCY.labels(route, slot).inc(new)
     for (algorithm, operation), totals in list(_body.items()):
-        for direction, total in zip(("in", "out"), totals, strict=True):
-            if new := _grown(("bytes", algorithm, operation, direction), total):
-                _SHARED_BYTES.labels(algorithm, operation, direction).inc(new)
-    if new := _grown(("lane",), _lane[0]):
-        _SHARED_LANE.inc(new)
+        for direction, count in zip(("in", "out"), totals, strict=True):
+            if grown := _grown(("bytes", algorithm, operation, direction), count):
+                _SHARED_BYTES.labels(algorithm, operation, direction).inc(grown)
+    if lane := _grown(("lane",), _lane[0]):
+        _SHARED_LANE.inc(lane)
 
 
 def _summed(families: Iterable[Metric]) -> _Counts:

@@ -8,7 +8,7 @@ from sealflow import engine
 from sealflow.service.config import Settings
 from sealflow.service.keystore import UsageMeter, describe, keystore_keys, open_store
 
-from . import _audit, _metrics
+from . import _audit, _compiled, _metrics
 from ._budget import MemoryBudget, SpoolBudget
 from ._state import Services
 from ._watchdog import Watchdog
@@ -21,6 +21,7 @@ SERVICE_STALENESS = 0.001
 
 
 def start_services(settings: Settings) -> Services:
+    _compiled.check()
     engine.set_context_strategy(engine.ContextStrategy[settings.context_strategy.upper()])
     engine.set_provider(None if settings.provider == "auto" else settings.provider)
     engine.self_test()

@@ -278,8 +278,9 @@ def _sign_one(
             public = _signer.ed25519_public(material)
         try:
             signature = _signer.sign(kind, material, data, opts)
-        except SignError as exc:  # OpenBao's 500s; what sealflow cannot do, a 400
-            raise _ItemError(exc.message, 400 if isinstance(exc, Unsupported) else 500) from None
+        except SignError as refused:  # OpenBao's 500s; what sealflow cannot do, a 400
+            status = 400 if isinstance(refused, Unsupported) else 500
+            raise _ItemError(refused.message, status) from None
     except _ItemError as exc:
         return exc
     return f"{PREFIX}{number}:{_encode(signature, opts)}", number, public
@@ -362,8 +363,8 @@ def _verify_one(
             material = _derived(key, material, context)
         try:
             return _signer.verify(kind, material, data, raw, opts)
-        except SignError as exc:
-            raise _ItemError(exc.message, 400 if exc.user else 500) from None
+        except SignError as refused:
+            raise _ItemError(refused.message, 400 if refused.user else 500) from None
     except _ItemError as exc:
         return exc
 
