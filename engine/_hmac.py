@@ -39,8 +39,7 @@ class Digest(enum.StrEnum):
         return _SIZES[_INDEX[self]]
 
 
-_INDEX = {d: i for i, d in enumerate(Digest)}
-_BY_NAME: dict[str, int] = {d.value: i for d, i in _INDEX.items()}
+_INDEX: dict[str, int] = {d: i for i, d in enumerate(Digest)}  # a Digest is a str
 _ONE_MAX = (1 << 32) - 1  # a record's length is a u32
 _SIZES = _binding.digest_sizes()
 _PYCA: dict[Digest, Callable[[], hashes.HashAlgorithm]] = {
@@ -86,7 +85,7 @@ def hmac_many(
 
 def hmac(name: Digest | str, key: BytesLike, data: BytesLike) -> bytes:
     """The HMAC of one message, through the records' loops (``sf_hmac_small``)."""
-    index = _BY_NAME.get(name)  # a Digest is its str: one lookup, no enum call
+    index = _INDEX.get(name)  # a StrEnum member hashes and compares as its str: no enum call
     if index is None:
         index = _INDEX[digest(name)]
     key, data = as_bytes_view(key, "key"), as_bytes_view(data, "data")
