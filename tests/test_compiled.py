@@ -48,28 +48,37 @@ def test_no_other_module_is_compiled() -> None:
     assert extensions - others == (set(COMPILED) if BUILT else set())
 
 
+def _probe(folder: Path, built_at: int, source_at: int) -> str:
+    """A module ``sealflow.<folder's name>_probe`` "loaded" from an extension in folder, with
+    its source beside it, each of the given age; its name."""
+    folder.mkdir(parents=True)
+    built = folder / ("probe" + EXTENSION_SUFFIXES[0])
+    source = folder / "probe.py"
+    built.write_bytes(b"")
+    source.write_text("")
+    os.utime(built, (built_at, built_at))
+    os.utime(source, (source_at, source_at))
+    probe = types.ModuleType(f"sealflow.{folder.name}_probe")
+    probe.__file__ = str(built)
+    sys.modules[probe.__name__] = probe
+    return probe.__name__
+
+
 def test_a_built_module_older_than_its_source_is_stale(tmp_path: Path) -> None:
     assert _compiled.stale() == []
     _compiled.check()  # nothing stale: returns
-    (tmp_path / ".git").mkdir()  # a checkout: an installed wheel's files are never stale
-    package = tmp_path / "sealflow_stale_probe"
-    built = package.with_name(package.name + EXTENSION_SUFFIXES[0])
-    source = package.with_suffix(".py")
-    built.write_bytes(b"")
-    source.write_text("")
-    os.utime(built, (1_000_000, 1_000_000))
-    os.utime(source, (2_000_000, 2_000_000))
-    probe = types.ModuleType("sealflow.stale_probe")
-    probe.__file__ = str(built)
-    sys.modules[probe.__name__] = probe
+    names = [
+        _probe(tmp_path / "tree" / "edited", 1_000_000, 2_000_000),  # an edit since the build
+        _probe(tmp_path / "tree" / "built", 1_000_000, 1_000_000),  # the build of its source
+        # An installed wheel (the README's `pip install .` puts the venv in the checkout):
+        # its files are written in any order, and never edited.
+        _probe(tmp_path / "tree" / ".venv" / "site-packages" / "wheel", 1_000_000, 2_000_000),
+        _probe(tmp_path / "dist-packages" / "debian", 1_000_000, 2_000_000),
+    ]
     try:
-        assert _compiled.stale() == ["sealflow.stale_probe"]
-        with pytest.raises(SystemExit, match=r"sealflow\.stale_probe changed since"):
+        assert _compiled.stale() == ["sealflow.edited_probe"]
+        with pytest.raises(SystemExit, match=r"sealflow\.edited_probe changed since"):
             _compiled.check()
-        os.utime(source, (1_000_000, 1_000_000))  # same age: the build of that source
-        assert _compiled.stale() == []
-        os.utime(source, (2_000_000, 2_000_000))
-        (tmp_path / ".git").rmdir()  # not a checkout: an installed wheel
-        assert _compiled.stale() == []
     finally:
-        del sys.modules[probe.__name__]
+        for name in names:
+            del sys.modules[name]

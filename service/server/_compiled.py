@@ -13,19 +13,23 @@ import sys
 from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
 
+# Where installers put packages: a wheel's files there are written one after the other in no
+# particular order (the .py may be newer than its extension by a moment), and nobody edits
+# them, so only a package imported from elsewhere (an editable install's tree) is checked.
+_INSTALLED = frozenset({"site-packages", "dist-packages"})
+
 
 def stale() -> list[str]:
-    """The loaded ``sealflow`` modules whose extension is older than the source beside it, in
-    a git checkout. Only there: an installed wheel holds both files too, written one after
-    the other in no particular order, and nobody edits them."""
+    """The loaded ``sealflow`` modules, outside an installed package, whose extension is
+    older than the source beside it."""
     found = []
     for name, module in list(sys.modules.items()):
         path = getattr(module, "__file__", None) if name.startswith("sealflow.") else None
         suffix = next((s for s in EXTENSION_SUFFIXES if path and path.endswith(s)), None)
         if path is None or suffix is None:
             continue
-        source = Path(path[: -len(suffix)] + ".py").resolve()
-        if not source.exists() or not any((p / ".git").exists() for p in source.parents):
+        source = Path(path[: -len(suffix)] + ".py")
+        if _INSTALLED & set(Path(path).parts) or not source.exists():
             continue
         if source.stat().st_mtime > Path(path).stat().st_mtime:
             found.append(name)
